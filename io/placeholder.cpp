@@ -1,0 +1,1 @@
+// placeholder until the HDF5 io lands

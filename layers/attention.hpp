@@ -1,0 +1,23 @@
+// Multi-head scaled dot-product attention (Vaswani et al. 2017) over a fused qkv buffer:
+// per head, P = softmax(Q K^T / sqrt(HS) [+ causal mask]), out = P V.
+// Backward: dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(HS),
+// dK = dS^T Q / sqrt(HS).
+#pragma once
+
+namespace mpitron::cpu {
+
+template <class F>
+void attention_forward(F* out,        // (B,T,C)    heads side by side, head h in [h*HS,(h+1)*HS)
+                       F* att,        // (B,NH,T,T) softmax probabilities (masked entries 0)
+                       const F* qkv,  // (B,T,3C)   q | k | v, each (NH,HS)
+                       int B, int T, int C, int NH, bool causal);
+
+template <class F>
+void attention_backward(F* dqkv,        // (B,T,3C)   =
+                        F* datt,        // (B,NH,T,T) scratch
+                        const F* dout,  // (B,T,C)
+                        const F* qkv,   // (B,T,3C)
+                        const F* att,   // (B,NH,T,T)
+                        int B, int T, int C, int NH, bool causal);
+
+}  // namespace mpitron::cpu

@@ -1,0 +1,27 @@
+// Failure reporting shared by every library wrapper: one message, naming rank, file, line and call.
+// The per-library macros (MPI_CHECK in comm/, H5_CHECK in io/, CUDA_CHECK in src/cuda/) build on
+// fail_at(); MPI_Abort is used when MPI is up so a rank failing alone never leaves others hanging.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace mpitron {
+
+// Thrown for bad user input (files, flags, configs): the CLI prints what() as one line, exit 1.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Rank of this process for messages; -1 before MPI is initialised.
+int message_rank();
+
+// Prints "[rank r] file:line call: reason" to stderr and aborts the job (MPI_Abort if MPI is up).
+[[noreturn]] void fail_at(const char* file, int line, const std::string& call,
+                          const std::string& reason);
+
+}  // namespace mpitron
+
+#define MPITRON_REQUIRE(cond, msg)                              \
+  do {                                                          \
+    if (!(cond)) ::mpitron::fail_at(__FILE__, __LINE__, #cond, msg); \
+  } while (0)

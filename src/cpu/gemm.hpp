@@ -1,0 +1,23 @@
+// Row-major matrix product C = alpha op(A) op(B) + beta C for the CPU backend.
+// gemm() hands the product to OpenBLAS where the build has it (MPITRON_BLAS), else to Eigen;
+// gemm_reference() is always Eigen, the simple path the fast one is tested against.
+#pragma once
+
+namespace mpitron::cpu {
+
+// op(A) is (M,K), op(B) is (K,N), C is (M,N); lda/ldb/ldc are row strides.
+template <class F>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda, const F* B,
+          int ldb, F beta, F* C, int ldc);
+
+template <class F>
+void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda,
+                    const F* B, int ldb, F beta, F* C, int ldc);
+
+// Name of the library behind gemm(), for logs and benchmarks.
+const char* gemm_library();
+
+// Sets the threads of the CPU compute libraries (OpenMP and OpenBLAS).
+void set_compute_threads(int n);
+
+}  // namespace mpitron::cpu
