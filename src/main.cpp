@@ -1,1 +1,397 @@
-int main() { return 0; }
+// mpitron command line: train | eval | generate | compare | info | batch.
+// Bad input is one line on stderr (from rank 0) and a non-zero exit, never a crash or a hang.
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "io/arrays.hpp"
+#include "io/checkpoint.hpp"
+#include "io/dataset.hpp"
+#include "io/inspect.hpp"
+#include "src/check.hpp"
+#include "src/cpu/gemm.hpp"
+#include "src/model/gpt.hpp"
+#include "src/philox.hpp"
+#include "src/train/trainer.hpp"
+
+#ifdef MPITRON_HAVE_CUDA
+#include "src/cuda/device_query.hpp"
+#endif
+
+using namespace mpitron;
+
+namespace {
+
+constexpr const char* kDefaultData = "data/kjv.txt";
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// The model shape recorded in a checkpoint.
+GptConfig checkpoint_model(const io::CheckpointHeader& h, const std::string& path) {
+  auto get = [&](const char* key) -> int {
+    auto it = h.root.find(key);
+    if (it == h.root.end() || !std::holds_alternative<int64_t>(it->second))
+      throw UsageError(fmt::format("{} lacks attribute '{}': not an mpitron checkpoint", path, key));
+    return int(std::get<int64_t>(it->second));
+  };
+  GptConfig m;
+  m.n_layer = get("model.n_layer");
+  m.n_head = get("model.n_head");
+  m.n_embd = get("model.n_embd");
+  m.block_size = get("model.block_size");
+  m.vocab_size = get("model.vocab_size");
+  return m;
+}
+
+// Loads the parameters of a checkpoint into a model planned for B sequences of T tokens.
+void load_model(GptModel& model, const std::string& ckpt, int B, int T, DeviceAllocator& alloc) {
+  io::CheckpointHeader h = io::read_checkpoint_header(ckpt);
+  const GptConfig cfg = checkpoint_model(h, ckpt);
+  gpt_build(model, cfg, B, T == 0 ? cfg.block_size : T, 0, alloc);
+  std::vector<io::TensorPiece> pieces;
+  for (const ParamInfo& p : model.registry.params())
+    pieces.push_back({"params/" + p.name, p.global_shape,
+                      io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
+                      model.params.data() + p.offset});
+  io::read_checkpoint_tensors(ckpt, pieces);
+}
+
+// Draws the next token from logits with temperature, top-k and top-p (nucleus) filtering.
+int sample_token(const float* logits, int V, double temperature, int top_k, double top_p,
+                 float u) {
+  std::vector<int> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  if (temperature <= 0) return idx[0];
+  int keep = top_k > 0 ? std::min(top_k, V) : V;
+  std::vector<double> prob(keep);
+  double total = 0;
+  for (int i = 0; i < keep; ++i)
+    total += prob[i] = std::exp((logits[idx[i]] - logits[idx[0]]) / temperature);
+  double cum = 0;
+  int cut = keep;
+  for (int i = 0; i < keep; ++i) {
+    cum += prob[i] / total;
+    if (cum >= top_p) {
+      cut = i + 1;
+      break;
+    }
+  }
+  double mass = std::accumulate(prob.begin(), prob.begin() + cut, 0.0);
+  double r = u * mass;
+  for (int i = 0; i < cut; ++i) {
+    if (r < prob[i]) return idx[i];
+    r -= prob[i];
+  }
+  return idx[cut - 1];
+}
+
+int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens, double temperature,
+                 int top_k, double top_p, uint64_t seed) {
+  if (tokens < 0) throw UsageError("--tokens must not be negative");
+  if (top_p <= 0 || top_p > 1) throw UsageError("--top-p must be in (0, 1]");
+  cpu::set_compute_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  DeviceAllocator alloc{"cpu"};
+  GptModel model;
+  load_model(model, ckpt, 1, 0, alloc);
+  const int T = model.T, V = model.cfg.vocab_size;
+  std::vector<int32_t> text(prompt.begin(), prompt.end());
+  for (auto& t : text) t = uint8_t(t);
+  if (text.empty()) text.push_back('\n');
+  std::fputs(prompt.c_str(), stdout);
+  std::vector<int32_t> window(T + 1, 0);
+  const PhiloxStream rng{seed, fnv1a64("generate")};
+  for (int i = 0; i < tokens; ++i) {
+    const int len = std::min<int>(int(text.size()), T);
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(text.end() - len, text.end(), window.begin());
+    gpt_forward(model, window.data(), 1, DropoutContext{});  // causal: padding cannot leak back
+    const int next = sample_token(gpt_logits(model, 0, len - 1), V, temperature, top_k, top_p,
+                                  rng.uniform(uint64_t(i)));
+    text.push_back(next);
+    std::fputc(next < 256 ? next : '?', stdout);
+    std::fflush(stdout);
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+// Logits, loss and every parameter gradient of a checkpoint on a batch of tokens (B, T+1), with
+// dropout off: what the PyTorch oracle in validate/ checks.
+int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
+             const std::string& data_path, int batches, int batch_size, int seq_len,
+             uint64_t seed) {
+  cpu::set_compute_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  DeviceAllocator alloc{"cpu"};
+  GptModel model;
+  if (!tokens_path.empty()) {
+    std::vector<int64_t> shape;
+    std::vector<int32_t> tokens = io::read_int32_dataset(tokens_path, "tokens", shape);
+    if (shape.size() != 2 || shape[1] < 2)
+      throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
+    const int B = int(shape[0]), T = int(shape[1] - 1);
+    load_model(model, ckpt, B, T, alloc);
+    if (T > model.cfg.block_size)
+      throw UsageError(fmt::format("sequence length {} exceeds block size {}", T,
+                                   model.cfg.block_size));
+    for (int32_t t : tokens)
+      if (t < 0 || t >= model.cfg.vocab_size)
+        throw UsageError(fmt::format("token {} is outside the vocabulary", t));
+    const double sum = gpt_forward(model, tokens.data(), B, DropoutContext{});
+    const double loss = sum / double(B * T);
+    fmt::print("loss {:.8f}\n", loss);
+    if (!dump.empty()) {
+      std::vector<float> loss_buf{float(loss)};
+      std::vector<float> logits(model.logits, model.logits + size_t(B) * T * model.cfg.vocab_size);
+      gpt_backward(model, B, 1.0f / float(B * T), DropoutContext{});
+      std::vector<io::TensorPiece> out;
+      out.push_back({"loss", {1}, {io::Block{{0}, {1}}}, loss_buf.data()});
+      std::vector<int64_t> lshape{B, T, model.cfg.vocab_size};
+      out.push_back({"logits", lshape, io::flat_range_blocks(lshape, 0, int64_t(logits.size())),
+                     logits.data()});
+      for (const ParamInfo& p : model.registry.params())
+        out.push_back({"grads/" + p.name, p.global_shape,
+                       io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
+                       model.grads.data() + p.offset});
+      io::write_checkpoint(dump, {{"loss", loss}}, {}, out, MPI_COMM_SELF);
+    }
+    return 0;
+  }
+  // Validation loss on a data file.
+  io::CheckpointHeader h = io::read_checkpoint_header(ckpt);
+  const GptConfig cfg = checkpoint_model(h, ckpt);
+  const int T = seq_len > 0 ? seq_len : cfg.block_size;
+  if (T > cfg.block_size)
+    throw UsageError(fmt::format("--seq-len {} exceeds block size {}", T, cfg.block_size));
+  if (batch_size <= 0 || batches <= 0) throw UsageError("--batch-size and --batches must be positive");
+  io::TextDataset data = io::load_text_dataset(data_path, T);
+  load_model(model, ckpt, batch_size, T, alloc);
+  std::vector<int32_t> batch(size_t(batch_size) * (T + 1));
+  double sum = 0;
+  for (int b = 0; b < batches; ++b) {
+    io::fill_batch(data, io::Split::val, seed, b, 0, batch_size, T, batch.data());
+    sum += gpt_forward(model, batch.data(), batch_size, DropoutContext{});
+  }
+  fmt::print("val_loss {:.6f} ({} batches of {}x{})\n", sum / (double(batches) * batch_size * T),
+             batches, batch_size, T);
+  return 0;
+}
+
+int cmd_batch(const std::string& data_path, uint64_t seed, int64_t first_step, int steps,
+              int batch_size, int seq_len, const std::string& out, bool val) {
+  if (steps <= 0 || batch_size <= 0 || seq_len <= 0)
+    throw UsageError("--steps, --batch-size and --seq-len must be positive");
+  io::TextDataset data = io::load_text_dataset(data_path, seq_len);
+  std::vector<int32_t> tokens(size_t(steps) * batch_size * (seq_len + 1));
+  for (int s = 0; s < steps; ++s)
+    io::fill_batch(data, val ? io::Split::val : io::Split::train, seed, first_step + s, 0,
+                   batch_size, seq_len, tokens.data() + size_t(s) * batch_size * (seq_len + 1));
+  std::vector<int64_t> shape{steps, batch_size, seq_len + 1};
+  if (steps == 1) shape.erase(shape.begin());
+  io::write_int32_dataset(out, "tokens", shape, tokens);
+  return 0;
+}
+
+int cmd_devices() {
+#ifdef MPITRON_HAVE_CUDA
+  cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty()) fmt::print("no CUDA devices: {}\n", q.reason);
+  for (const auto& d : q.devices)
+    fmt::print("cuda:{} {} (sm_{}{}), {:.1f} GiB\n", d.index, d.name, d.major, d.minor,
+               double(d.total_bytes) / (1 << 30));
+#else
+  fmt::print("built without CUDA (MPITRON_CUDA=OFF or no nvcc)\n");
+#endif
+  fmt::print("cpu: gemm via {}\n", cpu::gemm_library());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  const int rank = world_rank();
+  int rc = 0;
+  try {
+    CLI::App app{"mpitron: MPI-native transformer training with exact parallel layouts"};
+    app.require_subcommand(1);
+
+    // ---- train
+    auto* train = app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
+    std::string config_path, data_path = kDefaultData;
+    TrainOptions opts;
+    std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
+        warmup, eval_batches;
+    std::optional<double> lr, dropout;
+    std::optional<uint64_t> seed;
+    std::string dp_reduce = "allreduce";
+    train->add_option("--config", config_path, "model and run preset (TOML)")->required();
+    train->add_option("--data", data_path, "text file (byte tokens)")->capture_default_str();
+    train->add_option("--steps", steps, "optimizer steps");
+    train->add_option("--batch-size", batch_size, "global batch, in sequences");
+    train->add_option("--seq-len", seq_len, "tokens per sequence (<= block size)");
+    train->add_option("--lr", lr, "peak learning rate");
+    train->add_option("--warmup", warmup, "warm-up steps");
+    train->add_option("--seed", seed, "seed of initialisation, data order and dropout");
+    train->add_option("--dropout", dropout, "dropout probability");
+    train->add_option("--micro-batches", micro_batches, "gradient accumulation steps");
+    train->add_option("--out", opts.out, "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
+    train->add_option("--ckpt-every", ckpt_every, "checkpoint every N steps (0: at the end only)");
+    train->add_option("--eval-every", eval_every, "validation loss every N steps (0: at the end)");
+    train->add_option("--eval-batches", eval_batches, "global batches per validation");
+    train->add_option("--log-every", log_every, "progress line every N steps");
+    train->add_option("--resume", opts.resume, "checkpoint to resume from, or 'auto' (latest in --out)");
+    train->add_option("--dp", opts.layout.dp, "data-parallel ranks");
+    train->add_option("--tp", opts.layout.tp, "tensor-parallel ranks");
+    train->add_option("--pp", opts.layout.pp, "pipeline stages");
+    train->add_option("--zero", opts.layout.zero, "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
+    train->add_option("--dp-reduce", dp_reduce, "allreduce | ring | gather-scatter");
+    train->add_option("--bucket-mb", opts.layout.bucket_mb, "gradient bucket size (MiB); 0: one reduction after backward");
+    train->add_option("--threads", opts.threads, "compute threads per rank (0: all cores for one rank, else 1)");
+    train->add_option("--trace-flush-every", opts.trace_flush_every, "trace rows buffered before a flush");
+
+    // ---- eval
+    auto* eval = app.add_subcommand("eval", "loss of a checkpoint: on a token batch (with --dump: logits and gradients), or validation loss on --data");
+    std::string eval_ckpt, eval_tokens, eval_dump, eval_data = kDefaultData;
+    int eval_nb = 4, eval_bs = 8, eval_T = 0;
+    uint64_t eval_seed = 1337;
+    eval->add_option("--ckpt", eval_ckpt, "checkpoint")->required();
+    eval->add_option("--tokens", eval_tokens, "HDF5 file with /tokens (B, T+1) int32");
+    eval->add_option("--dump", eval_dump, "write /loss, /logits, /grads/<name> here");
+    eval->add_option("--data", eval_data, "text file for validation loss")->capture_default_str();
+    eval->add_option("--batches", eval_nb, "validation batches")->capture_default_str();
+    eval->add_option("--batch-size", eval_bs, "sequences per batch")->capture_default_str();
+    eval->add_option("--seq-len", eval_T, "tokens per sequence (0: block size)");
+    eval->add_option("--seed", eval_seed, "seed of the validation batches")->capture_default_str();
+
+    // ---- generate
+    auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
+    std::string gen_ckpt, prompt;
+    int gen_tokens = 200, top_k = 0;
+    double temperature = 1.0, top_p = 1.0;
+    uint64_t gen_seed = 42;
+    gen->add_option("--ckpt", gen_ckpt, "checkpoint")->required();
+    gen->add_option("--prompt", prompt, "text to continue");
+    gen->add_option("--tokens", gen_tokens, "tokens to generate")->capture_default_str();
+    gen->add_option("--temperature", temperature, "softmax temperature (0: greedy)")->capture_default_str();
+    gen->add_option("--top-k", top_k, "sample among the k most likely (0: all)")->capture_default_str();
+    gen->add_option("--top-p", top_p, "sample within probability mass p")->capture_default_str();
+    gen->add_option("--seed", gen_seed, "sampling seed")->capture_default_str();
+
+    // ---- compare
+    auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
+    std::string cmp_a, cmp_b;
+    double rtol = 1e-5;
+    cmp->add_option("a", cmp_a, "trace.h5")->required();
+    cmp->add_option("b", cmp_b, "trace.h5")->required();
+    cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")->capture_default_str();
+
+    // ---- info
+    auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
+    std::string info_path;
+    info->add_option("file", info_path, "trace.h5 or ckpt_<step>.h5")->required();
+
+    // ---- batch
+    auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
+    std::string bat_data = kDefaultData, bat_out;
+    uint64_t bat_seed = 1337;
+    int64_t bat_first = 1;
+    int bat_steps = 1, bat_bs = 8, bat_T = 64;
+    bool bat_val = false;
+    bat->add_option("--data", bat_data, "text file")->capture_default_str();
+    bat->add_option("--seed", bat_seed, "seed")->capture_default_str();
+    bat->add_option("--first-step", bat_first, "first step (or evaluation batch)")->capture_default_str();
+    bat->add_option("--steps", bat_steps, "number of steps")->capture_default_str();
+    bat->add_option("--batch-size", bat_bs, "global batch")->capture_default_str();
+    bat->add_option("--seq-len", bat_T, "tokens per sequence")->capture_default_str();
+    bat->add_option("--out", bat_out, "output HDF5 (dataset /tokens)")->required();
+    bat->add_flag("--val", bat_val, "validation split");
+
+    app.add_subcommand("devices", "list the compute devices this build can use");
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (rank == 0) rc = app.exit(e);
+      else rc = e.get_exit_code();
+      MPI_Finalize();
+      return rc;
+    }
+
+    if (train->parsed()) {
+      opts.cfg = load_run_config(config_path);
+      TrainConfig& t = opts.cfg.train;
+      if (steps) t.steps = *steps;
+      if (batch_size) t.batch_size = *batch_size;
+      if (seq_len) t.seq_len = *seq_len;
+      if (lr) t.lr = *lr;
+      if (warmup) t.warmup_steps = *warmup;
+      if (seed) t.seed = *seed;
+      if (dropout) t.dropout = *dropout;
+      if (micro_batches) t.micro_batches = *micro_batches;
+      if (ckpt_every) t.ckpt_every = *ckpt_every;
+      if (eval_every) t.eval_every = *eval_every;
+      if (eval_batches) t.eval_batches = *eval_batches;
+      if (log_every) t.log_every = *log_every;
+      if (data_path == kDefaultData && !std::filesystem::exists(data_path))
+        throw UsageError(fmt::format(
+            "default data file {} does not exist: create it with io/get_bible.sh, or pass --data",
+            kDefaultData));
+      opts.data = data_path;
+      opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);
+      rc = run_training(opts);
+    } else if (eval->parsed()) {
+      rc = cmd_eval(eval_ckpt, eval_tokens, eval_dump, eval_data, eval_nb, eval_bs, eval_T,
+                    eval_seed);
+    } else if (gen->parsed()) {
+      rc = cmd_generate(gen_ckpt, prompt, gen_tokens, temperature, top_k, top_p, gen_seed);
+    } else if (cmp->parsed()) {
+      io::TraceComparison c = io::compare_traces(cmp_a, cmp_b);
+      fmt::print("steps compared: {}\nmax relative loss difference: {:.3e} (step {})\n"
+                 "steps within 1%: {:.2f}%\n",
+                 c.steps_compared, c.max_rel_diff, c.worst_step, 100.0 * c.frac_within_1pct);
+      if (c.steps_only_in_one > 0)
+        fmt::print("steps in only one trace: {}\n", c.steps_only_in_one);
+      if (c.steps_compared == 0) {
+        fmt::print(stderr, "error: the traces have no step in common\n");
+        rc = 1;
+      } else if (c.max_rel_diff > rtol) {
+        fmt::print("DIFFERENT: {:.3e} exceeds --rtol {:.1e}\n", c.max_rel_diff, rtol);
+        rc = 1;
+      } else {
+        fmt::print("SAME within --rtol {:.1e}\n", rtol);
+      }
+    } else if (info->parsed()) {
+      io::print_info(info_path, std::cout);
+    } else if (bat->parsed()) {
+      rc = cmd_batch(bat_data, bat_seed, bat_first, bat_steps, bat_bs, bat_T, bat_out, bat_val);
+    } else {
+      rc = cmd_devices();
+    }
+  } catch (const UsageError& e) {
+    // Configuration errors are detected identically on every rank; rank 0 speaks for all.
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    rc = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,484 @@
+// Checkpoint writing (collective MPI-IO or gather-to-rank-0), reading by blocks, and discovery.
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "comm/mpi_check.hpp"
+
+namespace mpitron::io {
+
+namespace fs = std::filesystem;
+
+// ---- blocks -------------------------------------------------------------------------------------
+
+namespace {
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t block_numel(const Block& b) { return numel(b.count); }
+
+// Appends blocks for [begin, end) of the sub-tensor of `shape` from dimension d on, under the
+// fixed leading indices `prefix` (one per dimension before d).
+void range_blocks(const std::vector<int64_t>& shape, size_t d, std::vector<int64_t>& prefix,
+                  int64_t begin, int64_t end, std::vector<Block>& out) {
+  if (begin >= end) return;
+  const size_t rank = shape.size();
+  auto make = [&](int64_t first, int64_t n) {  // whole slabs [first, first+n) of dimension d
+    Block b;
+    b.start = prefix;
+    b.count.assign(prefix.size(), 1);
+    b.start.push_back(first);
+    b.count.push_back(n);
+    for (size_t k = d + 1; k < rank; ++k) {
+      b.start.push_back(0);
+      b.count.push_back(shape[k]);
+    }
+    out.push_back(std::move(b));
+  };
+  int64_t inner = 1;
+  for (size_t k = d + 1; k < rank; ++k) inner *= shape[k];
+  if (d + 1 == rank) {
+    make(begin, end - begin);
+    return;
+  }
+  int64_t i0 = begin / inner, r0 = begin % inner;
+  const int64_t i1 = end / inner, r1 = end % inner;
+  auto recurse = [&](int64_t i, int64_t b, int64_t e) {
+    prefix.push_back(i);
+    range_blocks(shape, d + 1, prefix, b, e, out);
+    prefix.pop_back();
+  };
+  if (i0 == i1) {
+    recurse(i0, r0, r1);
+    return;
+  }
+  if (r0 != 0) recurse(i0++, r0, inner);
+  if (i1 > i0) make(i0, i1 - i0);
+  if (r1 != 0) recurse(i1, 0, r1);
+}
+
+// Row-major flat index of a multi-index.
+int64_t flat_index(const std::vector<int64_t>& shape, const std::vector<int64_t>& idx) {
+  int64_t f = 0;
+  for (size_t k = 0; k < shape.size(); ++k) f = f * shape[k] + idx[k];
+  return f;
+}
+
+// Fails (a caller bug, not user input) unless every block lies inside the tensor.
+void check_blocks(const TensorPiece& t) {
+  const size_t rank = t.global_shape.size();
+  for (int64_t d : t.global_shape)
+    MPITRON_REQUIRE(d >= 0, "tensor " + t.dataset + " has a negative dimension");
+  for (const Block& b : t.blocks) {
+    MPITRON_REQUIRE(b.start.size() == rank && b.count.size() == rank,
+                    "tensor " + t.dataset + ": block rank differs from the tensor's");
+    for (size_t k = 0; k < rank; ++k)
+      MPITRON_REQUIRE(b.start[k] >= 0 && b.count[k] >= 0 &&
+                          b.start[k] + b.count[k] <= t.global_shape[k],
+                      "tensor " + t.dataset + ": block outside shape " +
+                          shape_string(t.global_shape));
+  }
+  MPITRON_REQUIRE(t.blocks.empty() || t.data != nullptr || [&] {
+    for (const Block& b : t.blocks)
+      if (block_numel(b) > 0) return false;
+    return true;
+  }(), "tensor " + t.dataset + " has blocks but no data");
+}
+
+// Splits a piece's non-empty blocks into runs whose concatenation is in increasing flat order:
+// within a run each block ends before the next begins, so one OR-ed selection (which HDF5 walks
+// in file order) matches the data laid out block after block.
+std::vector<std::vector<const Block*>> ordered_runs(const TensorPiece& t) {
+  std::vector<std::vector<const Block*>> runs;
+  int64_t last_end = -1;  // flat index of the previous block's last element
+  for (const Block& b : t.blocks) {
+    if (block_numel(b) == 0) continue;
+    std::vector<int64_t> first = b.start, last = b.start;
+    for (size_t k = 0; k < last.size(); ++k) last[k] += b.count[k] - 1;
+    const int64_t f = flat_index(t.global_shape, first);
+    if (runs.empty() || f <= last_end) runs.emplace_back();
+    runs.back().push_back(&b);
+    last_end = flat_index(t.global_shape, last);
+  }
+  return runs;
+}
+
+// File dataspace of a tensor: simple at its shape, scalar for shape {}.
+Handle tensor_space(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return Handle(H5_CHECK(H5Screate(H5S_SCALAR)));
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  return Handle(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)));
+}
+
+// Selects the union of blocks in a tensor's file space (none when blocks is empty).
+void select_blocks(hid_t space, const std::vector<const Block*>& blocks) {
+  H5_CHECK(H5Sselect_none(space));
+  for (const Block* b : blocks) {
+    if (b->start.empty()) {  // the scalar's one element
+      H5_CHECK(H5Sselect_all(space));
+      continue;
+    }
+    std::vector<hsize_t> start(b->start.begin(), b->start.end());
+    std::vector<hsize_t> count(b->count.begin(), b->count.end());
+    H5_CHECK(
+        H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr));
+  }
+}
+
+// 1-D memory space of n floats; n == 0 selects nothing (of a 1-element extent).
+Handle memory_space(int64_t n) {
+  const hsize_t dims[1] = {static_cast<hsize_t>(std::max<int64_t>(n, 1))};
+  Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr)));
+  if (n == 0) H5_CHECK(H5Sselect_none(space));
+  return space;
+}
+
+uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+// Checks that every rank passes the same datasets in the same order with the same shapes (a
+// mismatch would hang or corrupt the collective writes) and returns, per tensor, the largest
+// number of ordered runs any rank writes (the number of collective H5Dwrite calls).
+std::vector<int64_t> agree_on_tensors(const std::vector<TensorPiece>& tensors, MPI_Comm comm) {
+  uint64_t h = 14695981039346656037ull;
+  for (const TensorPiece& t : tensors) {
+    h = fnv1a(h, t.dataset.data(), t.dataset.size() + 1);
+    const int64_t rank = static_cast<int64_t>(t.global_shape.size());
+    h = fnv1a(h, &rank, sizeof rank);
+    h = fnv1a(h, t.global_shape.data(), t.global_shape.size() * sizeof(int64_t));
+  }
+  std::vector<uint64_t> v(2 + tensors.size());
+  v[0] = h;
+  v[1] = ~h;
+  for (size_t i = 0; i < tensors.size(); ++i) v[2 + i] = ordered_runs(tensors[i]).size();
+  // Different counts of tensors would make this allreduce itself mismatch: agree on that first.
+  uint64_t n[2] = {tensors.size(), ~static_cast<uint64_t>(tensors.size())};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, n, 2, MPI_UINT64_T, MPI_MAX, comm));
+  MPITRON_REQUIRE(n[0] == ~n[1], "write_checkpoint: ranks pass different numbers of tensors");
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T,
+                          MPI_MAX, comm));
+  MPITRON_REQUIRE(v[0] == ~v[1],
+                  "write_checkpoint: ranks pass different dataset names, order or shapes");
+  return std::vector<int64_t>(v.begin() + 2, v.end());
+}
+
+// True on every rank iff ok on every rank.
+bool all_ok(bool ok, MPI_Comm comm) {
+  int v = ok ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, comm));
+  return v == 1;
+}
+
+// Rank 0's error message (empty: success), known on every rank.
+std::string broadcast_error(std::string err, MPI_Comm comm) {
+  int len = static_cast<int>(err.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+  err.resize(len);
+  if (len > 0) MPI_CHECK(MPI_Bcast(err.data(), len, MPI_CHAR, 0, comm));
+  return err;
+}
+
+void create_parent_folder(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) fs::create_directories(parent, ec);  // a failure shows at H5Fcreate
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Rank 0: makes the finished tmp file durable and moves it to its real name. Returns "" or why not.
+std::string publish(const std::string& tmp, const std::string& path) {
+  fsync_path(tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec)
+    return "cannot rename checkpoint " + tmp + " to " + path + ": " + ec.message() +
+           " (is the path a folder, or the folder read-only?)";
+  const fs::path parent = fs::path(path).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());
+  return "";
+}
+
+void write_groups(hid_t file, const Attributes& root_attrs,
+                  const std::map<std::string, Attributes>& group_attrs) {
+  write_attributes(file, root_attrs);
+  Handle lcpl = lcpl_intermediate();
+  for (const auto& [name, attrs] : group_attrs) {
+    Handle g(path_exists(file, name)
+                 ? H5_CHECK(H5Gopen2(file, name.c_str(), H5P_DEFAULT))
+                 : H5_CHECK(H5Gcreate2(file, name.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT)));
+    write_attributes(g, attrs);
+  }
+}
+
+Handle create_tensor(hid_t file, const TensorPiece& t) {
+  Handle lcpl = lcpl_intermediate();
+  Handle space = tensor_space(t.global_shape);
+  Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
+  return Handle(H5_CHECK(
+      H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT)));
+}
+
+#ifdef MPITRON_PARALLEL_HDF5
+void write_collective(const std::string& tmp, const Attributes& root_attrs,
+                      const std::map<std::string, Attributes>& group_attrs,
+                      const std::vector<TensorPiece>& tensors,
+                      const std::vector<int64_t>& writes, MPI_Comm comm) {
+  Handle fapl = default_fapl();
+  H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
+  H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, true));
+  hid_t f = -1;
+  {
+    QuietErrors quiet;
+    f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  }
+  Handle file(f);
+  if (!all_ok(f >= 0, comm))
+    throw UsageError("cannot create checkpoint " + tmp + " (is its folder writable?)");
+  write_groups(file, root_attrs, group_attrs);
+
+  Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+  float dummy = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorPiece& t = tensors[i];
+    Handle dset = create_tensor(file, t);
+    Handle fspace(H5_CHECK(H5Dget_space(dset)));
+    const auto runs = ordered_runs(t);
+    float* p = t.data;
+    for (int64_t w = 0; w < writes[i]; ++w) {  // same number of collective calls on every rank
+      static const std::vector<const Block*> none;
+      const auto& run = w < static_cast<int64_t>(runs.size()) ? runs[w] : none;
+      int64_t n = 0;
+      for (const Block* b : run) n += block_numel(*b);
+      select_blocks(fspace, run);
+      Handle mspace = memory_space(n);
+      H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n > 0 ? p : &dummy));
+      p += n;
+    }
+  }
+  file.close();
+}
+#endif
+
+// Rank 0 writes alone; the others send it their blocks, one tensor at a time.
+void write_gathered(const std::string& tmp, const Attributes& root_attrs,
+                    const std::map<std::string, Attributes>& group_attrs,
+                    const std::vector<TensorPiece>& tensors, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  Handle file;
+  if (rank == 0) {
+    Handle fapl = default_fapl();
+    QuietErrors quiet;
+    file = Handle(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  }
+  if (!all_ok(rank != 0 || file.valid(), comm))
+    throw UsageError("cannot create checkpoint " + tmp + " (is its folder writable?)");
+  if (rank == 0) write_groups(file, root_attrs, group_attrs);
+
+  for (const TensorPiece& t : tensors) {
+    const size_t nd = t.global_shape.size();
+    // This rank's non-empty blocks as (start..., count...) and its element count.
+    std::vector<int64_t> coords;
+    int64_t mine[2] = {0, 0};  // blocks, elements
+    for (const Block& b : t.blocks) {
+      if (block_numel(b) == 0) continue;
+      coords.insert(coords.end(), b.start.begin(), b.start.end());
+      coords.insert(coords.end(), b.count.begin(), b.count.end());
+      ++mine[0];
+      mine[1] += block_numel(b);
+    }
+    std::vector<int64_t> all(rank == 0 ? 2 * size : 0);
+    MPI_CHECK(MPI_Gather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, 0, comm));
+    std::vector<int> ccount(size), cdispl(size), dcount(size), ddispl(size);
+    int64_t ctotal = 0, dtotal = 0;
+    if (rank == 0) {
+      for (int r = 0; r < size; ++r) {
+        const int64_t c = all[2 * r] * 2 * static_cast<int64_t>(std::max<size_t>(nd, 1));
+        MPITRON_REQUIRE(ctotal + c <= INT_MAX && dtotal + all[2 * r + 1] <= INT_MAX,
+                        "tensor " + t.dataset +
+                            " is too large to gather to rank 0 (over 2^31 elements); use a "
+                            "parallel HDF5 build");
+        ccount[r] = static_cast<int>(nd == 0 ? 0 : c);
+        cdispl[r] = static_cast<int>(ctotal);
+        dcount[r] = static_cast<int>(all[2 * r + 1]);
+        ddispl[r] = static_cast<int>(dtotal);
+        ctotal += ccount[r];
+        dtotal += dcount[r];
+      }
+    }
+    std::vector<int64_t> gcoords(ctotal);
+    std::vector<float> gdata(dtotal);
+    MPI_CHECK(MPI_Gatherv(coords.data(), static_cast<int>(coords.size()), MPI_INT64_T,
+                          gcoords.data(), ccount.data(), cdispl.data(), MPI_INT64_T, 0, comm));
+    MPI_CHECK(MPI_Gatherv(t.data, static_cast<int>(mine[1]), MPI_FLOAT, gdata.data(),
+                          dcount.data(), ddispl.data(), MPI_FLOAT, 0, comm));
+    if (rank != 0) continue;
+    Handle dset = create_tensor(file, t);
+    Handle fspace(H5_CHECK(H5Dget_space(dset)));
+    const int64_t* c = gcoords.data();
+    const float* p = gdata.data();
+    for (int r = 0; r < size; ++r) {
+      for (int64_t k = 0; k < all[2 * r]; ++k) {
+        Block b;
+        b.start.assign(c, c + nd);
+        b.count.assign(c + nd, c + 2 * nd);
+        c += 2 * nd;
+        select_blocks(fspace, {&b});
+        const int64_t n = block_numel(b);
+        Handle mspace = memory_space(n);
+        H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p));
+        p += n;
+      }
+    }
+  }
+  if (rank == 0) file.close();
+}
+
+}  // namespace
+
+std::vector<Block> flat_range_blocks(const std::vector<int64_t>& shape, int64_t begin,
+                                     int64_t end) {
+  MPITRON_REQUIRE(0 <= begin && begin <= end && end <= numel(shape),
+                  "flat range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                      ") outside a tensor of shape " + shape_string(shape));
+  std::vector<Block> out;
+  if (begin == end) return out;
+  if (shape.empty()) return {Block{}};
+  std::vector<int64_t> prefix;
+  range_blocks(shape, 0, prefix, begin, end, out);
+  return out;
+}
+
+void write_checkpoint(const std::string& path, const Attributes& root_attrs,
+                      const std::map<std::string, Attributes>& group_attrs,
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm) {
+#ifdef MPITRON_PARALLEL_HDF5
+  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::collective);
+#else
+  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::gather);
+#endif
+}
+
+void write_checkpoint(const std::string& path, const Attributes& root_attrs,
+                      const std::map<std::string, Attributes>& group_attrs,
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io) {
+  for (const TensorPiece& t : tensors) check_blocks(t);
+  const std::vector<int64_t> writes = agree_on_tensors(tensors, comm);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const std::string tmp = path + ".tmp";
+  if (rank == 0) create_parent_folder(path);
+  MPI_CHECK(MPI_Barrier(comm));
+  if (io == CheckpointIo::collective) {
+#ifdef MPITRON_PARALLEL_HDF5
+    write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm);
+#else
+    MPITRON_REQUIRE(false, "collective checkpoint writes need a parallel HDF5 build");
+#endif
+  } else {
+    write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
+  }
+  const std::string err = broadcast_error(rank == 0 ? publish(tmp, path) : "", comm);
+  if (!err.empty()) throw UsageError(err);
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+CheckpointHeader read_checkpoint_header(const std::string& path) {
+  Handle file = open_user_file(path, "checkpoint");
+  UserFileScope scope(path, "checkpoint");
+  CheckpointHeader h;
+  h.root = read_attributes(file);
+  for (const ObjectInfo& o : list_objects(file)) {
+    if (o.is_dataset) {
+      h.shapes[o.path] = o.shape;
+      continue;
+    }
+    Handle g(H5_CHECK(H5Gopen2(file, o.path.c_str(), H5P_DEFAULT)));
+    Attributes a = read_attributes(g);
+    if (!a.empty()) h.groups[o.path] = std::move(a);
+  }
+  return h;
+}
+
+void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPiece>& tensors) {
+  for (const TensorPiece& t : tensors) check_blocks(t);
+  Handle file = open_user_file(path, "checkpoint");
+  UserFileScope scope(path, "checkpoint");
+  std::vector<Handle> dsets;
+  for (const TensorPiece& t : tensors) {
+    if (!path_exists(file, t.dataset))
+      throw UsageError("checkpoint " + path + " has no " + t.dataset +
+                       " (was it written for another model?)");
+    Handle d(H5_CHECK(H5Dopen2(file, t.dataset.c_str(), H5P_DEFAULT)));
+    const std::vector<int64_t> shape = dataset_shape(d);
+    if (shape != t.global_shape)
+      throw UsageError("checkpoint " + path + " has " + t.dataset + " of shape " +
+                       shape_string(shape) + "; this model expects " +
+                       shape_string(t.global_shape) +
+                       " (was it written for another model config?)");
+    Handle type(H5_CHECK(H5Dget_type(d)));
+    if (H5Tget_class(type) != H5T_FLOAT)
+      throw UsageError("checkpoint " + path + " has " + t.dataset + " of type " +
+                       dtype_name(type) + "; expected floating point");
+    dsets.push_back(std::move(d));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorPiece& t = tensors[i];
+    Handle fspace(H5_CHECK(H5Dget_space(dsets[i])));
+    float* p = t.data;
+    for (const Block& b : t.blocks) {
+      const int64_t n = block_numel(b);
+      if (n == 0) continue;
+      select_blocks(fspace, {&b});
+      Handle mspace = memory_space(n);
+      H5_CHECK(H5Dread(dsets[i], H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p));
+      p += n;
+    }
+  }
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  static const std::regex name(R"(ckpt_(\d{1,18})\.h5)");
+  std::error_code ec;
+  std::string best;
+  int64_t best_step = -1;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    std::smatch m;
+    if (!std::regex_match(file, m, name)) continue;
+    if (!it->is_regular_file(ec)) continue;
+    const int64_t step = std::stoll(m[1].str());
+    if (step > best_step) {
+      best_step = step;
+      best = it->path().string();
+    }
+  }
+  return best;
+}
+
+}  // namespace mpitron::io

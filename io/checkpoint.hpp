@@ -1,0 +1,77 @@
+// Checkpoints, ckpt_<step>.h5: every tensor at its global name and global shape, each rank
+// writing its hyperslab blocks (parallel HDF5) or sending them to rank 0 (serial HDF5), so a
+// checkpoint written by one layout loads in any other (DESIGN.md §2.2, §7).
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/h5.hpp"
+
+namespace mpitron::io {
+
+// A hyperslab block of a global tensor: elements start[d] <= i_d < start[d] + count[d].
+// For a scalar tensor (shape {}) both are empty and the block is the one element.
+struct Block {
+  std::vector<int64_t> start, count;
+};
+
+struct TensorPiece {
+  std::string dataset;  // e.g. "params/h.0.attn.c_attn.weight" or "optim/wte.weight/m"
+  std::vector<int64_t> global_shape;
+  std::vector<Block> blocks;  // this rank's disjoint part of the tensor (empty: owns nothing)
+  // The blocks' elements one block after another, each block in row-major order (for blocks in
+  // increasing flat order, e.g. from flat_range_blocks, that is the global row-major order).
+  float* data = nullptr;
+};
+
+// Blocks covering elements [begin, end) of the row-major flattening of a tensor of `shape`,
+// in increasing order, so their concatenation is that flat range: for 2-D a partial row, whole
+// rows, a partial row (at most 3); in N-d at most 2N-1. Empty when begin == end.
+// Requires 0 <= begin <= end <= numel(shape).
+std::vector<Block> flat_range_blocks(const std::vector<int64_t>& shape, int64_t begin,
+                                     int64_t end);
+
+// How write_checkpoint moves data: every rank writes with collective MPI-IO (parallel HDF5 only),
+// or ranks send their blocks to rank 0, which writes alone (works with any HDF5).
+enum class CheckpointIo { collective, gather };
+
+// Collective over comm: every rank passes every dataset, in the same order and with the same
+// shapes (blocks empty where it owns none; checked, a mismatch aborts). Writes path + ".tmp" and
+// renames it to path when complete (rank 0 renames, all ranks return after), so a crash never
+// leaves a half-written checkpoint under the real name. Datasets are float32 at global shape.
+// root_attrs become root attributes; group_attrs maps a group path ("rng", "data") to the
+// attributes of that group (created). Attribute values must be equal on every rank.
+// Creates the folder when missing. Throws UsageError on every rank when the file cannot be
+// created or renamed.
+void write_checkpoint(const std::string& path, const Attributes& root_attrs,
+                      const std::map<std::string, Attributes>& group_attrs,
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm);
+// Same with the transport chosen: the one above is collective with parallel HDF5 (the
+// MPITRON_PARALLEL_HDF5 build), gather otherwise. collective without parallel HDF5 aborts.
+void write_checkpoint(const std::string& path, const Attributes& root_attrs,
+                      const std::map<std::string, Attributes>& group_attrs,
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io);
+
+struct CheckpointHeader {
+  Attributes root;
+  std::map<std::string, Attributes> groups;  // every group that has attributes ("rng", "data")
+  std::map<std::string, std::vector<int64_t>> shapes;  // dataset path ("params/wte.weight") -> shape
+};
+
+// Attributes and every dataset's shape, without data. UsageError on a missing or corrupt file.
+CheckpointHeader read_checkpoint_header(const std::string& path);
+
+// Each rank reads its own blocks into data (independent I/O; not collective). Every dataset is
+// checked before any is read: UsageError naming the dataset when it is missing or its shape
+// differs from global_shape. Stored values of any float type are converted to float32.
+void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPiece>& tensors);
+
+// Path of ckpt_<step>.h5 with the largest step in dir, or "" when there is none or dir does not
+// exist (*.tmp and other names are ignored).
+std::string latest_checkpoint(const std::string& dir);
+
+}  // namespace mpitron::io

@@ -1,0 +1,29 @@
+// What `mpitron info` and `mpitron compare` print and decide: a summary of a trace or checkpoint,
+// and a step-by-step comparison of two loss traces (the basis of the equivalence tests, §2.1).
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace mpitron::io {
+
+// Human-readable summary of any HDF5 file, recognising mpitron traces and checkpoints: kind, root
+// attributes, group attributes, datasets with dtypes and shapes; for traces the step range,
+// first/last loss and last evaluated val_loss; for checkpoints the total parameter count (all
+// elements under /params). UsageError when the file is missing or unreadable.
+void print_info(const std::string& path, std::ostream& out);
+
+struct TraceComparison {
+  int64_t steps_compared = 0;   // steps present in both traces
+  double max_rel_diff = 0;      // over compared steps; 0 when none
+  int64_t worst_step = -1;      // step of max_rel_diff; -1 when none compared
+  double frac_within_1pct = 0;  // fraction of compared steps with rel diff <= 0.01; 0 when none
+  int64_t steps_only_in_one = 0;  // steps present in exactly one trace
+};
+
+// Compares /trace/loss of two traces, rows matched by step number. Relative difference
+// |a-b| / max(|a|, |b|, 1e-30); NaN in both counts as equal, NaN in one as +inf.
+// UsageError when either file is missing or not a trace.
+TraceComparison compare_traces(const std::string& a, const std::string& b);
+
+}  // namespace mpitron::io

@@ -1,1 +1,0 @@
-// placeholder until the HDF5 io lands

@@ -1,0 +1,285 @@
+// Loss trace writer (rank 0, buffered, flushed every N rows) and reader.
+#include "io/trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <type_traits>
+
+namespace mpitron::io {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int64_t kMissing = -1;  // fill of int64 columns: row or rank not recorded
+
+struct Column {
+  const char* name;
+  int64_t TraceRow::*i;  // exactly one of i, d is set
+  double TraceRow::*d;
+};
+
+constexpr Column kColumns[] = {
+    {"step", &TraceRow::step, nullptr},
+    {"loss", nullptr, &TraceRow::loss},
+    {"val_loss", nullptr, &TraceRow::val_loss},
+    {"lr", nullptr, &TraceRow::lr},
+    {"grad_norm", nullptr, &TraceRow::grad_norm},
+    {"tokens_per_s", nullptr, &TraceRow::tokens_per_s},
+    {"step_s", nullptr, &TraceRow::step_s},
+    {"comm_bytes", &TraceRow::comm_bytes, nullptr},
+    {"peak_mem_bytes", &TraceRow::peak_mem_bytes, nullptr},
+};
+
+struct MatrixColumn {
+  const char* name;
+  std::vector<int64_t> TraceRow::*field;
+};
+
+constexpr MatrixColumn kMatrices[] = {
+    {"rank_comm_bytes", &TraceRow::rank_comm_bytes},
+    {"rank_peak_mem_bytes", &TraceRow::rank_peak_mem_bytes},
+};
+
+// Creates an extendible 1-D column of `rows` fill values.
+void create_column(hid_t group, const Column& c, int64_t rows) {
+  const hsize_t dims[1] = {static_cast<hsize_t>(rows)}, maxdims[1] = {H5S_UNLIMITED};
+  Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims)));
+  Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  const hsize_t chunk[1] = {1024};
+  H5_CHECK(H5Pset_chunk(dcpl, 1, chunk));
+  if (c.i) {
+    H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &kMissing));
+    Handle d(H5_CHECK(
+        H5Dcreate2(group, c.name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  } else {
+    H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &kNaN));
+    Handle d(H5_CHECK(
+        H5Dcreate2(group, c.name, H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  }
+}
+
+// Creates an extendible (rows, width) int64 matrix of fill values; chunks of about 128 KiB.
+void create_matrix(hid_t group, const char* name, int64_t rows, int64_t width) {
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(width)};
+  const hsize_t maxdims[2] = {H5S_UNLIMITED, H5S_UNLIMITED};
+  Handle space(H5_CHECK(H5Screate_simple(2, dims, maxdims)));
+  Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+  const hsize_t c1 = std::clamp<hsize_t>(width, 1, 256);
+  const hsize_t chunk[2] = {std::max<hsize_t>(64, 16384 / c1), c1};
+  H5_CHECK(H5Pset_chunk(dcpl, 2, chunk));
+  H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &kMissing));
+  Handle d(
+      H5_CHECK(H5Dcreate2(group, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+}
+
+bool has_link(hid_t group, const char* name) {
+  return H5_CHECK(H5Lexists(group, name, H5P_DEFAULT)) > 0;
+}
+
+// Writes `count` values from buf into rows [first, first+count) of a 1-D dataset, growing it.
+void write_rows(hid_t dset, hid_t memtype, int64_t first, const void* buf, int64_t count) {
+  const hsize_t newdims[1] = {static_cast<hsize_t>(first + count)};
+  H5_CHECK(H5Dset_extent(dset, newdims));
+  if (count == 0) return;
+  Handle fspace(H5_CHECK(H5Dget_space(dset)));
+  const hsize_t start[1] = {static_cast<hsize_t>(first)}, cnt[1] = {static_cast<hsize_t>(count)};
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
+  Handle mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+  H5_CHECK(H5Dwrite(dset, memtype, mspace, fspace, H5P_DEFAULT, buf));
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
+                         int64_t resume_after_step, int flush_every)
+    : path_(path), flush_every_(std::max(1, flush_every)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool resume = resume_after_step >= 0 && fs::exists(path, ec);
+  if (resume) {
+    file_ = open_user_file(path, "trace", /*read_write=*/true);
+    UserFileScope scope(path, "trace");
+    if (!path_exists(file_, "trace/step"))
+      throw UsageError("trace " + path + " is not an mpitron trace (no /trace/step); move it " +
+                       "away to start a new trace");
+    group_ = Handle(H5_CHECK(H5Gopen2(file_, "trace", H5P_DEFAULT)));
+    Handle step(H5_CHECK(H5Dopen2(group_, "step", H5P_DEFAULT)));
+    const std::vector<int64_t> shape = dataset_shape(step);
+    if (shape.size() != 1)
+      throw UsageError("trace " + path + " has /trace/step of shape " + shape_string(shape) +
+                       "; expected one dimension (not an mpitron trace?)");
+    std::vector<int64_t> steps(shape[0]);
+    if (!steps.empty())
+      H5_CHECK(H5Dread(step, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()));
+    rows_ = std::find_if(steps.begin(), steps.end(),
+                         [&](int64_t s) { return s > resume_after_step; }) -
+            steps.begin();
+    open_or_create_columns();
+  } else {
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
+    Handle fapl = default_fapl();
+    QuietErrors quiet;
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0)
+      throw UsageError("cannot create trace " + path +
+                       " (is its folder writable, and the file not open in another run?)");
+    file_ = Handle(f);
+    group_ = Handle(H5_CHECK(H5Gcreate2(file_, "trace", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+    open_or_create_columns();
+  }
+  write_attributes(file_, attrs);
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
+// Brings every column to exactly rows_ rows: truncates longer ones (resume), pads shorter or
+// missing ones with fill values.
+void TraceWriter::open_or_create_columns() {
+  for (const Column& c : kColumns) {
+    if (!has_link(group_, c.name)) {
+      create_column(group_, c, rows_);
+      continue;
+    }
+    Handle d(H5_CHECK(H5Dopen2(group_, c.name, H5P_DEFAULT)));
+    if (dataset_shape(d).size() != 1)
+      throw UsageError("trace " + path_ + " has /trace/" + c.name +
+                       " with more than one dimension (not an mpitron trace?)");
+    const hsize_t dims[1] = {static_cast<hsize_t>(rows_)};
+    H5_CHECK(H5Dset_extent(d, dims));
+  }
+  for (const MatrixColumn& m : kMatrices) {
+    if (!has_link(group_, m.name)) continue;
+    Handle d(H5_CHECK(H5Dopen2(group_, m.name, H5P_DEFAULT)));
+    const std::vector<int64_t> shape = dataset_shape(d);
+    if (shape.size() != 2)
+      throw UsageError("trace " + path_ + " has /trace/" + m.name +
+                       " that is not 2-D (not an mpitron trace?)");
+    const hsize_t dims[2] = {static_cast<hsize_t>(rows_), static_cast<hsize_t>(shape[1])};
+    H5_CHECK(H5Dset_extent(d, dims));
+  }
+}
+
+TraceWriter::~TraceWriter() {
+  try {
+    if (file_.valid()) {
+      flush();
+      group_.reset();
+      file_.reset();
+    }
+  } catch (...) {
+  }
+}
+
+void TraceWriter::append(const TraceRow& row) {
+  pending_.push_back(row);
+  if (static_cast<int>(pending_.size()) >= flush_every_) flush();
+}
+
+void TraceWriter::write_matrix(const char* name, std::vector<int64_t> TraceRow::*field) {
+  int64_t width = 0;
+  for (const TraceRow& r : pending_) width = std::max<int64_t>(width, (r.*field).size());
+  const bool exists = has_link(group_, name);
+  if (!exists && width == 0) return;
+  if (!exists) create_matrix(group_, name, rows_, width);
+  Handle d(H5_CHECK(H5Dopen2(group_, name, H5P_DEFAULT)));
+  width = std::max(width, dataset_shape(d)[1]);
+  const int64_t b = static_cast<int64_t>(pending_.size());
+  const hsize_t dims[2] = {static_cast<hsize_t>(rows_ + b), static_cast<hsize_t>(width)};
+  H5_CHECK(H5Dset_extent(d, dims));
+  if (width == 0) return;
+  // Every new row is written in full (-1 for absent ranks), so nothing depends on what a
+  // truncated-then-regrown chunk holds.
+  std::vector<int64_t> buf(b * width, kMissing);
+  for (int64_t i = 0; i < b; ++i) {
+    const std::vector<int64_t>& v = pending_[i].*field;
+    std::copy(v.begin(), v.end(), buf.begin() + i * width);
+  }
+  Handle fspace(H5_CHECK(H5Dget_space(d)));
+  const hsize_t start[2] = {static_cast<hsize_t>(rows_), 0};
+  const hsize_t count[2] = {static_cast<hsize_t>(b), static_cast<hsize_t>(width)};
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  Handle mspace(H5_CHECK(H5Screate_simple(2, count, nullptr)));
+  H5_CHECK(H5Dwrite(d, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, buf.data()));
+}
+
+void TraceWriter::flush() {
+  if (!file_.valid() || pending_.empty()) return;
+  const int64_t b = static_cast<int64_t>(pending_.size());
+  std::vector<int64_t> ibuf(b);
+  std::vector<double> dbuf(b);
+  for (const Column& c : kColumns) {
+    Handle d(H5_CHECK(H5Dopen2(group_, c.name, H5P_DEFAULT)));
+    if (c.i) {
+      for (int64_t r = 0; r < b; ++r) ibuf[r] = pending_[r].*c.i;
+      write_rows(d, H5T_NATIVE_INT64, rows_, ibuf.data(), b);
+    } else {
+      for (int64_t r = 0; r < b; ++r) dbuf[r] = pending_[r].*c.d;
+      write_rows(d, H5T_NATIVE_DOUBLE, rows_, dbuf.data(), b);
+    }
+  }
+  for (const MatrixColumn& m : kMatrices) write_matrix(m.name, m.field);
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  rows_ += b;
+  pending_.clear();
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+namespace {
+
+// Reads the first n values of /trace/<name> (converted to T), padding with fill.
+template <typename T>
+std::vector<T> read_column(hid_t group, const std::string& path, const char* name, int64_t n,
+                           T fill) {
+  std::vector<T> out(n, fill);
+  if (!has_link(group, name)) return out;
+  Handle d(H5_CHECK(H5Dopen2(group, name, H5P_DEFAULT)));
+  const std::vector<int64_t> shape = dataset_shape(d);
+  if (shape.size() != 1)
+    throw UsageError("trace " + path + " has /trace/" + name + " of shape " +
+                     shape_string(shape) + "; expected one dimension (not an mpitron trace?)");
+  const int64_t count = std::min(n, shape[0]);
+  if (count == 0) return out;
+  Handle fspace(H5_CHECK(H5Dget_space(d)));
+  const hsize_t start[1] = {0}, cnt[1] = {static_cast<hsize_t>(count)};
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));
+  Handle mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+  const hid_t memtype = std::is_same_v<T, int64_t> ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+  H5_CHECK(H5Dread(d, memtype, mspace, fspace, H5P_DEFAULT, out.data()));
+  return out;
+}
+
+}  // namespace
+
+Trace read_trace(const std::string& path) {
+  Handle file = open_user_file(path, "trace", /*read_write=*/false);
+  UserFileScope scope(path, "trace");
+  if (!path_exists(file, "trace/step") || !path_exists(file, "trace/loss"))
+    throw UsageError(path + " is an HDF5 file but not a loss trace (no /trace/step and " +
+                     "/trace/loss); pass the trace.h5 of a run");
+  Handle group(H5_CHECK(H5Gopen2(file, "trace", H5P_DEFAULT)));
+  Trace t;
+  {
+    Handle d(H5_CHECK(H5Dopen2(group, "step", H5P_DEFAULT)));
+    const std::vector<int64_t> shape = dataset_shape(d);
+    if (shape.size() != 1)
+      throw UsageError("trace " + path + " has /trace/step of shape " + shape_string(shape) +
+                       "; expected one dimension (not an mpitron trace?)");
+    t.step = read_column<int64_t>(group, path, "step", shape[0], kMissing);
+  }
+  const int64_t n = static_cast<int64_t>(t.step.size());
+  t.loss = read_column<double>(group, path, "loss", n, kNaN);
+  t.val_loss = read_column<double>(group, path, "val_loss", n, kNaN);
+  t.lr = read_column<double>(group, path, "lr", n, kNaN);
+  t.grad_norm = read_column<double>(group, path, "grad_norm", n, kNaN);
+  t.tokens_per_s = read_column<double>(group, path, "tokens_per_s", n, kNaN);
+  t.step_s = read_column<double>(group, path, "step_s", n, kNaN);
+  t.comm_bytes = read_column<int64_t>(group, path, "comm_bytes", n, kMissing);
+  t.peak_mem_bytes = read_column<int64_t>(group, path, "peak_mem_bytes", n, kMissing);
+  t.attrs = read_attributes(file);
+  return t;
+}
+
+}  // namespace mpitron::io

@@ -1,0 +1,87 @@
+// Multi-head attention over a fused qkv buffer: per (b,h), P = softmax(Q K^T / sqrt(HS) [causal])
+// and out = P V, the products by cpu::gemm on strided views (row stride 3C into qkv, C into out).
+#include "layers/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "src/cpu/gemm.hpp"
+
+namespace mpitron::cpu {
+
+template <class F>
+void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH, bool causal) {
+  const int HS = C / NH, C3 = 3 * C;
+  const F scale = F(1) / std::sqrt(F(HS));
+  // Every (b,h) is computed the same way by one thread, so the bits do not depend on the thread
+  // count or schedule.
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    const F* q = qkv + ptrdiff_t(b) * T * C3 + h * HS;
+    const F* k = q + C;
+    const F* v = q + 2 * C;
+    F* p = att + ptrdiff_t(bh) * T * T;
+    gemm<F>(false, true, T, T, HS, scale, q, C3, k, C3, F(0), p, T);
+    for (int i = 0; i < T; ++i) {
+      F* row = p + ptrdiff_t(i) * T;
+      const int len = causal ? i + 1 : T;  // keys j < len are visible to query i
+      F mx = row[0];
+      for (int j = 1; j < len; ++j) mx = std::max(mx, row[j]);
+      F sum = 0;
+      for (int j = 0; j < len; ++j) {
+        row[j] = std::exp(row[j] - mx);
+        sum += row[j];
+      }
+      const F inv = F(1) / sum;
+      for (int j = 0; j < len; ++j) row[j] *= inv;
+      std::fill(row + len, row + T, F(0));
+    }
+    gemm<F>(false, false, T, HS, T, F(1), p, T, v, C3, F(0), out + ptrdiff_t(b) * T * C + h * HS,
+            C);
+  }
+}
+
+template <class F>
+void attention_backward(F* dqkv, F* datt, const F* dout, const F* qkv, const F* att, int B, int T,
+                        int C, int NH, bool causal) {
+  const int HS = C / NH, C3 = 3 * C;
+  const F scale = F(1) / std::sqrt(F(HS));
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    const ptrdiff_t base = ptrdiff_t(b) * T * C3 + h * HS;
+    const F* q = qkv + base;
+    const F* k = q + C;
+    const F* v = q + 2 * C;
+    F* dq = dqkv + base;
+    F* dk = dq + C;
+    F* dv = dq + 2 * C;
+    const F* p = att + ptrdiff_t(bh) * T * T;
+    F* ds = datt + ptrdiff_t(bh) * T * T;
+    const F* dO = dout + ptrdiff_t(b) * T * C + h * HS;
+    gemm<F>(true, false, T, HS, T, F(1), p, T, dO, C, F(0), dv, C3);  // dV = P^T dO
+    gemm<F>(false, true, T, T, HS, F(1), dO, C, v, C3, F(0), ds, T);  // dP = dO V^T
+    for (int i = 0; i < T; ++i) {  // dS = P * (dP - rowsum(dP * P)), in place
+      const F* prow = p + ptrdiff_t(i) * T;
+      F* row = ds + ptrdiff_t(i) * T;
+      const int len = causal ? i + 1 : T;  // P is 0 beyond len, so is dS
+      F dot = 0;
+      for (int j = 0; j < len; ++j) dot += prow[j] * row[j];
+      for (int j = 0; j < len; ++j) row[j] = prow[j] * (row[j] - dot);
+      std::fill(row + len, row + T, F(0));
+    }
+    gemm<F>(false, false, T, HS, T, scale, ds, T, k, C3, F(0), dq, C3);  // dQ = dS K / sqrt(HS)
+    gemm<F>(true, false, T, HS, T, scale, ds, T, q, C3, F(0), dk, C3);   // dK = dS^T Q / sqrt(HS)
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, bool);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, bool);
+template void attention_backward<float>(float*, float*, const float*, const float*, const float*,
+                                        int, int, int, int, bool);
+template void attention_backward<double>(double*, double*, const double*, const double*,
+                                         const double*, int, int, int, int, bool);
+
+}  // namespace mpitron::cpu

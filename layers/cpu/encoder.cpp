@@ -1,0 +1,56 @@
+// Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward scatters dout
+// into the rows of dwte/dwpe the forward read.
+#include "layers/encoder.hpp"
+
+#include <algorithm>
+#include <cstddef>
+
+namespace mpitron::cpu {
+
+template <class F>
+void encoder_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
+                     int C) {
+  const ptrdiff_t N = ptrdiff_t(B) * T;
+#pragma omp parallel for schedule(static)
+  for (ptrdiff_t i = 0; i < N; ++i) {
+    const F* e = wte + ptrdiff_t(tokens[i]) * C;
+    const F* p = wpe + (i % T) * C;
+    F* o = out + i * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+// Several tokens may share a dwte row, so the work is split over channel blocks: every thread owns
+// whole columns and adds the rows in token order, which keeps the sum order independent of the
+// thread count.
+template <class F>
+void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T, int C) {
+  constexpr int kBlock = 64;
+  const int nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; ++blk) {
+    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t) {
+        const ptrdiff_t i = ptrdiff_t(b) * T + t;
+        const F* d = dout + i * C;
+        F* e = dwte + ptrdiff_t(tokens[i]) * C;
+        F* p = dwpe + ptrdiff_t(t) * C;
+        for (int c = c0; c < c1; ++c) {
+          e[c] += d[c];
+          p[c] += d[c];
+        }
+      }
+    }
+  }
+}
+
+template void encoder_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
+                                     int);
+template void encoder_forward<double>(double*, const int32_t*, const double*, const double*, int,
+                                      int, int);
+template void encoder_backward<float>(float*, float*, const float*, const int32_t*, int, int, int);
+template void encoder_backward<double>(double*, double*, const double*, const int32_t*, int, int,
+                                       int);
+
+}  // namespace mpitron::cpu

@@ -1,0 +1,45 @@
+// GELU, tanh approximation: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); backward
+// uses the exact derivative of that formula, dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) du/dx.
+#include "layers/gelu.hpp"
+
+#include <cmath>
+#include <cstddef>
+
+namespace mpitron::cpu {
+
+namespace {
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kCubic = 0.044715;
+constexpr ptrdiff_t kParallelMin = 1 << 14;  // below this, threading costs more than it saves
+}  // namespace
+
+template <class F>
+void gelu_forward(F* out, const F* inp, size_t n) {
+  const F s = F(kSqrt2OverPi), a = F(kCubic);
+  const ptrdiff_t len = ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t i = 0; i < len; ++i) {
+    const F x = inp[i];
+    out[i] = F(0.5) * x * (F(1) + std::tanh(s * (x + a * x * x * x)));
+  }
+}
+
+template <class F>
+void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
+  const F s = F(kSqrt2OverPi), a = F(kCubic);
+  const ptrdiff_t len = ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t i = 0; i < len; ++i) {
+    const F x = inp[i];
+    const F th = std::tanh(s * (x + a * x * x * x));
+    const F du = s * (F(1) + F(3) * a * x * x);
+    dinp[i] = dout[i] * (F(0.5) * (F(1) + th) + F(0.5) * x * (F(1) - th * th) * du);
+  }
+}
+
+template void gelu_forward<float>(float*, const float*, size_t);
+template void gelu_forward<double>(double*, const double*, size_t);
+template void gelu_backward<float>(float*, const float*, const float*, size_t);
+template void gelu_backward<double>(double*, const double*, const double*, size_t);
+
+}  // namespace mpitron::cpu

@@ -1,0 +1,545 @@
+#include "src/train/trainer.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "comm/grid.hpp"
+#include "comm/group.hpp"
+#include "comm/world.hpp"
+#include "io/checkpoint.hpp"
+#include "io/dataset.hpp"
+#include "io/trace.hpp"
+#include "src/check.hpp"
+#include "src/cpu/gemm.hpp"
+#include "src/model/gpt.hpp"
+#include "src/train/adamw.hpp"
+
+namespace mpitron {
+
+namespace {
+
+constexpr int64_t kCheckpointFormat = 1;
+
+// Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption); a signal handler
+// can only write a sig_atomic_t, so this one flag is process-wide by necessity.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+
+std::string human_seconds(double s) {
+  if (s < 60) return fmt::format("{:.0f}s", s);
+  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
+  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
+}
+
+// The flat range [begin, end) of the optimizer state (and, with ZeRO, of the reduced gradients)
+// this rank owns: everything at ZeRO 0, an equal 1/dp chunk of the padded allocation otherwise.
+struct ShardRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// Reduces gradient buckets while backward runs: a bucket is launched as soon as the backward hook
+// reports its whole range final.
+struct GradBuckets {
+  std::vector<std::pair<size_t, size_t>> ranges;  // contiguous, covering [0, flat), last first
+  std::vector<comm::Request> pending;
+  size_t next = 0;  // index of the next bucket to launch
+  comm::Group* group = nullptr;
+  DpReduce method = DpReduce::allreduce;
+  float* grads = nullptr;
+  bool active = false;  // only the last micro-batch's backward reduces
+
+  void launch_ready(size_t ready_begin) {
+    if (!active) return;
+    while (next < ranges.size() && ranges[next].first >= ready_begin) {
+      auto [b, e] = ranges[next++];
+      switch (method) {
+        case DpReduce::allreduce: pending.push_back(group->iallreduce_sum(grads + b, e - b)); break;
+        case DpReduce::ring: group->ring_allreduce_sum(grads + b, e - b); break;
+        case DpReduce::gather_scatter: group->gather_scatter_allreduce_sum(grads + b, e - b); break;
+      }
+    }
+  }
+  void wait_all() {
+    for (auto& r : pending) r.wait();
+    pending.clear();
+    next = 0;
+  }
+};
+
+void on_grads_ready(void* ctx, size_t flat_begin) {
+  static_cast<GradBuckets*>(ctx)->launch_ready(flat_begin);
+}
+
+struct Trainer {
+  TrainOptions opts;
+  const RunConfig& cfg;
+  const TrainConfig& tc;
+  comm::Grid& grid;
+  DeviceAllocator alloc{"cpu"};
+  io::TextDataset data;
+  GptModel model;
+  int micro_rows = 0;  // sequences per micro-batch on this rank
+  int64_t local_rows = 0;  // sequences of the global batch on this rank
+  Buffer<int32_t> batch;  // (local_rows, T+1)
+  ShardRange shard;
+  Buffer<float> m, v;  // AdamW moments of the shard
+  Buffer<float> shard_scratch;  // reduce-scatter target (ZeRO)
+  GradBuckets buckets;
+  int64_t step = 0;  // completed optimizer steps
+  std::unique_ptr<io::TraceWriter> trace;
+  io::TraceRow row{};  // reused every step (its per-rank vectors are sized once)
+  uint64_t comm_bytes_before = 0;
+
+  Trainer(TrainOptions o, comm::Grid& g)
+      : opts(std::move(o)), cfg(opts.cfg), tc(opts.cfg.train), grid(g) {}
+
+  bool is_root() const { return grid.rank == 0; }
+
+  uint64_t comm_bytes_total() const {
+    return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent;
+  }
+
+  void setup() {
+    const Layout& L = opts.layout;
+    data = io::load_text_dataset(opts.data, tc.seq_len);
+    local_rows = tc.batch_size / L.dp;
+    micro_rows = int(local_rows / tc.micro_batches);
+    const int eval_rows = micro_rows;
+    gpt_build(model, cfg.model, std::max(micro_rows, eval_rows), tc.seq_len, tc.seed, alloc, L.dp);
+    batch = Buffer<int32_t>(alloc, size_t(local_rows) * (tc.seq_len + 1));
+    if (L.zero == 0) {
+      shard = {0, model.flat_size};
+    } else {
+      const size_t chunk = model.flat_size / size_t(L.dp);
+      shard = {chunk * size_t(grid.coords.dp_rank), chunk * size_t(grid.coords.dp_rank + 1)};
+      shard_scratch = Buffer<float>(alloc, shard.size());
+    }
+    m = Buffer<float>(alloc, shard.size());
+    v = Buffer<float>(alloc, shard.size());
+    buckets.group = &grid.dp;
+    buckets.method = L.dp_reduce;
+    buckets.grads = model.grads.data();
+    if (L.bucket_mb > 0 && L.zero == 0 && L.dp > 1) {
+      const size_t per = std::max<size_t>(16, size_t(L.bucket_mb * 1024 * 1024 / sizeof(float)));
+      for (size_t end = model.flat_size; end > 0;) {
+        const size_t begin = end > per ? end - per : 0;
+        buckets.ranges.push_back({begin, end});
+        end = begin;
+      }
+      buckets.pending.reserve(buckets.ranges.size());
+    }
+    row.rank_comm_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+    row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+  }
+
+  // ---- checkpoints ----------------------------------------------------------------------------
+
+  io::Attributes model_attributes() const {
+    const GptConfig& mc = cfg.model;
+    return {{"model.type", std::string("gpt")},     {"model.n_layer", int64_t(mc.n_layer)},
+            {"model.n_head", int64_t(mc.n_head)},   {"model.n_embd", int64_t(mc.n_embd)},
+            {"model.block_size", int64_t(mc.block_size)},
+            {"model.vocab_size", int64_t(mc.vocab_size)}};
+  }
+
+  // Every tensor of the checkpoint with this rank's part: parameters are written by DP rank 0
+  // (they are replicated over DP), moments by their owner. For reading, every rank reads the
+  // parameters and the moments of its own shard.
+  std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing) {
+    std::vector<io::TensorPiece> pieces;
+    const bool param_writer = !for_writing || grid.coords.dp_rank == 0;
+    const bool moment_writer = !for_writing || opts.layout.zero > 0 || grid.coords.dp_rank == 0;
+    for (const ParamInfo& p : model.registry.params()) {
+      io::TensorPiece t{"params/" + p.name, p.global_shape, {}, model.params.data() + p.offset};
+      if (param_writer) t.blocks = io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel));
+      pieces.push_back(std::move(t));
+    }
+    for (const char* which : {"m", "v"}) {
+      float* base = which[0] == 'm' ? m.data() : v.data();
+      for (const ParamInfo& p : model.registry.params()) {
+        const size_t b = std::max(shard.begin, p.offset);
+        const size_t e = std::min(shard.end, p.offset + p.numel);
+        io::TensorPiece t{"optim/" + p.name + "/" + which, p.global_shape, {}, base};
+        if (b < e && moment_writer) {
+          t.blocks =
+              io::flat_range_blocks(p.global_shape, int64_t(b - p.offset), int64_t(e - p.offset));
+          t.data = base + (b - shard.begin);
+        }
+        pieces.push_back(std::move(t));
+      }
+    }
+    return pieces;
+  }
+
+  std::string checkpoint_path(int64_t s) const {
+    return (std::filesystem::path(opts.out) / fmt::format("ckpt_{}.h5", s)).string();
+  }
+
+  void save_checkpoint() {
+    io::Attributes root = model_attributes();
+    root["format_version"] = kCheckpointFormat;
+    root["step"] = step;
+    root["tokens_seen"] = step * int64_t(tc.batch_size) * tc.seq_len;
+    root["seed"] = int64_t(tc.seed);
+    root["layout.dp"] = int64_t(opts.layout.dp);
+    root["layout.tp"] = int64_t(opts.layout.tp);
+    root["layout.pp"] = int64_t(opts.layout.pp);
+    root["layout.zero"] = int64_t(opts.layout.zero);
+    root["train.lr"] = tc.lr;
+    root["train.steps"] = int64_t(tc.steps);
+    root["train.batch_size"] = int64_t(tc.batch_size);
+    root["train.seq_len"] = int64_t(tc.seq_len);
+    std::map<std::string, io::Attributes> groups;
+    groups["rng"] = {{"seed", int64_t(tc.seed)},
+                     {"kind", std::string("philox4x32-10, keyed by (seed, name|step, index)")}};
+    groups["data"] = {{"path", data.path},
+                      {"bytes", int64_t(data.bytes.size())},
+                      {"checksum", int64_t(data.checksum)},
+                      {"next_step", step + 1}};
+    const std::string path = checkpoint_path(step);
+    io::write_checkpoint(path, root, groups, checkpoint_pieces(true), MPI_COMM_WORLD);
+    if (is_root()) spdlog::info("checkpoint {}", path);
+  }
+
+  void load_checkpoint(const std::string& path) {
+    io::CheckpointHeader h = io::read_checkpoint_header(path);
+    auto get_int = [&](const std::string& key) -> int64_t {
+      auto it = h.root.find(key);
+      if (it == h.root.end() || !std::holds_alternative<int64_t>(it->second))
+        throw UsageError(fmt::format("checkpoint {} lacks attribute '{}': not an mpitron checkpoint",
+                                     path, key));
+      return std::get<int64_t>(it->second);
+    };
+    if (get_int("format_version") != kCheckpointFormat)
+      throw UsageError(fmt::format("checkpoint {} has format version {}, this build reads {}", path,
+                                   get_int("format_version"), kCheckpointFormat));
+    for (const auto& [key, value] : model_attributes()) {
+      if (!std::holds_alternative<int64_t>(value)) continue;
+      if (get_int(key) != std::get<int64_t>(value))
+        throw UsageError(fmt::format(
+            "checkpoint {} is of another model shape: {} = {}, this model has {} (use the config "
+            "it was trained with)",
+            path, key, get_int(key), std::get<int64_t>(value)));
+    }
+    io::read_checkpoint_tensors(path, checkpoint_pieces(false));
+    step = get_int("step");
+    if (get_int("seed") != int64_t(tc.seed) && is_root())
+      spdlog::warn("checkpoint was written with seed {}, continuing with seed {}", get_int("seed"),
+                   tc.seed);
+    auto d = h.groups.find("data");
+    if (d != h.groups.end()) {
+      auto c = d->second.find("checksum");
+      if (c != d->second.end() && std::get<int64_t>(c->second) != int64_t(data.checksum) &&
+          is_root())
+        spdlog::warn("data file differs from the one the checkpoint was trained on");
+    }
+  }
+
+  // ---- one step -------------------------------------------------------------------------------
+
+  DropoutContext dropout_for(int64_t s, int64_t first_local_row) const {
+    const int64_t global_row = int64_t(grid.coords.dp_rank) * local_rows + first_local_row;
+    return {float(tc.dropout), tc.seed, s, uint64_t(global_row) * uint64_t(tc.seq_len)};
+  }
+
+  void reduce_gradients() {
+    const Layout& L = opts.layout;
+    float* g = model.grads.data();
+    const size_t n = model.flat_size;
+    if (L.dp == 1) return;
+    if (L.zero == 0) {
+      if (!buckets.ranges.empty()) return buckets.wait_all();
+      switch (L.dp_reduce) {
+        case DpReduce::allreduce: grid.dp.allreduce_sum(g, n); break;
+        case DpReduce::ring: grid.dp.ring_allreduce_sum(g, n); break;
+        case DpReduce::gather_scatter: grid.dp.gather_scatter_allreduce_sum(g, n); break;
+      }
+      return;
+    }
+    // ZeRO: only the owned shard of the summed gradient is needed.
+    switch (L.dp_reduce) {
+      case DpReduce::allreduce:
+        grid.dp.reduce_scatter_sum(g, shard_scratch.data(), shard.size());
+        std::memcpy(g + shard.begin, shard_scratch.data(), shard.size() * sizeof(float));
+        break;
+      case DpReduce::ring: grid.dp.ring_reduce_scatter_sum(g, n); break;
+      case DpReduce::gather_scatter: grid.dp.gather_scatter_allreduce_sum(g, n); break;
+    }
+  }
+
+  struct StepResult {
+    double loss, grad_norm, lr;
+  };
+
+  StepResult train_step(int64_t s) {
+    const Layout& L = opts.layout;
+    const int T = tc.seq_len;
+    io::fill_batch(data, io::Split::train, tc.seed, s, int64_t(grid.coords.dp_rank) * local_rows,
+                   local_rows, T, batch.data());
+    std::memset(model.grads.data(), 0, model.flat_size * sizeof(float));
+    const float dloss = 1.0f / float(int64_t(tc.batch_size) * T);
+    double loss_sum = 0.0;
+    for (int mb = 0; mb < tc.micro_batches; ++mb) {
+      const int64_t row = int64_t(mb) * micro_rows;
+      const DropoutContext drop = dropout_for(s, row);
+      loss_sum += gpt_forward(model, batch.data() + row * (T + 1), micro_rows, drop);
+      buckets.active = !buckets.ranges.empty() && mb == tc.micro_batches - 1;
+      gpt_backward(model, micro_rows, dloss, drop,
+                   buckets.ranges.empty() ? GradReadyHook{} : GradReadyHook{on_grads_ready, &buckets});
+    }
+    reduce_gradients();
+    // Global gradient norm: every rank holds the summed gradient of its shard.
+    double sq = sum_of_squares(model.grads.data() + shard.begin, shard.size());
+    if (L.zero > 0) sq = grid.dp.allreduce_sum(sq);
+    const double norm = std::sqrt(sq);
+    const float scale =
+        tc.grad_clip > 0 && norm > tc.grad_clip ? float(tc.grad_clip / (norm + 1e-6)) : 1.0f;
+    const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
+    const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+    adamw_update(model.registry,
+                 {shard.begin, shard.end, model.params.data(), 0, model.grads.data(), 0, m.data(),
+                  v.data(), shard.begin},
+                 acfg, lr, scale, s);
+    if (L.zero > 0) {
+      float* p = model.params.data();
+      if (L.dp_reduce == DpReduce::ring) {
+        grid.dp.ring_all_gather(p, model.flat_size);
+      } else {
+        std::memcpy(shard_scratch.data(), p + shard.begin, shard.size() * sizeof(float));
+        grid.dp.all_gather(shard_scratch.data(), p, shard.size());
+      }
+    }
+    const double loss = (L.dp > 1 ? grid.dp.allreduce_sum(loss_sum) : loss_sum) /
+                        double(int64_t(tc.batch_size) * T);
+    return {loss, norm, lr};
+  }
+
+  double evaluate() {
+    const int T = tc.seq_len;
+    double sum = 0.0;
+    for (int e = 0; e < tc.eval_batches; ++e) {
+      io::fill_batch(data, io::Split::val, tc.seed, e, int64_t(grid.coords.dp_rank) * local_rows,
+                     local_rows, T, batch.data());
+      for (int mb = 0; mb < tc.micro_batches; ++mb)
+        sum += gpt_forward(model, batch.data() + int64_t(mb) * micro_rows * (T + 1), micro_rows,
+                           DropoutContext{});
+    }
+    if (opts.layout.dp > 1) sum = grid.dp.allreduce_sum(sum);
+    return sum / double(int64_t(tc.eval_batches) * tc.batch_size * T);
+  }
+
+  // ---- the loop -------------------------------------------------------------------------------
+
+  io::Attributes run_attributes() const {
+    io::Attributes a = model_attributes();
+    const Layout& L = opts.layout;
+    a["config"] = cfg.name;
+    a["data"] = opts.data;
+    a["seed"] = int64_t(tc.seed);
+    a["train.batch_size"] = int64_t(tc.batch_size);
+    a["train.seq_len"] = int64_t(tc.seq_len);
+    a["train.steps"] = int64_t(tc.steps);
+    a["train.lr"] = tc.lr;
+    a["train.min_lr_ratio"] = tc.min_lr_ratio;
+    a["train.warmup_steps"] = int64_t(tc.warmup_steps);
+    a["train.weight_decay"] = tc.weight_decay;
+    a["train.grad_clip"] = tc.grad_clip;
+    a["train.dropout"] = tc.dropout;
+    a["train.micro_batches"] = int64_t(tc.micro_batches);
+    a["layout.world"] = int64_t(grid.shape.world);
+    a["layout.dp"] = int64_t(L.dp);
+    a["layout.tp"] = int64_t(L.tp);
+    a["layout.pp"] = int64_t(L.pp);
+    a["layout.zero"] = int64_t(L.zero);
+    a["layout.dp_reduce"] = dp_reduce_name(L.dp_reduce);
+    a["layout.bucket_mb"] = L.bucket_mb;
+    a["gemm"] = std::string(cpu::gemm_library());
+    a["parameters"] = int64_t(gpt_parameter_count(cfg.model));
+    return a;
+  }
+
+  int run() {
+    if (is_root()) std::filesystem::create_directories(opts.out);
+    grid.world.barrier();
+    std::string resume_from;
+    if (opts.resume == "auto") {
+      resume_from = io::latest_checkpoint(opts.out);
+      if (resume_from.empty() && is_root())
+        spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
+    } else if (!opts.resume.empty()) {
+      resume_from = opts.resume;
+    }
+    if (!resume_from.empty()) {
+      load_checkpoint(resume_from);
+      if (is_root()) spdlog::info("resumed from {} at step {}", resume_from, step);
+    }
+    if (is_root()) {
+      trace = std::make_unique<io::TraceWriter>(
+          (std::filesystem::path(opts.out) / "trace.h5").string(), run_attributes(),
+          resume_from.empty() ? -1 : step, opts.trace_flush_every);
+      spdlog::info(
+          "{}: {} parameters, layout dp={} tp={} pp={} zero={}, global batch {}x{} "
+          "({} micro-batches of {} per rank), {} steps, gemm {}, data {} ({} bytes)",
+          cfg.name, gpt_parameter_count(cfg.model), opts.layout.dp, opts.layout.tp, opts.layout.pp,
+          opts.layout.zero, tc.batch_size, tc.seq_len, tc.micro_batches, micro_rows, tc.steps,
+          cpu::gemm_library(), data.path, data.bytes.size());
+    }
+    std::signal(SIGUSR1, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+
+    const int64_t first = step + 1;
+    const auto t_start = Clock::now();
+    const double tokens_per_step = double(tc.batch_size) * tc.seq_len;
+    comm_bytes_before = comm_bytes_total();
+    for (int64_t s = first; s <= tc.steps; ++s) {
+      const auto t0 = Clock::now();
+      const StepResult r = train_step(s);
+      const double dt = seconds_since(t0);
+      step = s;
+      double val = std::numeric_limits<double>::quiet_NaN();
+      if ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps) val = evaluate();
+      const uint64_t bytes_now = comm_bytes_total();
+      const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
+      comm_bytes_before = bytes_now;
+      int64_t peak = int64_t(alloc.peak_bytes);
+      MPI_CHECK(MPI_Gather(&comm_bytes, 1, MPI_INT64_T, row.rank_comm_bytes.data(), 1,
+                           MPI_INT64_T, 0, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Gather(&peak, 1, MPI_INT64_T, row.rank_peak_mem_bytes.data(), 1, MPI_INT64_T,
+                           0, MPI_COMM_WORLD));
+      if (!std::isfinite(r.loss)) {
+        if (is_root()) trace->flush();
+        throw UsageError(fmt::format("loss is {} at step {}: training diverged (lower --lr?)",
+                                     r.loss, s));
+      }
+      if (is_root()) {
+        row.step = s;
+        row.loss = r.loss;
+        row.val_loss = val;
+        row.lr = r.lr;
+        row.grad_norm = r.grad_norm;
+        row.tokens_per_s = tokens_per_step / dt;
+        row.step_s = dt;
+        row.comm_bytes = comm_bytes;
+        row.peak_mem_bytes = peak;
+        trace->append(row);
+        if ((tc.log_every > 0 && s % tc.log_every == 0) || s == first || s == tc.steps ||
+            !std::isnan(val)) {
+          const double elapsed = seconds_since(t_start);
+          const double eta = elapsed / double(s - first + 1) * double(tc.steps - s);
+          spdlog::info(
+              "step {:>6}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.1f}k tok/s | "
+              "{:.1f} ms | peak {} | ETA {}",
+              s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val), r.lr,
+              r.grad_norm, tokens_per_step / dt / 1000, dt * 1000, human_bytes(double(peak)),
+              human_seconds(eta));
+        }
+      }
+      const bool ckpt_due = tc.ckpt_every > 0 && s % tc.ckpt_every == 0;
+      // Every rank must agree to stop at the same step boundary.
+      int stop_local = g_stop_signal, stop = 0;
+      MPI_CHECK(MPI_Allreduce(&stop_local, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      if (ckpt_due || s == tc.steps || stop) {
+        if (is_root()) trace->flush();
+        save_checkpoint();
+      }
+      if (stop && s < tc.steps) {
+        if (is_root()) {
+          trace->flush();
+          spdlog::warn("signal {} received: stopped after step {} with a checkpoint; continue "
+                       "with --resume auto",
+                       stop, s);
+        }
+        return kExitStoppedBySignal;
+      }
+    }
+    if (first > tc.steps) {
+      if (step == 0) {
+        save_checkpoint();  // --steps 0: the initial parameters
+      } else if (is_root()) {
+        spdlog::info("checkpoint is at step {}: nothing to do for --steps {}", step, tc.steps);
+      }
+    }
+    if (is_root()) trace->flush();
+    return 0;
+  }
+
+ public:
+  static constexpr int kExitStoppedBySignal = 3;
+};
+
+}  // namespace
+
+std::string dp_reduce_name(DpReduce r) {
+  switch (r) {
+    case DpReduce::allreduce: return "allreduce";
+    case DpReduce::ring: return "ring";
+    case DpReduce::gather_scatter: return "gather-scatter";
+  }
+  return "?";
+}
+
+DpReduce parse_dp_reduce(const std::string& s) {
+  if (s == "allreduce") return DpReduce::allreduce;
+  if (s == "ring") return DpReduce::ring;
+  if (s == "gather-scatter") return DpReduce::gather_scatter;
+  throw UsageError(
+      fmt::format("--dp-reduce '{}' is unknown (allreduce, ring or gather-scatter)", s));
+}
+
+int run_training(TrainOptions opts) {
+  validate_config(opts.cfg);
+  const Layout& L = opts.layout;
+  const TrainConfig& tc = opts.cfg.train;
+  comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
+  if (L.tp != 1)
+    throw UsageError(fmt::format(
+        "tensor parallelism (--tp {}) is not supported yet: use --tp 1", L.tp));
+  if (L.pp != 1)
+    throw UsageError(fmt::format(
+        "pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));
+  if (L.zero < 0 || L.zero > 2)
+    throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
+  if (tc.batch_size % (L.dp * tc.micro_batches) != 0)
+    throw UsageError(fmt::format(
+        "global batch {} is not divisible by dp ({}) x micro-batches ({}): choose --batch-size as "
+        "a multiple of {}",
+        tc.batch_size, L.dp, tc.micro_batches, L.dp * tc.micro_batches));
+  if (L.bucket_mb < 0) throw UsageError("--bucket-mb must not be negative");
+  if (opts.out.empty())
+    opts.out = fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
+  const int threads = opts.threads > 0 ? opts.threads
+                      : grid.shape.world == 1
+                          ? int(std::max(1u, std::thread::hardware_concurrency()))
+                          : 1;
+  cpu::set_compute_threads(threads);
+  Trainer trainer(std::move(opts), grid);
+  trainer.setup();
+  return trainer.run();
+}
+
+}  // namespace mpitron

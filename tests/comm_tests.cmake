@@ -1,0 +1,11 @@
+# MPI tests of comm/: every Group collective, the hand-written ring and gather-scatter all-reduces, and
+# the Grid communicators, at 1 to 4 ranks (oversubscribed on small machines).
+add_executable(mpi_group_test ${CMAKE_CURRENT_SOURCE_DIR}/mpi_group_test.cpp)
+target_link_libraries(mpi_group_test PRIVATE mpitron_train)
+foreach(n 1 2 3 4)
+  add_test(NAME mpi_group_test_np${n}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:mpi_group_test> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi_group_test_np${n} PROPERTIES LABELS mpi ENVIRONMENT "${MPITRON_MPI_ENV}"
+                                                        TIMEOUT 120)
+endforeach()
