@@ -26,7 +26,9 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-int64_t block_numel(const Block& b) { return numel(b.count); }
+int64_t block_numel(const Block& b) {
+  return numel(b.count);
+}
 
 // Appends blocks for [begin, end) of the sub-tensor of `shape` from dimension d on, under the
 // fixed leading indices `prefix` (one per dimension before d).
@@ -84,16 +86,18 @@ void check_blocks(const TensorPiece& t) {
     MPITRON_REQUIRE(b.start.size() == rank && b.count.size() == rank,
                     "tensor " + t.dataset + ": block rank differs from the tensor's");
     for (size_t k = 0; k < rank; ++k)
-      MPITRON_REQUIRE(b.start[k] >= 0 && b.count[k] >= 0 &&
-                          b.start[k] + b.count[k] <= t.global_shape[k],
-                      "tensor " + t.dataset + ": block outside shape " +
-                          shape_string(t.global_shape));
+      MPITRON_REQUIRE(
+          b.start[k] >= 0 && b.count[k] >= 0 && b.start[k] + b.count[k] <= t.global_shape[k],
+          "tensor " + t.dataset + ": block outside shape " + shape_string(t.global_shape));
   }
-  MPITRON_REQUIRE(t.blocks.empty() || t.data != nullptr || [&] {
-    for (const Block& b : t.blocks)
-      if (block_numel(b) > 0) return false;
-    return true;
-  }(), "tensor " + t.dataset + " has blocks but no data");
+  MPITRON_REQUIRE(
+      t.blocks.empty() || t.data != nullptr ||
+          [&] {
+            for (const Block& b : t.blocks)
+              if (block_numel(b) > 0) return false;
+            return true;
+          }(),
+      "tensor " + t.dataset + " has blocks but no data");
 }
 
 // Splits a piece's non-empty blocks into runs whose concatenation is in increasing flat order:
@@ -169,8 +173,8 @@ std::vector<int64_t> agree_on_tensors(const std::vector<TensorPiece>& tensors, M
   uint64_t n[2] = {tensors.size(), ~static_cast<uint64_t>(tensors.size())};
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, n, 2, MPI_UINT64_T, MPI_MAX, comm));
   MPITRON_REQUIRE(n[0] == ~n[1], "write_checkpoint: ranks pass different numbers of tensors");
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T,
-                          MPI_MAX, comm));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_UINT64_T, MPI_MAX,
+                          comm));
   MPITRON_REQUIRE(v[0] == ~v[1],
                   "write_checkpoint: ranks pass different dataset names, order or shapes");
   return std::vector<int64_t>(v.begin() + 2, v.end());
@@ -242,8 +246,8 @@ Handle create_tensor(hid_t file, const TensorPiece& t) {
 #ifdef MPITRON_PARALLEL_HDF5
 void write_collective(const std::string& tmp, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
-                      const std::vector<TensorPiece>& tensors,
-                      const std::vector<int64_t>& writes, MPI_Comm comm) {
+                      const std::vector<TensorPiece>& tensors, const std::vector<int64_t>& writes,
+                      MPI_Comm comm) {
   Handle fapl = default_fapl();
   H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
@@ -334,8 +338,8 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
     std::vector<float> gdata(dtotal);
     MPI_CHECK(MPI_Gatherv(coords.data(), static_cast<int>(coords.size()), MPI_INT64_T,
                           gcoords.data(), ccount.data(), cdispl.data(), MPI_INT64_T, 0, comm));
-    MPI_CHECK(MPI_Gatherv(t.data, static_cast<int>(mine[1]), MPI_FLOAT, gdata.data(),
-                          dcount.data(), ddispl.data(), MPI_FLOAT, 0, comm));
+    MPI_CHECK(MPI_Gatherv(t.data, static_cast<int>(mine[1]), MPI_FLOAT, gdata.data(), dcount.data(),
+                          ddispl.data(), MPI_FLOAT, 0, comm));
     if (rank != 0) continue;
     Handle dset = create_tensor(file, t);
     Handle fspace(H5_CHECK(H5Dget_space(dset)));
@@ -443,8 +447,8 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
                        " (was it written for another model config?)");
     Handle type(H5_CHECK(H5Dget_type(d)));
     if (H5Tget_class(type) != H5T_FLOAT)
-      throw UsageError("checkpoint " + path + " has " + t.dataset + " of type " +
-                       dtype_name(type) + "; expected floating point");
+      throw UsageError("checkpoint " + path + " has " + t.dataset + " of type " + dtype_name(type) +
+                       "; expected floating point");
     dsets.push_back(std::move(d));
   }
   for (size_t i = 0; i < tensors.size(); ++i) {

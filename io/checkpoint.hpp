@@ -32,8 +32,7 @@ struct TensorPiece {
 // in increasing order, so their concatenation is that flat range: for 2-D a partial row, whole
 // rows, a partial row (at most 3); in N-d at most 2N-1. Empty when begin == end.
 // Requires 0 <= begin <= end <= numel(shape).
-std::vector<Block> flat_range_blocks(const std::vector<int64_t>& shape, int64_t begin,
-                                     int64_t end);
+std::vector<Block> flat_range_blocks(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
 
 // How write_checkpoint moves data: every rank writes with collective MPI-IO (parallel HDF5 only),
 // or ranks send their blocks to rank 0, which writes alone (works with any HDF5).
@@ -59,7 +58,8 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
 struct CheckpointHeader {
   Attributes root;
   std::map<std::string, Attributes> groups;  // every group that has attributes ("rng", "data")
-  std::map<std::string, std::vector<int64_t>> shapes;  // dataset path ("params/wte.weight") -> shape
+  std::map<std::string, std::vector<int64_t>>
+      shapes;  // dataset path ("params/wte.weight") -> shape
 };
 
 // Attributes and every dataset's shape, without data. UsageError on a missing or corrupt file.

@@ -44,7 +44,9 @@ UserFileScope::UserFileScope(const std::string& path, const std::string& what)
   current_scope = this;
 }
 
-UserFileScope::~UserFileScope() { current_scope = prev_; }
+UserFileScope::~UserFileScope() {
+  current_scope = prev_;
+}
 
 void h5_fail(const char* file, int line, const char* call) {
   const std::string reason = h5_error_reason();
@@ -61,14 +63,30 @@ void Handle::close() {
   if (id_ < 0) return;
   hid_t id = std::exchange(id_, H5I_INVALID_HID);
   switch (H5Iget_type(id)) {
-    case H5I_FILE: H5_CHECK(H5Fclose(id)); break;
-    case H5I_GROUP: H5_CHECK(H5Gclose(id)); break;
-    case H5I_DATASET: H5_CHECK(H5Dclose(id)); break;
-    case H5I_DATASPACE: H5_CHECK(H5Sclose(id)); break;
-    case H5I_DATATYPE: H5_CHECK(H5Tclose(id)); break;
-    case H5I_GENPROP_LST: H5_CHECK(H5Pclose(id)); break;
-    case H5I_ATTR: H5_CHECK(H5Aclose(id)); break;
-    default: H5_CHECK(H5Idec_ref(id)); break;
+    case H5I_FILE:
+      H5_CHECK(H5Fclose(id));
+      break;
+    case H5I_GROUP:
+      H5_CHECK(H5Gclose(id));
+      break;
+    case H5I_DATASET:
+      H5_CHECK(H5Dclose(id));
+      break;
+    case H5I_DATASPACE:
+      H5_CHECK(H5Sclose(id));
+      break;
+    case H5I_DATATYPE:
+      H5_CHECK(H5Tclose(id));
+      break;
+    case H5I_GENPROP_LST:
+      H5_CHECK(H5Pclose(id));
+      break;
+    case H5I_ATTR:
+      H5_CHECK(H5Aclose(id));
+      break;
+    default:
+      H5_CHECK(H5Idec_ref(id));
+      break;
   }
 }
 
@@ -80,14 +98,30 @@ void Handle::reset() noexcept {
   H5Eget_auto2(H5E_DEFAULT, &func, &data);
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   switch (H5Iget_type(id)) {
-    case H5I_FILE: H5Fclose(id); break;
-    case H5I_GROUP: H5Gclose(id); break;
-    case H5I_DATASET: H5Dclose(id); break;
-    case H5I_DATASPACE: H5Sclose(id); break;
-    case H5I_DATATYPE: H5Tclose(id); break;
-    case H5I_GENPROP_LST: H5Pclose(id); break;
-    case H5I_ATTR: H5Aclose(id); break;
-    default: H5Idec_ref(id); break;
+    case H5I_FILE:
+      H5Fclose(id);
+      break;
+    case H5I_GROUP:
+      H5Gclose(id);
+      break;
+    case H5I_DATASET:
+      H5Dclose(id);
+      break;
+    case H5I_DATASPACE:
+      H5Sclose(id);
+      break;
+    case H5I_DATATYPE:
+      H5Tclose(id);
+      break;
+    case H5I_GENPROP_LST:
+      H5Pclose(id);
+      break;
+    case H5I_ATTR:
+      H5Aclose(id);
+      break;
+    default:
+      H5Idec_ref(id);
+      break;
   }
   H5Eset_auto2(H5E_DEFAULT, func, data);
 }
@@ -97,13 +131,16 @@ QuietErrors::QuietErrors() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
-QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+QuietErrors::~QuietErrors() {
+  H5Eset_auto2(H5E_DEFAULT, func_, data_);
+}
 
-Handle default_fapl() {
+Handle default_fapl(bool lock) {
   Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
 #if H5_VERSION_GE(1, 10, 7)
-  // Keep locking where the file system supports it; where flock is disabled, proceed without.
-  H5_CHECK(H5Pset_file_locking(fapl, true, true));
+  H5_CHECK(H5Pset_file_locking(fapl, lock, true));
+#else
+  (void)lock;  // older HDF5: only HDF5_USE_FILE_LOCKING=FALSE in the environment turns it off
 #endif
   return fapl;
 }
@@ -143,9 +180,8 @@ Handle open_user_file(const std::string& path, const std::string& what, bool rea
   if (f < 0) {
     std::string reason = h5_error_reason();
     if (reason.find("already open for write") != std::string::npos)
-      throw UsageError(what + " " + path +
-                       " is marked open for writing by another process (if none is, run "
-                       "`h5clear -s " + path + "`)");
+      throw UsageError(what + " " + path + " is marked open for writing by another process " +
+                       "(if none is, clear the mark with `h5clear -s " + path + "`)");
     if (reason.find("unable to lock file") != std::string::npos)
       throw UsageError(what + " " + path +
                        " is open in another process (another run writing the same folder?)");
@@ -247,12 +283,12 @@ void write_attributes(hid_t obj, const Attributes& attrs) {
   for (const auto& [name, value] : attrs) {
     if (H5_CHECK(H5Aexists(obj, name.c_str()))) H5_CHECK(H5Adelete(obj, name.c_str()));
     if (const auto* i = std::get_if<int64_t>(&value)) {
-      Handle a(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, scalar, H5P_DEFAULT,
-                                   H5P_DEFAULT)));
+      Handle a(
+          H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, scalar, H5P_DEFAULT, H5P_DEFAULT)));
       H5_CHECK(H5Awrite(a, H5T_NATIVE_INT64, i));
     } else if (const auto* d = std::get_if<double>(&value)) {
-      Handle a(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, scalar, H5P_DEFAULT,
-                                   H5P_DEFAULT)));
+      Handle a(H5_CHECK(
+          H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, scalar, H5P_DEFAULT, H5P_DEFAULT)));
       H5_CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, d));
     } else {
       const std::string& s = std::get<std::string>(value);
@@ -289,16 +325,26 @@ std::string dtype_name(hid_t type) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
       return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(8 * size);
-    case H5T_FLOAT: return "float" + std::to_string(8 * size);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_VLEN: return "vlen";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_REFERENCE: return "reference";
-    case H5T_BITFIELD: return "bitfield";
-    default: return "unknown";
+    case H5T_FLOAT:
+      return "float" + std::to_string(8 * size);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_BITFIELD:
+      return "bitfield";
+    default:
+      return "unknown";
   }
 }
 
@@ -337,8 +383,8 @@ void visit(hid_t group, const std::string& prefix, int depth, std::vector<Object
   H5G_info_t info;
   H5_CHECK(H5Gget_info(group, &info));
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t len = H5_CHECK(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i,
-                                                    nullptr, 0, H5P_DEFAULT));
+    const ssize_t len = H5_CHECK(
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
     std::string name(len, '\0');
     H5_CHECK(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1,
                                 H5P_DEFAULT));

@@ -103,9 +103,10 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
-// File access property list with our defaults (file locking that tolerates file systems without
-// flock, e.g. some Lustre mounts).
-Handle default_fapl();
+// File access property list with our defaults: file locking (HDF5 >= 1.10.7) that tolerates file
+// systems without flock (some Lustre mounts), or none when lock is false, so that readers (h5py,
+// `mpitron info`) can open a file another process keeps open for writing.
+Handle default_fapl(bool lock = true);
 
 // Opens a file the user named for reading (or read-write) with the given fapl (default_fapl when
 // invalid). Throws UsageError "<what> PATH does not exist" / "... is not an HDF5 file" /
@@ -145,4 +146,3 @@ std::string shape_string(const std::vector<int64_t>& shape);  // "(384,128)", "(
 Handle lcpl_intermediate();
 
 }  // namespace mpitron::io
-

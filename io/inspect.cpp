@@ -89,8 +89,8 @@ void print_info(const std::string& path, std::ostream& out) {
     if (!o.is_dataset) continue;
     char line[64];
     std::snprintf(line, sizeof line, "  %-8s ", o.dtype.c_str());
-    out << "  /" << o.path << std::string(w - o.path.size(), ' ') << line
-        << shape_string(o.shape) << "\n";
+    out << "  /" << o.path << std::string(w - o.path.size(), ' ') << line << shape_string(o.shape)
+        << "\n";
     if (o.path.rfind("params/", 0) == 0) {
       int64_t n = 1;
       for (int64_t d : o.shape) n *= d;

@@ -14,10 +14,10 @@ namespace mpitron::io {
 void print_info(const std::string& path, std::ostream& out);
 
 struct TraceComparison {
-  int64_t steps_compared = 0;   // steps present in both traces
-  double max_rel_diff = 0;      // over compared steps; 0 when none
-  int64_t worst_step = -1;      // step of max_rel_diff; -1 when none compared
-  double frac_within_1pct = 0;  // fraction of compared steps with rel diff <= 0.01; 0 when none
+  int64_t steps_compared = 0;     // steps present in both traces
+  double max_rel_diff = 0;        // over compared steps; 0 when none
+  int64_t worst_step = -1;        // step of max_rel_diff; -1 when none compared
+  double frac_within_1pct = 0;    // fraction of compared steps with rel diff <= 0.01; 0 when none
   int64_t steps_only_in_one = 0;  // steps present in exactly one trace
 };
 

@@ -51,12 +51,12 @@ void create_column(hid_t group, const Column& c, int64_t rows) {
   H5_CHECK(H5Pset_chunk(dcpl, 1, chunk));
   if (c.i) {
     H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &kMissing));
-    Handle d(H5_CHECK(
-        H5Dcreate2(group, c.name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+    Handle d(
+        H5_CHECK(H5Dcreate2(group, c.name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
   } else {
     H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &kNaN));
-    Handle d(H5_CHECK(
-        H5Dcreate2(group, c.name, H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+    Handle d(
+        H5_CHECK(H5Dcreate2(group, c.name, H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
   }
 }
 
@@ -70,8 +70,7 @@ void create_matrix(hid_t group, const char* name, int64_t rows, int64_t width) {
   const hsize_t chunk[2] = {std::max<hsize_t>(64, 16384 / c1), c1};
   H5_CHECK(H5Pset_chunk(dcpl, 2, chunk));
   H5_CHECK(H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &kMissing));
-  Handle d(
-      H5_CHECK(H5Dcreate2(group, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  Handle d(H5_CHECK(H5Dcreate2(group, name, H5T_STD_I64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
 }
 
 bool has_link(hid_t group, const char* name) {
@@ -99,7 +98,8 @@ TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
   std::error_code ec;
   const bool resume = resume_after_step >= 0 && fs::exists(path, ec);
   if (resume) {
-    file_ = open_user_file(path, "trace", /*read_write=*/true);
+    Handle fapl = default_fapl(/*lock=*/false);
+    file_ = open_user_file(path, "trace", /*read_write=*/true, fapl);
     UserFileScope scope(path, "trace");
     if (!path_exists(file_, "trace/step"))
       throw UsageError("trace " + path + " is not an mpitron trace (no /trace/step); move it " +
@@ -113,14 +113,14 @@ TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
     std::vector<int64_t> steps(shape[0]);
     if (!steps.empty())
       H5_CHECK(H5Dread(step, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()));
-    rows_ = std::find_if(steps.begin(), steps.end(),
-                         [&](int64_t s) { return s > resume_after_step; }) -
-            steps.begin();
+    rows_ =
+        std::find_if(steps.begin(), steps.end(), [&](int64_t s) { return s > resume_after_step; }) -
+        steps.begin();
     open_or_create_columns();
   } else {
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
-    Handle fapl = default_fapl();
+    Handle fapl = default_fapl(/*lock=*/false);
     QuietErrors quiet;
     const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0)
@@ -238,8 +238,8 @@ std::vector<T> read_column(hid_t group, const std::string& path, const char* nam
   Handle d(H5_CHECK(H5Dopen2(group, name, H5P_DEFAULT)));
   const std::vector<int64_t> shape = dataset_shape(d);
   if (shape.size() != 1)
-    throw UsageError("trace " + path + " has /trace/" + name + " of shape " +
-                     shape_string(shape) + "; expected one dimension (not an mpitron trace?)");
+    throw UsageError("trace " + path + " has /trace/" + name + " of shape " + shape_string(shape) +
+                     "; expected one dimension (not an mpitron trace?)");
   const int64_t count = std::min(n, shape[0]);
   if (count == 0) return out;
   Handle fspace(H5_CHECK(H5Dget_space(d)));

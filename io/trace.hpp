@@ -30,7 +30,8 @@ struct TraceRow {
 // flush(), which ends with H5Fflush, so a process killed between flushes leaves the file exactly
 // as the last flush wrote it. The file keeps the default (earliest) format on purpose: the 1.10+
 // superblock marks files "open for write" and a killed writer would leave them unreadable without
-// h5clear.
+// h5clear. The writer takes no file lock, so h5py and `mpitron info` can read the trace while the
+// run is going (they see the last flush).
 class TraceWriter {
  public:
   // Creates `path` fresh (overwriting), or when resume_after_step >= 0 opens the existing trace

@@ -104,7 +104,7 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
                  int top_k, double top_p, uint64_t seed) {
   if (tokens < 0) throw UsageError("--tokens must not be negative");
   if (top_p <= 0 || top_p > 1) throw UsageError("--top-p must be in (0, 1]");
-  cpu::set_compute_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  cpu::set_compute_threads(cpu::default_compute_threads(1));
   DeviceAllocator alloc{"cpu"};
   GptModel model;
   load_model(model, ckpt, 1, 0, alloc);
@@ -135,7 +135,7 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
 int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
              const std::string& data_path, int batches, int batch_size, int seq_len,
              uint64_t seed) {
-  cpu::set_compute_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  cpu::set_compute_threads(cpu::default_compute_threads(1));
   DeviceAllocator alloc{"cpu"};
   GptModel model;
   if (!tokens_path.empty()) {
@@ -230,6 +230,7 @@ int main(int argc, char** argv) {
   try {
     CLI::App app{"mpitron: MPI-native transformer training with exact parallel layouts"};
     app.require_subcommand(1);
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
     // ---- train
     auto* train = app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");

@@ -20,18 +20,20 @@ namespace {
 
 int g_rank = 0, g_size = 1, g_failures = 0;
 
-#define EXPECT(cond, ...)                                                         \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      ++g_failures;                                                               \
-      std::fprintf(stderr, "[rank %d] %s:%d check failed: %s: ", g_rank, __FILE__, \
-                   __LINE__, #cond);                                              \
-      std::fprintf(stderr, __VA_ARGS__);                                          \
-      std::fprintf(stderr, "\n");                                                 \
-    }                                                                             \
+#define EXPECT(cond, ...)                                                                    \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      ++g_failures;                                                                          \
+      std::fprintf(stderr, "[rank %d] %s:%d check failed: %s: ", g_rank, __FILE__, __LINE__, \
+                   #cond);                                                                   \
+      std::fprintf(stderr, __VA_ARGS__);                                                     \
+      std::fprintf(stderr, "\n");                                                            \
+    }                                                                                        \
   } while (0)
 
-float value_of(int tensor, int64_t flat) { return static_cast<float>(tensor * 10000 + 0.25 * flat); }
+float value_of(int tensor, int64_t flat) {
+  return static_cast<float>(tensor * 10000 + 0.25 * flat);
+}
 
 int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
@@ -147,8 +149,7 @@ void check_file(const std::string& path, const Attributes& root,
   EXPECT(h.root == root, "root attributes differ");
   EXPECT(h.groups == groups, "group attributes differ");
   for (const Tensor& t : kTensors)
-    EXPECT(h.shapes.count(t.name) && h.shapes.at(t.name) == t.shape, "shape of %s",
-           t.name.c_str());
+    EXPECT(h.shapes.count(t.name) && h.shapes.at(t.name) == t.shape, "shape of %s", t.name.c_str());
 
   // A different split from the writer's.
   std::vector<Piece> mine = make_pieces(1, false);
@@ -166,9 +167,9 @@ void check_file(const std::string& path, const Attributes& root,
   // And every rank reads every tensor whole: nothing unwritten anywhere.
   for (const Tensor& t : kTensors) {
     std::vector<float> all(numel(t.shape), -1.0f);
-    read_checkpoint_tensors(path, {TensorPiece{t.name, t.shape,
-                                               flat_range_blocks(t.shape, 0, numel(t.shape)),
-                                               all.data()}});
+    read_checkpoint_tensors(
+        path,
+        {TensorPiece{t.name, t.shape, flat_range_blocks(t.shape, 0, numel(t.shape)), all.data()}});
     for (int64_t f = 0; f < numel(t.shape); ++f)
       EXPECT(all[f] == value_of(t.id, f), "%s element %lld (whole read): got %g want %g",
              t.name.c_str(), static_cast<long long>(f), all[f], value_of(t.id, f));
@@ -181,8 +182,8 @@ int main(int argc, char** argv) {
   MPI_CHECK(MPI_Init(&argc, &argv));
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
-  const fs::path dir = argc > 1 ? fs::path(argv[1])
-                                : fs::temp_directory_path() / "mpitron_mpi_checkpoint_roundtrip";
+  const fs::path dir =
+      argc > 1 ? fs::path(argv[1]) : fs::temp_directory_path() / "mpitron_mpi_checkpoint_roundtrip";
   const fs::path run = dir / ("np" + std::to_string(g_size));
   if (g_rank == 0) fs::remove_all(run);
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

@@ -118,7 +118,7 @@ TEST(Grid, TpGroupsAreContiguousRankRanges) {
 }
 
 // The 16-rank dp=2 tp=2 pp=4 layout, written out by hand.
-TEST(Grid, Sixteen_Dp2_Tp2_Pp4) {
+TEST(Grid, SixteenRanksDp2Tp2Pp4) {
   const GridShape s{16, 2, 2, 4};
   EXPECT_EQ(tp_group_ranks(s, 0), (std::vector<int>{0, 1}));
   EXPECT_EQ(tp_group_ranks(s, 7), (std::vector<int>{6, 7}));

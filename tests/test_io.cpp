@@ -170,8 +170,7 @@ TEST_F(IoTest, TraceResumeDropsLaterRowsAndAppends) {
   const std::string p = path("trace.h5");
   write_trace(p, 1, 10);  // as if the run got to step 10 after checkpointing at 6
   {
-    TraceWriter w(p, {{"model", std::string("gpt2-resumed")}, {"resumed_from", int64_t{6}}}, 6,
-                  3);
+    TraceWriter w(p, {{"model", std::string("gpt2-resumed")}, {"resumed_from", int64_t{6}}}, 6, 3);
     EXPECT_EQ(w.rows(), 6);
     // The resumed run has 5 ranks instead of 3: the rank matrices widen.
     for (int64_t s = 7; s <= 12; ++s) w.append(make_row(s, 2.0, 5));
@@ -251,6 +250,19 @@ TEST_F(IoTest, TraceSurvivesWriterKilledAfterFlush) {
   EXPECT_EQ(r.loss[8], make_row(9, 3.0).loss);
 }
 
+TEST_F(IoTest, TraceReadableByOtherProcessesWhileWriting) {
+  if (!fs::exists("/usr/bin/h5dump")) GTEST_SKIP() << "needs h5dump (Debian: hdf5-tools)";
+  const std::string p = path("trace.h5");
+  TraceWriter w(p, {}, -1, 2);
+  for (int64_t s = 1; s <= 3; ++s) w.append(make_row(s));  // rows 1, 2 flushed; 3 buffered
+  const std::string out = path("dump.txt");
+  const std::string cmd = "h5dump -d /trace/step " + p + " > " + out + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const std::string dump((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(dump.find("(0): 1, 2"), std::string::npos) << dump;
+}
+
 // ---- flat_range_blocks --------------------------------------------------------------------------
 
 namespace {
@@ -279,7 +291,8 @@ std::vector<int64_t> block_indices(const std::vector<int64_t>& shape, const Bloc
 
 TEST(FlatRangeBlocks, ConcatenationEqualsTheRange) {
   const std::vector<std::vector<int64_t>> shapes = {
-      {}, {1}, {7}, {3, 4}, {1, 5}, {5, 1}, {1, 1, 5}, {2, 3, 4}, {2, 1, 3, 2}, {3, 2, 2, 3}, {4, 0, 3}};
+      {},        {1},       {7},          {3, 4},       {1, 5},   {5, 1},
+      {1, 1, 5}, {2, 3, 4}, {2, 1, 3, 2}, {3, 2, 2, 3}, {4, 0, 3}};
   for (const auto& shape : shapes) {
     int64_t numel = 1;
     for (int64_t d : shape) numel *= d;
@@ -322,7 +335,9 @@ TEST(FlatRangeBlocks, ConcatenationEqualsTheRange) {
 
 namespace {
 
-float value_of(int tensor, int64_t flat) { return static_cast<float>(tensor * 1000 + 0.5 * flat); }
+float value_of(int tensor, int64_t flat) {
+  return static_cast<float>(tensor * 1000 + 0.5 * flat);
+}
 
 struct Owned {
   TensorPiece piece;
@@ -371,9 +386,12 @@ void write_test_checkpoint(const std::string& p, CheckpointIo io) {
   for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 3}, {3, 31}, {31, 35}})
     for (Block& blk : flat_range_blocks({7, 5}, b, e)) a.push_back(blk);
   owned.push_back(make_piece(1, "params/h.0.attn.c_attn.weight", {7, 5}, a));
-  owned.push_back(make_piece(2, "params/h.0.attn.c_attn.bias", {13}, flat_range_blocks({13}, 0, 13)));
-  owned.push_back(make_piece(3, "params/h.0.mlp.c_fc.weight", {3, 4, 5}, flat_range_blocks({3, 4, 5}, 0, 60)));
-  owned.push_back(make_piece(4, "optim/h.0.attn.c_attn.weight/m", {7, 5}, flat_range_blocks({7, 5}, 0, 35)));
+  owned.push_back(
+      make_piece(2, "params/h.0.attn.c_attn.bias", {13}, flat_range_blocks({13}, 0, 13)));
+  owned.push_back(
+      make_piece(3, "params/h.0.mlp.c_fc.weight", {3, 4, 5}, flat_range_blocks({3, 4, 5}, 0, 60)));
+  owned.push_back(
+      make_piece(4, "optim/h.0.attn.c_attn.weight/m", {7, 5}, flat_range_blocks({7, 5}, 0, 35)));
   // Column blocks listed right to left: not in flat order, so written in separate runs.
   owned.push_back(make_piece(5, "optim/h.0.attn.c_attn.weight/v", {7, 5},
                              {Block{{0, 3}, {7, 2}}, Block{{0, 0}, {7, 3}}}));
@@ -388,9 +406,12 @@ void check_test_checkpoint(const std::string& p) {
   EXPECT_EQ(h.root, kRootAttrs);
   EXPECT_EQ(h.groups, kGroupAttrs);
   const std::map<std::string, std::vector<int64_t>> shapes = {
-      {"params/h.0.attn.c_attn.weight", {7, 5}},  {"params/h.0.attn.c_attn.bias", {13}},
-      {"params/h.0.mlp.c_fc.weight", {3, 4, 5}},  {"optim/h.0.attn.c_attn.weight/m", {7, 5}},
-      {"optim/h.0.attn.c_attn.weight/v", {7, 5}}, {"params/scale", {}},
+      {"params/h.0.attn.c_attn.weight", {7, 5}},
+      {"params/h.0.attn.c_attn.bias", {13}},
+      {"params/h.0.mlp.c_fc.weight", {3, 4, 5}},
+      {"optim/h.0.attn.c_attn.weight/m", {7, 5}},
+      {"optim/h.0.attn.c_attn.weight/v", {7, 5}},
+      {"params/scale", {}},
       {"params/empty", {0, 4}}};
   EXPECT_EQ(h.shapes, shapes);
 
@@ -509,9 +530,10 @@ TEST_F(IoTest, TruncatedCheckpointIsUsageError) {
       << msg1;
   std::vector<float> buf(35);
   const std::string msg2 = usage_error_of([&] {
-    read_checkpoint_tensors(
-        p, {TensorPiece{"params/h.0.attn.c_attn.weight", {7, 5}, flat_range_blocks({7, 5}, 0, 35),
-                        buf.data()}});
+    read_checkpoint_tensors(p, {TensorPiece{"params/h.0.attn.c_attn.weight",
+                                            {7, 5},
+                                            flat_range_blocks({7, 5}, 0, 35),
+                                            buf.data()}});
   });
   EXPECT_NE(msg2.find("truncated or corrupt"), std::string::npos) << msg2;
 }
@@ -521,9 +543,10 @@ TEST_F(IoTest, ShapeMismatchAndMissingTensorAreUsageErrors) {
   write_test_checkpoint(p, CheckpointIo::gather);
   std::vector<float> buf(35, -1.0f);
   const std::string msg = usage_error_of([&] {
-    read_checkpoint_tensors(
-        p, {TensorPiece{"params/h.0.attn.c_attn.weight", {5, 7}, flat_range_blocks({5, 7}, 0, 35),
-                        buf.data()}});
+    read_checkpoint_tensors(p, {TensorPiece{"params/h.0.attn.c_attn.weight",
+                                            {5, 7},
+                                            flat_range_blocks({5, 7}, 0, 35),
+                                            buf.data()}});
   });
   EXPECT_NE(msg.find("has params/h.0.attn.c_attn.weight of shape (7,5); this model expects (5,7)"),
             std::string::npos)
@@ -551,8 +574,8 @@ TEST_F(IoTest, ShapeMismatchAndMissingTensorAreUsageErrors) {
 TEST_F(IoTest, LatestCheckpointPicksLargestStepIgnoringTmp) {
   EXPECT_EQ(latest_checkpoint(path("missing")), "");
   EXPECT_EQ(latest_checkpoint(dir_.string()), "");
-  for (const char* name : {"ckpt_5.h5", "ckpt_40.h5", "ckpt_7.h5", "ckpt_100.h5.tmp",
-                           "ckpt_x.h5", "notes.txt", "ckpt_900.h5.bak", "trace.h5"})
+  for (const char* name : {"ckpt_5.h5", "ckpt_40.h5", "ckpt_7.h5", "ckpt_100.h5.tmp", "ckpt_x.h5",
+                           "notes.txt", "ckpt_900.h5.bak", "trace.h5"})
     std::ofstream(path(name)) << "x";
   fs::create_directories(path("ckpt_1000.h5"));  // a folder, not a checkpoint
   EXPECT_EQ(latest_checkpoint(dir_.string()), path("ckpt_40.h5"));

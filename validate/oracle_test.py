@@ -21,12 +21,17 @@ import sys
 import time
 from pathlib import Path
 
-import h5py
-import numpy as np
-import torch
+try:
+    import h5py
+    import numpy as np
+    import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpt_torch  # noqa: E402
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpt_torch
+except ImportError as e:
+    print(f"SKIP: {e.name} is not importable by {sys.executable} "
+          "(Debian: apt-get install python3-torch python3-h5py)")
+    sys.exit(77)
 
 
 def run(cmd: list[str], log: Path) -> str:
@@ -115,10 +120,10 @@ def compare_gradients(ckpt: Path, tokens: np.ndarray, dump: Path, rtol: float) -
 
     model = gpt_torch.load_model(str(ckpt), torch.float32)
     with torch.no_grad():
-        model.h[0].attn.c_attn.weight[0, 0] += 1e-3
+        model.h[0].attn.c_attn.weight[0, 0] += 1e-2
     _, _, p_grads = gpt_torch.loss_and_grads(model, tokens)
     sensed = max(rel_err(m_grads[n], p_grads[n])[1] for n in names)
-    print(f"sensitivity: one weight moved by 1e-3 gives relative error {sensed:.3e} "
+    print(f"sensitivity: one weight moved by 1e-2 gives relative error {sensed:.3e} "
           f"({'detected' if sensed >= rtol else 'NOT DETECTED'})")
     if sensed < rtol:
         ok = False
@@ -174,9 +179,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--eval-batches", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--rtol", type=float, default=1e-5)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="use a generated corpus even where data/kjv.txt exists")
     args = ap.parse_args()
 
     t_start = time.perf_counter()
@@ -189,7 +197,7 @@ def main() -> int:
     binary = str(Path(args.mpitron).resolve())
     config = str(repo / args.config)
     data = repo / "data" / "kjv.txt"
-    if not data.is_file():
+    if args.synthetic or not data.is_file():
         data = work / "synthetic.txt"
         synthetic_corpus(data)
     print(f"mpitron {binary}\nconfig {config}\ndata {data}")
@@ -197,7 +205,7 @@ def main() -> int:
     B, T, S = args.batch_size, args.seq_len, args.steps
     common = ["--config", config, "--data", str(data), "--seed", str(args.seed), "--dropout", "0",
               "--batch-size", str(B), "--seq-len", str(T), "--warmup", str(args.warmup),
-              "--eval-batches", str(args.eval_batches), "--threads", "2"]
+              "--lr", repr(args.lr), "--eval-batches", str(args.eval_batches), "--threads", "1"]
     run([binary, "train", *common, "--steps", "0", "--out", str(work / "init")], log)
     ckpt = work / "init" / "ckpt_0.h5"
     batch = ["--data", str(data), "--seed", str(args.seed), "--batch-size", str(B), "--seq-len",
@@ -224,7 +232,7 @@ def main() -> int:
         return 1
 
     _, tc = gpt_torch.load_toml_config(config)
-    tc.steps, tc.warmup_steps = S, args.warmup
+    tc.steps, tc.warmup_steps, tc.lr = S, args.warmup, args.lr
 
     grads_ok = compare_gradients(ckpt, tokens, work / "dump.h5", args.rtol)
     train_ok = compare_training(ckpt, batches, val_batches, work / "train" / "trace.h5", tc,

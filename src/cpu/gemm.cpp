@@ -1,6 +1,9 @@
 #include "src/cpu/gemm.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
 
 #ifdef MPITRON_BLAS
 #include <cblas.h>
@@ -68,6 +71,12 @@ template void gemm_reference<float>(bool, bool, int, int, int, float, const floa
                                     const float*, int, float, float*, int);
 template void gemm_reference<double>(bool, bool, int, int, int, double, const double*, int,
                                      const double*, int, double, double*, int);
+
+int default_compute_threads(int ranks) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env && std::atoi(env) > 0) return std::atoi(env);
+  return ranks == 1 ? int(std::max(1u, std::thread::hardware_concurrency())) : 1;
+}
 
 void set_compute_threads(int n) {
 #ifdef _OPENMP

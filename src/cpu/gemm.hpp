@@ -20,4 +20,8 @@ const char* gemm_library();
 // Sets the threads of the CPU compute libraries (OpenMP and OpenBLAS).
 void set_compute_threads(int n);
 
+// Threads for a rank when none were asked for: OMP_NUM_THREADS where set, else every core for a
+// lone process and one per rank when several share the machine.
+int default_compute_threads(int ranks);
+
 }  // namespace mpitron::cpu

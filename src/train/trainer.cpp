@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -532,10 +533,8 @@ int run_training(TrainOptions opts) {
   if (L.bucket_mb < 0) throw UsageError("--bucket-mb must not be negative");
   if (opts.out.empty())
     opts.out = fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
-  const int threads = opts.threads > 0 ? opts.threads
-                      : grid.shape.world == 1
-                          ? int(std::max(1u, std::thread::hardware_concurrency()))
-                          : 1;
+  const int threads =
+      opts.threads > 0 ? opts.threads : cpu::default_compute_threads(grid.shape.world);
   cpu::set_compute_threads(threads);
   Trainer trainer(std::move(opts), grid);
   trainer.setup();

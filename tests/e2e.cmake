@@ -1,0 +1,13 @@
+# End-to-end tests of the mpitron binary: shell scripts in tests/e2e taking (binary, repo, work dir).
+function(mpitron_e2e_test name script labels timeout)
+  add_test(NAME ${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/${script} $<TARGET_FILE:mpitron>
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout}
+                       ENVIRONMENT "${MPITRON_MPI_ENV}" SKIP_RETURN_CODE 77)
+endfunction()
+
+mpitron_e2e_test(train_determinism determinism.sh unit 300)
+mpitron_e2e_test(train_resume resume.sh unit 300)
+mpitron_e2e_test(bad_input bad_input.sh unit 300)
+mpitron_e2e_test(train_converges converge.sh unit 900)

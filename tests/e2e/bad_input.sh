@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Bad input gets one clear line on stderr and a non-zero exit: never a crash, a hang or a trace.
+source "$(dirname "$0")/common.sh"
+data=$(corpus)
+
+# expect_error "what it must say" command...
+expect_error() {
+  local want=$1
+  shift
+  local rc=0
+  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
+  [[ $rc != 0 ]] || fail "'$*' succeeded"
+  [[ $rc != 124 ]] || fail "'$*' hung"
+  [[ $rc -lt 128 ]] || fail "'$*' crashed (exit $rc): $(cat err.txt)"
+  grep -q -- "$want" err.txt || fail "'$*': expected '$want' in: $(cat err.txt)"
+  local lines
+  lines=$(grep -c . err.txt)
+  [[ $lines == 1 ]] || fail "'$*': expected one line of error, got $lines: $(cat err.txt)"
+  echo "ok ($rc): $(cat err.txt)"
+}
+
+small=(--steps 2 --batch-size 4 --seq-len 16 --eval-every 0)
+"$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --out good
+ckpt=good/ckpt_2.h5
+[[ -e $ckpt ]] || fail "no checkpoint"
+
+expect_error "does not exist" "$MPITRON" train --config "$TINY" --data nothing.txt "${small[@]}"
+expect_error "does not exist" "$MPITRON" train --config nothing.toml --data "$data"
+head -c 100 "$data" >short.txt
+expect_error "too short" "$MPITRON" train --config "$TINY" --data short.txt "${small[@]}"
+
+head -c 300000 $ckpt >good/ckpt_3.h5
+expect_error "truncated or corrupt" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps 4 --out good --resume good/ckpt_3.h5
+head -c 5000 /dev/urandom >noise.h5
+expect_error "not an HDF5 file" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --resume noise.h5
+expect_error "not an HDF5 file" "$MPITRON" generate --ckpt noise.h5 --tokens 3
+expect_error "does not exist" "$MPITRON" generate --ckpt missing.h5 --tokens 3
+expect_error "does not exist" "$MPITRON" compare missing.h5 good/trace.h5
+
+sed 's/n_embd = 128/n_embd = 64/' "$TINY" >narrow.toml
+expect_error "another model shape" "$MPITRON" train --config narrow.toml --data "$data" "${small[@]}" --resume $ckpt
+
+sed 's/^n_head = 4/n_head = 3/' "$TINY" >heads.toml
+expect_error "divisible by n_head" "$MPITRON" train --config heads.toml --data "$data" "${small[@]}"
+cp "$TINY" unknown.toml
+echo "n_layers = 4" >>unknown.toml
+expect_error "unknown key 'train.n_layers'" "$MPITRON" train --config unknown.toml --data "$data" "${small[@]}"
+printf '[model]\nn_layer = "four"\n' >typed.toml
+expect_error "wrong type" "$MPITRON" train --config typed.toml --data "$data" "${small[@]}"
+printf '[model\n' >broken.toml
+expect_error "not valid TOML" "$MPITRON" train --config broken.toml --data "$data" "${small[@]}"
+
+expect_error "batch_size must be positive" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --batch-size 0
+expect_error "seq_len must be positive" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --seq-len -3
+expect_error "steps must not be negative" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps -1
+expect_error "exceeds the model's block_size" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --seq-len 65
+expect_error "dropout must be in" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --dropout 1.5
+echo "bad input ok"

@@ -1,0 +1,39 @@
+# Shared by the end-to-end tests: $MPITRON (binary), $REPO (source tree), $WORK (fresh folder).
+set -euo pipefail
+MPITRON=$1
+REPO=$2
+WORK=$3
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+TINY=$REPO/configs/gpt-tiny.toml
+
+# The corpus: the Bible where io/get_bible.sh made it, else a synthetic text (so a bare checkout
+# still tests everything but convergence on real text).
+corpus() {
+  if [[ -s $REPO/data/kjv.txt ]]; then
+    echo "$REPO/data/kjv.txt"
+  else
+    /usr/bin/python3 -c "
+import random
+r = random.Random(7)
+words = 'and the of to in that he shall unto for i his a lord they be is him not them it with all'.split()
+print('\n'.join(' '.join(r.choice(words) for _ in range(12)) + '.' for _ in range(40000)))" >corpus.txt
+    echo "$WORK/corpus.txt"
+  fi
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Value of a 1-D trace dataset as text, one number a line.
+trace_column() {
+  /usr/bin/python3 -c "
+import sys, h5py
+with h5py.File(sys.argv[1], 'r') as f:
+    for x in f['trace/' + sys.argv[2]][:]: print(repr(float(x)))" "$1" "$2"
+}
