@@ -46,7 +46,7 @@ def read_trace(path: str) -> dict:
     return t
 
 
-def label(t: dict, paths: list[str]) -> str:
+def label(t: dict, paths: list[str], seeds: set) -> str:
     p = Path(t["path"])
     run = p.parent.name if p.name == "trace.h5" and p.parent.name else p.stem
     if len({str(Path(q).parent.name) for q in paths}) < len(paths):
@@ -59,6 +59,8 @@ def label(t: dict, paths: list[str]) -> str:
             bits.append(f"zero{a['layout.zero']}")
     if a.get("train.micro_batches", 1) not in (None, 1):
         bits.append(f"mb{a['train.micro_batches']}")
+    if len(seeds) > 1:
+        bits.append(f"seed {a.get('seed')}")
     if "config" in a and a["config"] not in run:
         bits.insert(0, str(a["config"]))
     return f"{run} ({', '.join(bits)})" if bits else run
@@ -74,7 +76,8 @@ def main() -> int:
     args = ap.parse_args()
 
     traces = [read_trace(p) for p in args.traces]
-    labels = [label(t, args.traces) for t in traces]
+    seeds = {t["attrs"].get("seed") for t in traces}
+    labels = [label(t, args.traces, seeds) for t in traces]
     rows = 2 if args.diff else 1
     fig, axes = plt.subplots(rows, 1, figsize=(9, 4.2 * rows + 0.6), sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": [3, 2][:rows]})

@@ -1,0 +1,54 @@
+# The loss-equivalence matrix: every data-parallel layout reproduces the 1x1x1 baseline's loss
+# trace to 1e-5 relative on every step (DESIGN.md §2.1). The baseline is a CTest fixture.
+set(MPITRON_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_baseline)
+add_test(NAME equivalence_baseline
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/baseline.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${MPITRON_BASELINE_DIR})
+set_tests_properties(equivalence_baseline PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
+                     ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_SETUP equivalence_baseline)
+
+# mpitron_layout_test(name ranks flags...)
+function(mpitron_layout_test name ranks)
+  add_test(NAME equivalence_${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/layout.sh $<TARGET_FILE:mpitron>
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/equivalence_${name}
+                   ${MPITRON_BASELINE_DIR}/trace.h5 ${ranks} ${ARGN})
+  set_tests_properties(equivalence_${name} PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
+                       ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_REQUIRED equivalence_baseline)
+endfunction()
+
+mpitron_layout_test(dp2_allreduce 2 --dp 2 --dp-reduce allreduce)
+mpitron_layout_test(dp2_ring 2 --dp 2 --dp-reduce ring)
+mpitron_layout_test(dp2_gather_scatter 2 --dp 2 --dp-reduce gather-scatter)
+mpitron_layout_test(dp4_allreduce 4 --dp 4 --dp-reduce allreduce)
+mpitron_layout_test(dp4_ring 4 --dp 4 --dp-reduce ring)
+mpitron_layout_test(dp4_gather_scatter 4 --dp 4 --dp-reduce gather-scatter)
+mpitron_layout_test(dp3_allreduce 3 --dp 3)
+mpitron_layout_test(dp3_ring_zero1 3 --dp 3 --dp-reduce ring --zero 1)
+mpitron_layout_test(dp2_bucketed_allreduce 2 --dp 2 --bucket-mb 0.25)
+mpitron_layout_test(dp4_bucketed_ring 4 --dp 4 --dp-reduce ring --bucket-mb 0.1)
+mpitron_layout_test(dp2_bucketed_gather_scatter 2 --dp 2 --dp-reduce gather-scatter --bucket-mb 0.5)
+mpitron_layout_test(dp1_micro2 1 --micro-batches 2)
+mpitron_layout_test(dp1_micro4 1 --micro-batches 4)
+mpitron_layout_test(dp2_micro2_bucketed 2 --dp 2 --micro-batches 2 --bucket-mb 0.25)
+mpitron_layout_test(dp2_micro4 2 --dp 2 --micro-batches 4)
+mpitron_layout_test(dp2_zero1 2 --dp 2 --zero 1)
+mpitron_layout_test(dp4_zero1 4 --dp 4 --zero 1)
+mpitron_layout_test(dp2_zero2 2 --dp 2 --zero 2)
+mpitron_layout_test(dp4_zero2 4 --dp 4 --zero 2)
+mpitron_layout_test(dp4_zero1_ring 4 --dp 4 --zero 1 --dp-reduce ring)
+mpitron_layout_test(dp2_zero2_gather_scatter 2 --dp 2 --zero 2 --dp-reduce gather-scatter)
+mpitron_layout_test(dp4_zero2_micro2 4 --dp 4 --zero 2 --micro-batches 2)
+
+add_test(NAME equivalence_resume_across_layouts
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_layout.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_layouts
+                 ${MPITRON_BASELINE_DIR}/trace.h5)
+set_tests_properties(equivalence_resume_across_layouts PROPERTIES LABELS "equivalence;mpi"
+                     TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
+                     FIXTURES_REQUIRED equivalence_baseline)
+
+add_test(NAME bad_layout
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bad_layout.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/bad_layout)
+set_tests_properties(bad_layout PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}")
