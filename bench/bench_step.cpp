@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
                            tokens_per_step +
                        6.0 * cfg.n_layer * double(batch) * seq * seq * cfg.n_embd;
   const double med = median(ms);
+  const double lo = *std::min_element(ms.begin(), ms.end());
+  const double hi = *std::max_element(ms.begin(), ms.end());
   const double tok_s = tokens_per_step / (med / 1e3);
   const double gflops = flops / (med / 1e3) / 1e9;
   const double per_step = double(allocs) / steps;
@@ -132,15 +134,14 @@ int main(int argc, char** argv) {
         "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"peak_bytes\": {}, \"loss\": {:.6f}, "
         "\"gemm\": \"{}\"}}\n",
         name, cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, batch, seq, threads, params,
-        steps, med, *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()),
-        tok_s, flops / 1e9, gflops, per_step, alloc.peak_bytes, last_loss, cpu::gemm_library());
+        steps, med, lo, hi, tok_s, flops / 1e9, gflops, per_step, alloc.peak_bytes, last_loss,
+        cpu::gemm_library());
   } else {
     fmt::print("config {}: {} layers, width {}, {} heads, vocab {}, {} parameters\n", name,
                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params);
     fmt::print("batch {} x seq {}, {} threads, gemm {}, {} warm-up + {} timed steps\n", batch, seq,
                threads, cpu::gemm_library(), warmup, steps);
-    fmt::print("ms/step median {:.2f} (min {:.2f}, max {:.2f})\n", med,
-               *std::min_element(ms.begin(), ms.end()), *std::max_element(ms.begin(), ms.end()));
+    fmt::print("ms/step median {:.2f} (min {:.2f}, max {:.2f})\n", med, lo, hi);
     fmt::print("tokens/s {:.0f}\n", tok_s);
     fmt::print("model GFLOP/step {:.3f} (6*(params-wpe)*tokens + 6*L*B*T^2*C), achieved GFLOP/s "
                "{:.2f}\n",

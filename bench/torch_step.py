@@ -85,7 +85,8 @@ def main() -> int:
         "threads": args.threads, "params": n_params, "steps": args.steps,
         "ms_per_step": round(med, 3), "ms_min": round(min(ms), 3), "ms_max": round(max(ms), 3),
         "tokens_per_s": round(tokens_per_step / (med / 1e3), 1),
-        "model_gflop_per_step": round(flops / 1e9, 4), "gflops": round(flops / (med / 1e3) / 1e9, 2),
+        "model_gflop_per_step": round(flops / 1e9, 4),
+        "gflops": round(flops / (med / 1e3) / 1e9, 2),
         "loss": round(loss, 6), "torch": torch.__version__,
     }))
     return 0

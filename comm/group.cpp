@@ -378,7 +378,7 @@ void Group::ring_all_gather_impl(T* buf, size_t n) {
   const int p = size_, r = rank_;
   if (p == 1) return;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  for (int s = 0; s < p - 2; ++s) {
+  for (int s = 0; s < p - 1; ++s) {
     const auto [sb, se] = ring_chunk_range(n, p, ((r - s) % p + p) % p);
     const auto [rb, re] = ring_chunk_range(n, p, ((r - s - 1) % p + p) % p);
     MPI_CHECK(MPI_Sendrecv(buf + sb, to_count(se - sb), mpi_type<T>(), right, kRingTag, buf + rb,

@@ -52,3 +52,9 @@ add_test(NAME bad_layout
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bad_layout.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/bad_layout)
 set_tests_properties(bad_layout PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}")
+
+add_test(NAME zero_memory_falls_with_dp
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/zero_memory.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/zero_memory)
+set_tests_properties(zero_memory_falls_with_dp PROPERTIES LABELS mpi TIMEOUT 300
+                     ENVIRONMENT "${MPITRON_MPI_ENV}")

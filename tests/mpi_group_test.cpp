@@ -69,9 +69,12 @@ int64_t bit_hash(const std::vector<float>& v) {
   return static_cast<int64_t>(h >> 2);
 }
 
-// True on every rank iff x is the same on every rank of g.
+// True on every rank iff x is the same on every rank of g. Both reductions always run: a
+// short-circuit here would let ranks disagree on the number of collectives (a hang).
 bool same_everywhere(Group& g, int64_t x) {
-  return g.allreduce_max(x) == x && g.allreduce_max(-x) == -x;
+  const int64_t hi = g.allreduce_max(x);
+  const int64_t lo = -g.allreduce_max(-x);
+  return hi == x && lo == x;
 }
 
 // ---- all-reduce: MPI blocking / non-blocking, ring, gather-scatter --------------------------------

@@ -145,9 +145,12 @@ def read_checkpoint(path: str) -> tuple[GptConfig, dict[str, np.ndarray], dict]:
         attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
         cfg = GptConfig(**{k: int(attrs[f"model.{k}"]) for k in GptConfig.__dataclass_fields__})
         params = {}
-        f["params"].visititems(
-            lambda name, obj: params.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
-        )
+
+        def take(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                params[name] = obj[()]
+
+        f["params"].visititems(take)
     return cfg, params, attrs
 
 

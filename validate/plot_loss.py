@@ -68,7 +68,8 @@ def label(t: dict, paths: list[str], seeds: set) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("traces", nargs="+", help="trace.h5 files; the first is the reference for --diff")
+    ap.add_argument("traces", nargs="+",
+                    help="trace.h5 files; the first is the reference for --diff")
     ap.add_argument("-o", "--output", required=True, help="PNG to write")
     ap.add_argument("--diff", action="store_true", help="add a panel of relative differences")
     ap.add_argument("--title", default=None)
@@ -115,7 +116,8 @@ def main() -> int:
         for i, (t, lab) in enumerate(zip(traces, labels)):
             if i == 0:
                 continue
-            common = [(s, l) for s, l in zip(t["step"].tolist(), t["loss"].tolist()) if s in ref_loss]
+            pairs = zip(t["step"].tolist(), t["loss"].tolist())
+            common = [(s, l) for s, l in pairs if s in ref_loss]
             if not common:
                 print(f"warning: {t['path']} has no step in common with {ref['path']}",
                       file=sys.stderr)
