@@ -48,8 +48,7 @@ std::vector<int> group_ranks(const GridShape& s, int rank, int axis_size, Vary v
 std::string check_grid_shape(const GridShape& s) {
   if (s.dp < 1 || s.tp < 1 || s.pp < 1)
     return layout_text(s) + " is impossible: dp, tp and pp must each be at least 1";
-  if (s.world < 1)
-    return "the job has " + std::to_string(s.world) + " ranks: it needs at least 1";
+  if (s.world < 1) return "the job has " + std::to_string(s.world) + " ranks: it needs at least 1";
   const long long need = static_cast<long long>(s.dp) * s.tp * s.pp;
   if (need != s.world)
     return layout_text(s) + " needs " + std::to_string(need) + " ranks but the job has " +

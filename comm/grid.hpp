@@ -1,6 +1,6 @@
-// comm::Grid: the DP x TP x PP process layout. Pure rank arithmetic first (testable without MPI), then
-// one MPI_Comm_split per axis. Rank order puts TP innermost (so a TP group stays inside a node), then
-// DP, then PP:  rank = (pp_rank * dp + dp_rank) * tp + tp_rank  (as Megatron-LM orders them).
+// comm::Grid: the DP x TP x PP process layout, pure rank arithmetic (testable without MPI) and then
+// one MPI_Comm_split per axis. TP is innermost (a TP group stays inside a node), then DP, then PP,
+// as in Megatron-LM:  rank = (pp_rank * dp + dp_rank) * tp + tp_rank.
 #pragma once
 #include <string>
 #include <vector>

@@ -78,7 +78,7 @@ uint64_t broadcast_bytes_sent(size_t n_bytes, int p, int r, int root) {
   return r == (root + p - 1) % p ? 0 : n_bytes;
 }
 
-// ---- Request ------------------------------------------------------------------------------------
+// ---- Request ----
 
 Request& Request::operator=(Request&& o) noexcept {
   if (this != &o) {
@@ -107,7 +107,7 @@ void wait_all(std::span<Request> reqs) {
   for (Request& r : reqs) r.wait();
 }
 
-// ---- Group lifetime ------------------------------------------------------------------------------
+// ---- Group lifetime ----
 
 Group::Group(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MPITRON_REQUIRE(comm != MPI_COMM_NULL, "Group over MPI_COMM_NULL");
@@ -150,7 +150,7 @@ std::byte* Group::scratch(size_t bytes) {
   return scratch_.data();
 }
 
-// ---- MPI collectives ------------------------------------------------------------------------------
+// ---- MPI collectives ----
 
 // One template per operation, shared by the float and double members below.
 namespace {
@@ -171,8 +171,8 @@ Request iallreduce_sum_t(Group& g, T* buf, size_t n) {
 
 template <class T>
 void reduce_scatter_sum_t(Group& g, const T* send, T* recv, size_t recv_count) {
-  MPI_CHECK(MPI_Reduce_scatter_block(send, recv, to_count(recv_count), mpi_type<T>(), MPI_SUM,
-                                     g.comm()));
+  MPI_CHECK(
+      MPI_Reduce_scatter_block(send, recv, to_count(recv_count), mpi_type<T>(), MPI_SUM, g.comm()));
   g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * recv_count * sizeof(T);
 }
 
@@ -261,14 +261,30 @@ T allreduce_scalar_t(Group& g, T v, MPI_Op op) {
 
 }  // namespace
 
-void Group::allreduce_sum(float* buf, size_t n) { allreduce_sum_t(*this, buf, n); }
-void Group::allreduce_sum(double* buf, size_t n) { allreduce_sum_t(*this, buf, n); }
-Request Group::iallreduce_sum(float* buf, size_t n) { return iallreduce_sum_t(*this, buf, n); }
-Request Group::iallreduce_sum(double* buf, size_t n) { return iallreduce_sum_t(*this, buf, n); }
-double Group::allreduce_sum(double v) { return allreduce_scalar_t(*this, v, MPI_SUM); }
-int64_t Group::allreduce_sum(int64_t v) { return allreduce_scalar_t(*this, v, MPI_SUM); }
-double Group::allreduce_max(double v) { return allreduce_scalar_t(*this, v, MPI_MAX); }
-int64_t Group::allreduce_max(int64_t v) { return allreduce_scalar_t(*this, v, MPI_MAX); }
+void Group::allreduce_sum(float* buf, size_t n) {
+  allreduce_sum_t(*this, buf, n);
+}
+void Group::allreduce_sum(double* buf, size_t n) {
+  allreduce_sum_t(*this, buf, n);
+}
+Request Group::iallreduce_sum(float* buf, size_t n) {
+  return iallreduce_sum_t(*this, buf, n);
+}
+Request Group::iallreduce_sum(double* buf, size_t n) {
+  return iallreduce_sum_t(*this, buf, n);
+}
+double Group::allreduce_sum(double v) {
+  return allreduce_scalar_t(*this, v, MPI_SUM);
+}
+int64_t Group::allreduce_sum(int64_t v) {
+  return allreduce_scalar_t(*this, v, MPI_SUM);
+}
+double Group::allreduce_max(double v) {
+  return allreduce_scalar_t(*this, v, MPI_MAX);
+}
+int64_t Group::allreduce_max(int64_t v) {
+  return allreduce_scalar_t(*this, v, MPI_MAX);
+}
 
 void Group::reduce_scatter_sum(const float* send, float* recv, size_t recv_count) {
   reduce_scatter_sum_t(*this, send, recv, recv_count);
@@ -295,10 +311,18 @@ Request Group::iall_gather(const double* send, double* recv, size_t send_count) 
   return iall_gather_t(*this, send, recv, send_count);
 }
 
-void Group::broadcast(float* buf, size_t n, int root) { broadcast_t(*this, buf, n, root); }
-void Group::broadcast(double* buf, size_t n, int root) { broadcast_t(*this, buf, n, root); }
-void Group::broadcast(int64_t* buf, size_t n, int root) { broadcast_t(*this, buf, n, root); }
-void Group::broadcast(uint64_t* buf, size_t n, int root) { broadcast_t(*this, buf, n, root); }
+void Group::broadcast(float* buf, size_t n, int root) {
+  broadcast_t(*this, buf, n, root);
+}
+void Group::broadcast(double* buf, size_t n, int root) {
+  broadcast_t(*this, buf, n, root);
+}
+void Group::broadcast(int64_t* buf, size_t n, int root) {
+  broadcast_t(*this, buf, n, root);
+}
+void Group::broadcast(uint64_t* buf, size_t n, int root) {
+  broadcast_t(*this, buf, n, root);
+}
 
 void Group::gather(const float* send, float* recv, size_t count, int root) {
   gather_t(*this, send, recv, count, root);
@@ -313,10 +337,18 @@ void Group::scatter(const double* send, double* recv, size_t count, int root) {
   scatter_t(*this, send, recv, count, root);
 }
 
-void Group::send(const float* buf, size_t n, int dest, int tag) { send_t(*this, buf, n, dest, tag); }
-void Group::send(const double* buf, size_t n, int dest, int tag) { send_t(*this, buf, n, dest, tag); }
-void Group::recv(float* buf, size_t n, int src, int tag) { recv_t(*this, buf, n, src, tag); }
-void Group::recv(double* buf, size_t n, int src, int tag) { recv_t(*this, buf, n, src, tag); }
+void Group::send(const float* buf, size_t n, int dest, int tag) {
+  send_t(*this, buf, n, dest, tag);
+}
+void Group::send(const double* buf, size_t n, int dest, int tag) {
+  send_t(*this, buf, n, dest, tag);
+}
+void Group::recv(float* buf, size_t n, int src, int tag) {
+  recv_t(*this, buf, n, src, tag);
+}
+void Group::recv(double* buf, size_t n, int src, int tag) {
+  recv_t(*this, buf, n, src, tag);
+}
 Request Group::isend(const float* buf, size_t n, int dest, int tag) {
   return isend_t(*this, buf, n, dest, tag);
 }
@@ -347,13 +379,15 @@ Request Group::ibroadcast(float* buf, size_t n, int root) {
   return Request(r);
 }
 
-void Group::barrier() { MPI_CHECK(MPI_Barrier(comm_)); }
+void Group::barrier() {
+  MPI_CHECK(MPI_Barrier(comm_));
+}
 
-// ---- hand-written algorithms --------------------------------------------------------------------
+// ---- hand-written algorithms ----
 
 // Step s = 0..p-2: send chunk r-s-1 to the right, receive chunk r-s-2 from the left and add our own
-// contribution. Chunk c is summed as a left fold over ranks c+1, c+2, ..., c (mod p) and ends complete
-// on rank c — a fixed order, independent of timing.
+// contribution. Chunk c is summed as a left fold over ranks c+1, c+2, ..., c (mod p) and ends
+// complete on rank c — a fixed order, independent of timing.
 template <class T>
 void Group::ring_reduce_scatter_impl(T* buf, size_t n) {
   const int p = size_, r = rank_;
@@ -389,7 +423,8 @@ void Group::ring_all_gather_impl(T* buf, size_t n) {
 }
 
 // Rank 0 receives the buffers one by one in rank order (so the sum is ((x0 + x1) + x2) + ...) and
-// sends the result back to each rank; p·n traffic through one rank, which is the point of showing it.
+// sends the result back to each rank; p·n traffic through one rank, which is the point of showing
+// it.
 template <class T>
 void Group::gather_scatter_impl(T* buf, size_t n) {
   const int p = size_;
@@ -420,12 +455,23 @@ void Group::ring_allreduce_sum(double* buf, size_t n) {
   ring_reduce_scatter_impl(buf, n);
   ring_all_gather_impl(buf, n);
 }
-void Group::ring_reduce_scatter_sum(float* buf, size_t n) { ring_reduce_scatter_impl(buf, n); }
-void Group::ring_reduce_scatter_sum(double* buf, size_t n) { ring_reduce_scatter_impl(buf, n); }
-void Group::ring_all_gather(float* buf, size_t n) { ring_all_gather_impl(buf, n); }
-void Group::ring_all_gather(double* buf, size_t n) { ring_all_gather_impl(buf, n); }
-void Group::gather_scatter_allreduce_sum(float* buf, size_t n) { gather_scatter_impl(buf, n); }
-void Group::gather_scatter_allreduce_sum(double* buf, size_t n) { gather_scatter_impl(buf, n); }
-
+void Group::ring_reduce_scatter_sum(float* buf, size_t n) {
+  ring_reduce_scatter_impl(buf, n);
+}
+void Group::ring_reduce_scatter_sum(double* buf, size_t n) {
+  ring_reduce_scatter_impl(buf, n);
+}
+void Group::ring_all_gather(float* buf, size_t n) {
+  ring_all_gather_impl(buf, n);
+}
+void Group::ring_all_gather(double* buf, size_t n) {
+  ring_all_gather_impl(buf, n);
+}
+void Group::gather_scatter_allreduce_sum(float* buf, size_t n) {
+  gather_scatter_impl(buf, n);
+}
+void Group::gather_scatter_allreduce_sum(double* buf, size_t n) {
+  gather_scatter_impl(buf, n);
+}
 
 }  // namespace mpitron::comm

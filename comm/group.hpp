@@ -1,6 +1,6 @@
-// comm::Group: one MPI communicator behind the collectives mpitron uses, each counting the bytes this
-// rank sends. Besides MPI's own collectives it has a hand-written ring all-reduce (reduce-scatter then
-// all-gather, Patarasuk & Yuan 2009, 2(p-1)/p·n per rank) and a naive gather-scatter one, for study.
+// comm::Group: an MPI communicator with the collectives mpitron uses, each counting the bytes this
+// rank sends; plus a hand-written ring all-reduce (reduce-scatter then all-gather, Patarasuk & Yuan
+// 2009: 2(p-1)/p·n bytes per rank) and a naive gather-scatter one, for study.
 #pragma once
 #include <mpi.h>
 
@@ -13,16 +13,16 @@
 namespace mpitron::comm {
 
 // Chunk r of n elements split over p parts: [begin, end). The first n % p chunks are one element
-// longer, so chunks differ by at most one and cover [0, n) in order. Used by the ring collectives and
-// for ZeRO shards (rank r owns chunk r). Requires p >= 1 and 0 <= r < p.
+// longer, so chunks differ by at most one and cover [0, n) in order. Used by the ring collectives
+// and for ZeRO shards (rank r owns chunk r). Requires p >= 1 and 0 <= r < p.
 std::pair<size_t, size_t> ring_chunk_range(size_t n, int p, int r);
 
 // Tags at or above this value are reserved for the hand-written algorithms of Group; send/recv/
 // isend/irecv require 0 <= tag < kReservedTag. (MPI guarantees tags up to 32767.)
 inline constexpr int kReservedTag = 32000;
 
-// A pending non-blocking operation. Move-only; the destructor waits if it is still pending, so a buffer
-// handed to a non-blocking call must outlive its Request.
+// A pending non-blocking operation. Move-only; the destructor waits if it is still pending, so a
+// buffer handed to a non-blocking call must outlive its Request.
 class Request {
  public:
   Request() = default;
@@ -48,8 +48,8 @@ void wait_all(std::span<Request> reqs);
 
 // An MPI communicator with the collectives and point-to-point calls of the trainer. Owns the
 // communicator when it was created by split (freed in the destructor); a Group over MPI_COMM_WORLD
-// does not own it. Move-only. All ranks of the group must make the same collective calls in the same
-// order (non-blocking ones included), as MPI requires.
+// does not own it. Move-only. All ranks of the group must make the same collective calls in the
+// same order (non-blocking ones included), as MPI requires.
 //
 // bytes_sent counts what THIS rank sends, in bytes, summed over operations; the trainer reads and
 // resets it. Convention, with n the bytes of the full buffer, p = size(), r = rank(), and
@@ -99,7 +99,8 @@ class Group {
   double allreduce_max(double v);
   int64_t allreduce_max(int64_t v);
 
-  // ---- reduce-scatter / all-gather: send has size()*recv_count elements, block r goes to rank r ----
+  // ---- reduce-scatter / all-gather ----
+  // reduce_scatter: send has size()*recv_count elements, block r goes to rank r.
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count);
   void reduce_scatter_sum(const double* send, double* recv, size_t recv_count);
   Request ireduce_scatter_sum(const float* send, float* recv, size_t recv_count);
@@ -152,8 +153,8 @@ class Group {
   // rank. Sends n minus chunk r+1 mod p.
   void ring_all_gather(float* buf, size_t n);
   void ring_all_gather(double* buf, size_t n);
-  // Deliberately naive: rank 0 receives every rank's buffer, sums in rank order 0..p-1 and sends the
-  // sum to every rank. Root sends (p-1)·n, the others n. Bitwise identical on every rank.
+  // Deliberately naive: rank 0 receives every rank's buffer, sums in rank order 0..p-1 and sends
+  // the sum to every rank. Root sends (p-1)·n, the others n. Bitwise identical on every rank.
   void gather_scatter_allreduce_sum(float* buf, size_t n);
   void gather_scatter_allreduce_sum(double* buf, size_t n);
 

@@ -1,5 +1,5 @@
-// MPI test of comm::Group and comm::make_grid, run by CTest at 1, 2, 3 and 4 ranks: every collective
-// (blocking and not), the hand-written ring and gather-scatter all-reduces and the byte counters against
+// MPI test of comm::Group and comm::make_grid, run by CTest at 1-4 ranks: every collective
+// (blocking and not), the ring and gather-scatter all-reduces and the byte counters, against
 // references computed locally from known per-rank data (integer-valued floats, so sums are exact).
 #include <mpi.h>
 
@@ -24,8 +24,8 @@ using namespace mpitron::comm;
 int g_failures = 0;
 int g_rank = 0;
 
-// Records a failure and carries on: control flow never depends on a check, so every rank still makes
-// the same collective calls and a failure cannot turn into a hang.
+// Records a failure and carries on: control flow never depends on a check, so every rank still
+// makes the same collective calls and a failure cannot turn into a hang.
 void expect(bool ok, const std::string& what, int line) {
   if (ok) return;
   ++g_failures;
@@ -36,7 +36,9 @@ void expect(bool ok, const std::string& what, int line) {
 const std::vector<size_t> kSizes = {0, 1, 2, 3, 5, 17, 1000, 4099};
 
 // Rank r's contribution at global index i: small integers, so every sum below is exact in float.
-float value(int r, size_t i) { return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11)); }
+float value(int r, size_t i) {
+  return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 11));
+}
 
 std::vector<float> data(int r, size_t n) {
   std::vector<float> v(n);
@@ -56,7 +58,9 @@ size_t chunk_len(size_t n, int p, int r) {
   return e - b;
 }
 
-std::string ctx(const char* what, size_t n) { return std::string(what) + " n=" + std::to_string(n); }
+std::string ctx(const char* what, size_t n) {
+  return std::string(what) + " n=" + std::to_string(n);
+}
 
 // FNV-1a over the bit patterns, folded to 62 bits so that its negation is representable.
 int64_t bit_hash(const std::vector<float>& v) {
@@ -77,7 +81,7 @@ bool same_everywhere(Group& g, int64_t x) {
   return hi == x && lo == x;
 }
 
-// ---- all-reduce: MPI blocking / non-blocking, ring, gather-scatter --------------------------------
+// ---- all-reduce: MPI blocking / non-blocking, ring, gather-scatter ----
 
 void test_allreduce(Group& g) {
   const int p = g.size(), r = g.rank();
@@ -148,7 +152,8 @@ void test_ring_halves(Group& g) {
     for (size_t i = b; i < e; ++i) ag[i] = value(7, i);
     before = g.bytes_sent;
     g.ring_all_gather(ag.data(), n);
-    EXPECT(g.bytes_sent - before == (n - chunk_len(n, p, (r + 1) % p)) * 4, ctx("ring AG bytes", n));
+    EXPECT(g.bytes_sent - before == (n - chunk_len(n, p, (r + 1) % p)) * 4,
+           ctx("ring AG bytes", n));
     EXPECT(ag == data(7, n), ctx("ring_all_gather", n));
   }
 }
@@ -186,7 +191,7 @@ void test_bitwise_agreement(Group& g) {
   }
 }
 
-// ---- reduce-scatter, all-gather ------------------------------------------------------------------
+// ---- reduce-scatter, all-gather ----
 
 void test_reduce_scatter_all_gather(Group& g) {
   const int p = g.size(), r = g.rank();
@@ -266,7 +271,7 @@ void test_overlapping_nonblocking(Group& g) {
   EXPECT(b == reference_sum(p, n) && !x.pending(), "move-assign waits");
 }
 
-// ---- broadcast, gather, scatter -----------------------------------------------------------------
+// ---- broadcast, gather, scatter ----
 
 void test_broadcast_gather_scatter(Group& g) {
   const int p = g.size(), r = g.rank();
@@ -349,15 +354,17 @@ void test_broadcast_gather_scatter(Group& g) {
       b0 = g.bytes_sent;
       g.scatter(r == root ? blocks.data() : nullptr, got.data(), count, root);
       EXPECT(got == want_blk, ctx("scatter", count));
-      EXPECT(g.bytes_sent - b0 == (r == root ? (p - 1) * count * 4 : 0), ctx("scatter bytes", count));
+      EXPECT(g.bytes_sent - b0 == (r == root ? (p - 1) * count * 4 : 0),
+             ctx("scatter bytes", count));
       std::vector<double> dblocks(blocks.begin(), blocks.end()), dgot(count);
       g.scatter(r == root ? dblocks.data() : nullptr, dgot.data(), count, root);
-      EXPECT(std::vector<float>(dgot.begin(), dgot.end()) == want_blk, ctx("scatter double", count));
+      EXPECT(std::vector<float>(dgot.begin(), dgot.end()) == want_blk,
+             ctx("scatter double", count));
     }
   }
 }
 
-// ---- point-to-point ------------------------------------------------------------------------------
+// ---- point-to-point ----
 
 void test_point_to_point(Group& g) {
   const int p = g.size(), r = g.rank();
@@ -412,7 +419,7 @@ void test_point_to_point(Group& g) {
   }
 }
 
-// ---- scalars, barrier, moves -----------------------------------------------------------------------
+// ---- scalars, barrier, moves ----
 
 void test_scalars_and_moves(Group& g) {
   const int p = g.size(), r = g.rank();
@@ -438,7 +445,7 @@ void test_scalars_and_moves(Group& g) {
   EXPECT(g.size() == p && moved.size() == 0, "move-assign back");
 }
 
-// ---- make_grid ------------------------------------------------------------------------------------
+// ---- make_grid ----
 
 void test_bad_layouts(Group& world) {
   const int p = world.size();
@@ -451,8 +458,8 @@ void test_bad_layouts(Group& world) {
   if (p == 4) tries.push_back({3, 1, 1});
   for (const Try& t : tries) {
     const std::string want = check_grid_shape({p, t.dp, t.tp, t.pp});
-    const std::string what =
-        "make_grid(" + std::to_string(t.dp) + "," + std::to_string(t.tp) + "," + std::to_string(t.pp) + ")";
+    const std::string what = "make_grid(" + std::to_string(t.dp) + "," + std::to_string(t.tp) +
+                             "," + std::to_string(t.pp) + ")";
     EXPECT(!want.empty(), what + " should be a bad layout");
     bool threw = false;
     try {
@@ -511,9 +518,9 @@ void test_good_layouts(Group& world) {
       check_axis(grid.tp, tp_group_ranks(s, rank), rank, (what + " tp").c_str());
       check_axis(grid.pp, pp_group_ranks(s, rank), rank, (what + " pp").c_str());
       EXPECT(grid.world.bytes_sent == 0, what + " axis traffic is not counted on world");
-      EXPECT(grid.dp.rank() == c.dp_rank && grid.tp.rank() == c.tp_rank &&
-                 grid.pp.rank() == c.pp_rank,
-             what + " group ranks are the coordinates");
+      EXPECT(
+          grid.dp.rank() == c.dp_rank && grid.tp.rank() == c.tp_rank && grid.pp.rank() == c.pp_rank,
+          what + " group ranks are the coordinates");
     }
 }
 

@@ -1,5 +1,5 @@
-// Unit tests of the pure rank arithmetic of comm::Grid (no MPI): coordinates, the three axes' groups,
-// the layout error messages, and ring_chunk_range (used by the ring collectives and ZeRO shards).
+// Unit tests of comm::Grid's pure rank arithmetic (no MPI): coordinates, the three axes' groups,
+// layout error messages, and ring_chunk_range (the ring collectives' chunks and ZeRO shards).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -141,9 +141,10 @@ TEST(Grid, BadShapesGetClearMessages) {
   EXPECT_EQ(check_grid_shape({4, 3, 1, 1}),
             "layout dp=3 tp=1 pp=1 needs 3 ranks but the job has 4: make dp*tp*pp equal the number "
             "of ranks (mpirun -n / srun -n)");
-  EXPECT_EQ(check_grid_shape({8, 2, 2, 4}),
-            "layout dp=2 tp=2 pp=4 needs 16 ranks but the job has 8: make dp*tp*pp equal the number "
-            "of ranks (mpirun -n / srun -n)");
+  EXPECT_EQ(
+      check_grid_shape({8, 2, 2, 4}),
+      "layout dp=2 tp=2 pp=4 needs 16 ranks but the job has 8: make dp*tp*pp equal the number "
+      "of ranks (mpirun -n / srun -n)");
   for (GridShape s : {GridShape{4, 0, 4, 1}, GridShape{4, 4, 0, 1}, GridShape{4, 4, 1, 0},
                       GridShape{4, -1, -4, 1}}) {
     const std::string m = check_grid_shape(s);

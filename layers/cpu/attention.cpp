@@ -1,6 +1,7 @@
 // Multi-head attention over a fused qkv buffer: per (b,h), P = softmax(Q K^T / sqrt(HS) [causal])
 // and out = P V, the products by cpu::gemm on strided views (row stride 3C into qkv, C into out).
 #include "layers/attention.hpp"
+#include "src/cpu/fastmath.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -28,10 +29,12 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
       F* row = p + ptrdiff_t(i) * T;
       const int len = causal ? i + 1 : T;  // keys j < len are visible to query i
       F mx = row[0];
+#pragma omp simd reduction(max : mx)
       for (int j = 1; j < len; ++j) mx = std::max(mx, row[j]);
       F sum = 0;
+#pragma omp simd reduction(+ : sum)
       for (int j = 0; j < len; ++j) {
-        row[j] = std::exp(row[j] - mx);
+        row[j] = exp_fast(row[j] - mx);
         sum += row[j];
       }
       const F inv = F(1) / sum;

@@ -1,6 +1,7 @@
 // Softmax cross-entropy in log-sum-exp form: loss_i = lse_i - logits[i, target_i], lse computed
 // max-subtracted; backward dlogits = (exp(logits - lse) - onehot) * dloss, safe in place.
 #include "layers/crossentropy.hpp"
+#include "src/cpu/fastmath.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,9 +16,11 @@ void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* tar
   for (int n = 0; n < N; ++n) {
     const F* x = logits + ptrdiff_t(n) * V;
     F mx = x[0];
+#pragma omp simd reduction(max : mx)
     for (int j = 1; j < V; ++j) mx = std::max(mx, x[j]);
     F sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(x[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) sum += exp_fast(x[j] - mx);
     const F l = mx + std::log(sum);
     lse[n] = l;
     losses[n] = l - x[targets[n]];
@@ -34,7 +37,8 @@ void crossentropy_backward(F* dlogits, const F* logits, const F* lse, const int3
     F* d = dlogits + ptrdiff_t(n) * V;
     const F l = lse[n];
     const int t = targets[n];
-    for (int j = 0; j < V; ++j) d[j] = (std::exp(x[j] - l) - F(j == t)) * dloss;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) d[j] = (exp_fast(x[j] - l) - F(j == t)) * dloss;
   }
 }
 

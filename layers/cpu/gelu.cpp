@@ -1,6 +1,7 @@
 // GELU, tanh approximation: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); backward
 // uses the exact derivative of that formula, dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) du/dx.
 #include "layers/gelu.hpp"
+#include "src/cpu/fastmath.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -17,10 +18,10 @@ template <class F>
 void gelu_forward(F* out, const F* inp, size_t n) {
   const F s = F(kSqrt2OverPi), a = F(kCubic);
   const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (len >= kParallelMin)
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
-    out[i] = F(0.5) * x * (F(1) + std::tanh(s * (x + a * x * x * x)));
+    out[i] = F(0.5) * x * (F(1) + tanh_fast(s * (x + a * x * x * x)));
   }
 }
 
@@ -28,10 +29,10 @@ template <class F>
 void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
   const F s = F(kSqrt2OverPi), a = F(kCubic);
   const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (len >= kParallelMin)
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
-    const F th = std::tanh(s * (x + a * x * x * x));
+    const F th = tanh_fast(s * (x + a * x * x * x));
     const F du = s * (F(1) + F(3) * a * x * x);
     dinp[i] = dout[i] * (F(0.5) * (F(1) + th) + F(0.5) * x * (F(1) - th * th) * du);
   }

@@ -1,0 +1,35 @@
+// Vectorisable exp and tanh for float (Cephes-style range reduction and a degree-6 polynomial,
+// about 2 ulp): glibc's expf/tanhf are scalar calls that the compiler cannot vectorise, and they
+// dominated GELU and softmax. The double overloads are the library functions, so float64
+// gradient checks still run against the reference math.
+#pragma once
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace mpitron::cpu {
+
+inline float exp_fast(float x) {
+  x = std::fmin(std::fmax(x, -87.0f), 88.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  x = x - n * 0.693359375f + n * 2.12194440e-4f;  // x - n ln2, in two parts
+  float y = 1.9875691500e-4f;
+  y = y * x + 1.3981999507e-3f;
+  y = y * x + 8.3334519073e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * x * x + x + 1.0f;
+  return y * std::bit_cast<float>((int32_t(n) + 127) << 23);
+}
+
+// tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|)
+inline float tanh_fast(float u) {
+  const float e = exp_fast(-2.0f * std::fabs(u));
+  return std::copysign((1.0f - e) / (1.0f + e), u);
+}
+
+inline double exp_fast(double x) { return std::exp(x); }
+inline double tanh_fast(double u) { return std::tanh(u); }
+
+}  // namespace mpitron::cpu

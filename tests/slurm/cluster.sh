@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# A private single-node Slurm cluster on localhost for the `slurm` tests, sourced by them:
+# munged, slurmctld and slurmd started by hand (no systemd) with all state in a temporary folder,
+# partitions named like PSC Bridges-2's (RM, RM-shared, GPU, GPU-shared) and eight fake
+# `v100-32` GPUs (character devices, no hardware behind them), torn down on exit.
+# Where munge or Slurm cannot start here the test exits 77 (CTest: skipped) saying why.
+#
+# Use:  source cluster.sh; cluster_start   (sets SLURM_CONF, CLUSTER_DIR; trap tears down)
+# Variables: MPITRON_SLURM_KEEP=1 keeps the folder (logs, state) after the test.
+
+SLURM_TEST_SKIP=77
+# Non-default ports, so a site's own Slurm on 6817/6818 is never touched; one test cluster at a
+# time on a machine, guarded by a lock (concurrent ctest runs wait for each other).
+SLURM_TEST_CTLD_PORT=${SLURM_TEST_CTLD_PORT:-16817}
+SLURM_TEST_SLURMD_PORT=${SLURM_TEST_SLURMD_PORT:-16818}
+SLURM_TEST_LOCK=${SLURM_TEST_LOCK:-/tmp/mpitron-slurm-test.lock}
+CLUSTER_DIR=
+
+skip() {
+  echo "SKIP: $*" >&2
+  exit "$SLURM_TEST_SKIP"
+}
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+log() { echo "[$(date +%T)] $*"; }
+
+# Prints the last lines of the daemons' logs (for a failure or a skip).
+cluster_logs() {
+  local f
+  for f in "$CLUSTER_DIR"/log/*.log; do
+    [[ -s $f ]] || continue
+    echo "---- $f (last 15 lines)"
+    tail -n 15 "$f"
+  done >&2
+}
+
+# pid_of FILE: the pid written in a daemon's pid file, if any.
+pid_of() { [[ -s $1 ]] && tr -dc '0-9' <"$1"; }
+
+cluster_stop() {
+  local rc=$?
+  [[ -n $CLUSTER_DIR && -d $CLUSTER_DIR ]] || return "$rc"
+  if [[ $rc != 0 && $rc != "$SLURM_TEST_SKIP" ]]; then cluster_logs; fi
+  if [[ -n ${SLURM_CONF:-} ]] && scontrol ping >/dev/null 2>&1; then
+    # Cancel what is left, let the step daemons finish, then stop the daemons.
+    local ids
+    ids=$(squeue -h -o %i 2>/dev/null || true)
+    if [[ -n $ids ]]; then
+      # shellcheck disable=SC2086
+      scancel $ids 2>/dev/null || true
+      for _ in $(seq 50); do
+        [[ -z $(squeue -h -o %i 2>/dev/null) ]] && break
+        sleep 0.2
+      done
+    fi
+    scontrol shutdown >/dev/null 2>&1 || true
+  fi
+  local f pid
+  for f in "$CLUSTER_DIR"/run/slurmctld.pid "$CLUSTER_DIR"/run/slurmd.pid \
+           "$CLUSTER_DIR"/run/munged.pid; do
+    pid=$(pid_of "$f") || continue
+    [[ -n $pid ]] || continue
+    for _ in $(seq 25); do
+      kill -0 "$pid" 2>/dev/null || break
+      [[ $f == *munged.pid ]] && kill "$pid" 2>/dev/null
+      sleep 0.2
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  if [[ ${MPITRON_SLURM_KEEP:-0} == 1 ]]; then
+    echo "kept the cluster folder $CLUSTER_DIR" >&2
+  else
+    rm -rf "$CLUSTER_DIR"
+  fi
+  return "$rc"
+}
+
+# cluster_start: starts munged, slurmctld and slurmd; returns when the node is idle.
+cluster_start() {
+  local bin
+  for bin in munged munge unmunge slurmctld slurmd sbatch srun scontrol squeue scancel sinfo; do
+    command -v "$bin" >/dev/null 2>&1 || [[ -x /usr/sbin/$bin ]] ||
+      skip "'$bin' is missing: install Debian's slurm-wlm, slurmctld, slurmd, slurm-client and munge (make deps)"
+  done
+  [[ $(id -u) == 0 ]] || skip "a private Slurm cluster needs root here (SlurmUser=root, slurmd as root)"
+  command -v flock >/dev/null || skip "flock is missing"
+  exec {SLURM_TEST_LOCK_FD}>"$SLURM_TEST_LOCK"
+  flock -w 600 "$SLURM_TEST_LOCK_FD" ||
+    skip "another test cluster held $SLURM_TEST_LOCK for 10 minutes"
+
+  CLUSTER_DIR=$(mktemp -d /tmp/mpitron-slurm.XXXXXX)
+  chmod 755 "$CLUSTER_DIR"
+  trap cluster_stop EXIT
+  local d=$CLUSTER_DIR
+  mkdir -p "$d"/{munge,state,spool,run,log,dev}
+  chmod 700 "$d/munge"
+
+  # munge: a private daemon with its own key and socket (the machine's munged is left alone).
+  dd if=/dev/urandom of="$d/munge/munge.key" bs=1024 count=1 status=none
+  chmod 400 "$d/munge/munge.key"
+  export MUNGE_SOCKET=$d/munge/munge.socket
+  if ! /usr/sbin/munged --force --socket="$MUNGE_SOCKET" --key-file="$d/munge/munge.key" \
+      --pid-file="$d/run/munged.pid" --log-file="$d/log/munged.log" \
+      --seed-file="$d/munge/munged.seed" >"$d/log/munged.out" 2>&1; then
+    cat "$d/log/munged.out" >&2
+    skip "munged does not start here (see above)"
+  fi
+  munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET" >/dev/null 2>&1 ||
+    skip "munge does not work here: 'munge -n | unmunge' fails"
+
+  # Fake GPUs: eight character devices (like /dev/null) stand in for /dev/nvidia*, so the
+  # Bridges-2 scripts' `--gpus=v100-32:N` is scheduled unchanged and CUDA_VISIBLE_DEVICES set.
+  local gres_node="" i
+  if (for i in 0 1 2 3 4 5 6 7; do mknod "$d/dev/fakegpu$i" c 1 3 2>/dev/null || exit 1; done); then
+    gres_node="Gres=gpu:v100-32:8"
+    echo "NodeName=localhost Name=gpu Type=v100-32 File=$d/dev/fakegpu[0-7]" >"$d/gres.conf"
+  else
+    echo "note: mknod is not allowed here: the test cluster has no (fake) GPUs" >&2
+    : >"$d/gres.conf"
+  fi
+
+  export SLURM_CONF=$d/slurm.conf
+  cat >"$SLURM_CONF" <<EOF
+ClusterName=mpitrontest
+SlurmctldHost=localhost
+SlurmctldPort=$SLURM_TEST_CTLD_PORT
+SlurmdPort=$SLURM_TEST_SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+GresTypes=gpu
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+InactiveLimit=0
+SlurmdParameters=config_overrides
+StateSaveLocation=$d/state
+SlurmdSpoolDir=$d/spool
+SlurmctldPidFile=$d/run/slurmctld.pid
+SlurmdPidFile=$d/run/slurmd.pid
+SlurmctldLogFile=$d/log/slurmctld.log
+SlurmdLogFile=$d/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 RealMemory=16000 $gres_node State=UNKNOWN
+PartitionName=RM-shared Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=RM Nodes=localhost MaxTime=INFINITE State=UP
+PartitionName=GPU-shared Nodes=localhost MaxTime=INFINITE State=UP
+PartitionName=GPU Nodes=localhost MaxTime=INFINITE State=UP
+EOF
+  # Clients inside jobs (scontrol requeue) find the cluster through SLURM_CONF, which sbatch
+  # exports with the rest of the environment.
+  if ! /usr/sbin/slurmctld -c -f "$SLURM_CONF" >"$d/log/slurmctld.out" 2>&1; then
+    cat "$d/log/slurmctld.out" >&2
+    cluster_logs
+    skip "slurmctld does not start here (see above)"
+  fi
+  if ! /usr/sbin/slurmd -N localhost -f "$SLURM_CONF" >"$d/log/slurmd.out" 2>&1; then
+    cat "$d/log/slurmd.out" >&2
+    cluster_logs
+    skip "slurmd does not start here (see above)"
+  fi
+  local state=""
+  for _ in $(seq 150); do
+    state=$(sinfo -h -n localhost -o %T 2>/dev/null | head -n 1)
+    [[ $state == idle ]] && break
+    sleep 0.2
+  done
+  if [[ $state != idle ]]; then
+    cluster_logs
+    skip "the Slurm node did not become idle in 30 s (state '$state')"
+  fi
+  log "Slurm cluster up in $d (ports $SLURM_TEST_CTLD_PORT/$SLURM_TEST_SLURMD_PORT)"
+}
+
+# job_field ID FIELD: one field of `scontrol show job` (JobState, ExitCode, Restarts, ...).
+job_field() {
+  scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# wait_job ID SECONDS: waits until the job has ended; prints its final state.
+wait_job() {
+  local id=$1 limit=$2 state="" t0=$SECONDS
+  while ((SECONDS - t0 < limit)); do
+    state=$(job_field "$id" JobState)
+    case $state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE)
+        echo "$state"
+        return 0
+        ;;
+    esac
+    sleep 0.5
+  done
+  echo "TIMEOUT_WAITING($state)"
+}
