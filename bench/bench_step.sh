@@ -96,21 +96,23 @@ done
 $python - "$results" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def med(impl, cfg, key):
+def med(impl, cfg, key, how=statistics.median):
     v = [r[key] for r in rows if r["impl"] == impl and r["config"] == cfg]
-    return statistics.median(v) if v else float("nan")
+    return how(v) if v else float("nan")
 configs = list(dict.fromkeys(r["config"] for r in rows))
 print()
 print(f"{'config':<10} {'BxT':>7} {'params':>8} {'mpitron ms':>11} {'torch ms':>9} "
       f"{'ratio m/t':>9} {'m tok/s':>8} {'t tok/s':>8} {'m GFLOP/s':>9} {'t GFLOP/s':>9} "
-      f"{'allocs/step':>11}")
+      f"{'allocs/step':>11} {'best m/t':>8}")
 for c in configs:
     r0 = next(r for r in rows if r["config"] == c)
     m, t = med("mpitron", c, "ms_per_step"), med("torch", c, "ms_per_step")
     print(f"{c:<10} {r0['batch']:>3}x{r0['seq']:<3} {r0['params'] / 1e6:>7.1f}M {m:>11.1f} "
           f"{t:>9.1f} {m / t:>9.2f} {med('mpitron', c, 'tokens_per_s'):>8.0f} "
           f"{med('torch', c, 'tokens_per_s'):>8.0f} {med('mpitron', c, 'gflops'):>9.1f} "
-          f"{med('torch', c, 'gflops'):>9.1f} {med('mpitron', c, 'allocations_per_step'):>11g}")
-print("medians over rounds of each run's median; GFLOP/s from 6*(params-wpe)*B*T + 6*L*B*T^2*C")
+          f"{med('torch', c, 'gflops'):>9.1f} {med('mpitron', c, 'allocations_per_step'):>11g} "
+          f"{med('mpitron', c, 'ms_per_step', min) / med('torch', c, 'ms_per_step', min):>8.2f}")
+print("medians over rounds of each run's median ms/step; best m/t: ratio of the fastest runs")
+print("GFLOP/s from model FLOPs 6*(params-wpe)*B*T + 6*L*B*T^2*C")
 EOF
 echo "raw results: $results"

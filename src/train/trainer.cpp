@@ -26,6 +26,7 @@
 #include "src/cpu/gemm.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/batch_slice.hpp"
 
 namespace mpitron {
 
@@ -105,6 +106,7 @@ struct Trainer {
   io::TextDataset data;
   GptModel model;
   int micro_rows = 0;  // sequences per micro-batch on this rank
+  int64_t first_row = 0;   // this rank's first sequence of the global batch
   int64_t local_rows = 0;  // sequences of the global batch on this rank
   Buffer<int32_t> batch;  // (local_rows, T+1)
   ShardRange shard;
@@ -128,8 +130,10 @@ struct Trainer {
   void setup() {
     const Layout& L = opts.layout;
     data = io::load_text_dataset(opts.data, tc.seq_len);
-    local_rows = tc.batch_size / L.dp;
-    micro_rows = int(local_rows / tc.micro_batches);
+    const RowRange rank_rows = batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, 1, 0);
+    first_row = rank_rows.begin;
+    local_rows = rank_rows.count;
+    micro_rows = int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
     const int eval_rows = micro_rows;
     gpt_build(model, cfg.model, std::max(micro_rows, eval_rows), tc.seq_len, tc.seed, alloc, L.dp);
     batch = Buffer<int32_t>(alloc, size_t(local_rows) * (tc.seq_len + 1));
@@ -263,8 +267,7 @@ struct Trainer {
 
   // ---- one step -------------------------------------------------------------------------------
 
-  DropoutContext dropout_for(int64_t s, int64_t first_local_row) const {
-    const int64_t global_row = int64_t(grid.coords.dp_rank) * local_rows + first_local_row;
+  DropoutContext dropout_for(int64_t s, int64_t global_row) const {
     return {float(tc.dropout), tc.seed, s, uint64_t(global_row) * uint64_t(tc.seq_len)};
   }
 
@@ -300,15 +303,16 @@ struct Trainer {
   StepResult train_step(int64_t s) {
     const Layout& L = opts.layout;
     const int T = tc.seq_len;
-    io::fill_batch(data, io::Split::train, tc.seed, s, int64_t(grid.coords.dp_rank) * local_rows,
-                   local_rows, T, batch.data());
+    io::fill_batch(data, io::Split::train, tc.seed, s, first_row, local_rows, T, batch.data());
     std::memset(model.grads.data(), 0, model.flat_size * sizeof(float));
     const float dloss = 1.0f / float(int64_t(tc.batch_size) * T);
     double loss_sum = 0.0;
     for (int mb = 0; mb < tc.micro_batches; ++mb) {
-      const int64_t row = int64_t(mb) * micro_rows;
-      const DropoutContext drop = dropout_for(s, row);
-      loss_sum += gpt_forward(model, batch.data() + row * (T + 1), micro_rows, drop);
+      const RowRange rows =
+          batch_slice(tc.batch_size, opts.layout.dp, grid.coords.dp_rank, tc.micro_batches, mb);
+      const DropoutContext drop = dropout_for(s, rows.begin);
+      const int64_t local = rows.begin - first_row;
+      loss_sum += gpt_forward(model, batch.data() + local * (T + 1), micro_rows, drop);
       buckets.active = !buckets.ranges.empty() && mb == tc.micro_batches - 1;
       gpt_backward(model, micro_rows, dloss, drop,
                    buckets.ranges.empty() ? GradReadyHook{} : GradReadyHook{on_grads_ready, &buckets});
@@ -344,8 +348,7 @@ struct Trainer {
     const int T = tc.seq_len;
     double sum = 0.0;
     for (int e = 0; e < tc.eval_batches; ++e) {
-      io::fill_batch(data, io::Split::val, tc.seed, e, int64_t(grid.coords.dp_rank) * local_rows,
-                     local_rows, T, batch.data());
+      io::fill_batch(data, io::Split::val, tc.seed, e, first_row, local_rows, T, batch.data());
       for (int mb = 0; mb < tc.micro_batches; ++mb)
         sum += gpt_forward(model, batch.data() + int64_t(mb) * micro_rows * (T + 1), micro_rows,
                            DropoutContext{});
@@ -525,11 +528,8 @@ int run_training(TrainOptions opts) {
         "pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
-  if (tc.batch_size % (L.dp * tc.micro_batches) != 0)
-    throw UsageError(fmt::format(
-        "global batch {} is not divisible by dp ({}) x micro-batches ({}): choose --batch-size as "
-        "a multiple of {}",
-        tc.batch_size, L.dp, tc.micro_batches, L.dp * tc.micro_batches));
+  if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
+    throw UsageError(e);
   if (L.bucket_mb < 0) throw UsageError("--bucket-mb must not be negative");
   if (opts.out.empty())
     opts.out = fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);

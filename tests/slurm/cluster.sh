@@ -133,7 +133,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=5
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -143,7 +143,7 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2,bf_interval=1
 GresTypes=gpu
 ReturnToService=2
 KillWait=5
