@@ -5,15 +5,17 @@
 # after the warm-up steps, tokens/s, speed-up over dp 1, bytes sent per step per rank against the
 # theoretical 2(N-1)/N x gradient bytes) and draws a PNG. Runs land in runs/bench/ (git-ignored).
 # Usage: bench/dp_scaling.sh [-s steps] [-w warmup] [-b batch] [-t seq_len] [-c config]
-#                            [-d "1 2 4"] [-k bucket_mb] [-B build_dir] [-o out_dir] [-p png]
+#          [-d "1 2 4"] [-r rounds] [-k bucket_mb] [-B build_dir] [-o out_dir] [-p png]
+#   -r R   run every configuration R times, round by round (default 3); times: median of medians
 #   -k X   also run allreduce, ring and gather-scatter at ZeRO 0 with --bucket-mb X
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-steps=20 warmup=3 batch=16 seq=64 config="$repo/configs/gpt-tiny.toml" dps="1 2 4" bucket=""
+steps=20 warmup=3 batch=16 seq=64 config="$repo/configs/gpt-tiny.toml" dps="1 2 4"
+bucket="" rounds=3
 build="$repo/build" out="$repo/runs/bench/dp_scaling" png=""
-while getopts "s:w:b:t:c:d:k:B:o:p:h" opt; do
+while getopts "s:w:b:t:c:d:r:k:B:o:p:h" opt; do
   case $opt in
     s) steps=$OPTARG ;;
     w) warmup=$OPTARG ;;
@@ -21,11 +23,12 @@ while getopts "s:w:b:t:c:d:k:B:o:p:h" opt; do
     t) seq=$OPTARG ;;
     c) config=$OPTARG ;;
     d) dps=$OPTARG ;;
+    r) rounds=$OPTARG ;;
     k) bucket=$OPTARG ;;
     B) build=$OPTARG ;;
     o) out=$OPTARG ;;
     p) png=$OPTARG ;;
-    *) sed -n '2,9p' "$0"; exit 2 ;;
+    *) sed -n '2,10p' "$0"; exit 2 ;;
   esac
 done
 png=${png:-$out.png}
@@ -71,22 +74,25 @@ run() {
   runs+=("$dir")
 }
 
-for dp in $dps; do
-  if (( dp == 1 )); then
-    run dp1 1 allreduce 0  # no communication: one baseline serves every method
-    continue
-  fi
-  for reduce in allreduce ring gather-scatter; do
-    run "dp${dp}_${reduce}_z0" "$dp" "$reduce" 0
-  done
-  for reduce in allreduce ring; do
-    run "dp${dp}_${reduce}_z1" "$dp" "$reduce" 1
-  done
-  if [[ -n $bucket ]]; then
+for ((round = 1; round <= rounds; ++round)); do
+  sfx=$( (( rounds > 1 )) && echo "_r$round" || true)
+  for dp in $dps; do
+    if (( dp == 1 )); then
+      run "dp1$sfx" 1 allreduce 0  # no communication: one baseline serves every method
+      continue
+    fi
     for reduce in allreduce ring gather-scatter; do
-      run "dp${dp}_${reduce}_z0_b${bucket}" "$dp" "$reduce" 0 "$bucket"
+      run "dp${dp}_${reduce}_z0$sfx" "$dp" "$reduce" 0
     done
-  fi
+    for reduce in allreduce ring; do
+      run "dp${dp}_${reduce}_z1$sfx" "$dp" "$reduce" 1
+    done
+    if [[ -n $bucket ]]; then
+      for reduce in allreduce ring gather-scatter; do
+        run "dp${dp}_${reduce}_z0_b${bucket}$sfx" "$dp" "$reduce" 0 "$bucket"
+      done
+    fi
+  done
 done
 
 $python "$here/dp_scaling.py" --warmup "$warmup" --png "$png" "${runs[@]}" | tee "$out/table.txt"

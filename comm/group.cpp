@@ -388,15 +388,17 @@ void Group::barrier() {
 // Step s = 0..p-2: send chunk r-s-1 to the right, receive chunk r-s-2 from the left and add our own
 // contribution. Chunk c is summed as a left fold over ranks c+1, c+2, ..., c (mod p) and ends
 // complete on rank c — a fixed order, independent of timing.
-template <class T>
-void Group::ring_reduce_scatter_impl(T* buf, size_t n) {
+template <class T, class Chunk>
+void Group::ring_reduce_scatter_impl(T* buf, Chunk chunk) {
   const int p = size_, r = rank_;
   if (p == 1) return;
   const int right = (r + 1) % p, left = (r + p - 1) % p;
-  T* tmp = reinterpret_cast<T*>(scratch((n / p + 1) * sizeof(T)));
+  size_t longest = 0;
+  for (int k = 0; k < p; ++k) longest = std::max(longest, chunk(k).second - chunk(k).first);
+  T* tmp = reinterpret_cast<T*>(scratch(longest * sizeof(T)));
   for (int s = 0; s < p - 1; ++s) {
-    const auto [sb, se] = ring_chunk_range(n, p, ((r - s - 1) % p + p) % p);
-    const auto [rb, re] = ring_chunk_range(n, p, ((r - s - 2) % p + p) % p);
+    const auto [sb, se] = chunk(((r - s - 1) % p + p) % p);
+    const auto [rb, re] = chunk(((r - s - 2) % p + p) % p);
     MPI_CHECK(MPI_Sendrecv(buf + sb, to_count(se - sb), mpi_type<T>(), right, kRingTag, tmp,
                            to_count(re - rb), mpi_type<T>(), left, kRingTag, comm_,
                            MPI_STATUS_IGNORE));
@@ -448,18 +450,18 @@ void Group::gather_scatter_impl(T* buf, size_t n) {
 }
 
 void Group::ring_allreduce_sum(float* buf, size_t n) {
-  ring_reduce_scatter_impl(buf, n);
+  ring_reduce_scatter_impl(buf, [n, p = size_](int k) { return ring_chunk_range(n, p, k); });
   ring_all_gather_impl(buf, n);
 }
 void Group::ring_allreduce_sum(double* buf, size_t n) {
-  ring_reduce_scatter_impl(buf, n);
+  ring_reduce_scatter_impl(buf, [n, p = size_](int k) { return ring_chunk_range(n, p, k); });
   ring_all_gather_impl(buf, n);
 }
 void Group::ring_reduce_scatter_sum(float* buf, size_t n) {
-  ring_reduce_scatter_impl(buf, n);
+  ring_reduce_scatter_impl(buf, [n, p = size_](int k) { return ring_chunk_range(n, p, k); });
 }
 void Group::ring_reduce_scatter_sum(double* buf, size_t n) {
-  ring_reduce_scatter_impl(buf, n);
+  ring_reduce_scatter_impl(buf, [n, p = size_](int k) { return ring_chunk_range(n, p, k); });
 }
 void Group::ring_all_gather(float* buf, size_t n) {
   ring_all_gather_impl(buf, n);
@@ -467,6 +469,24 @@ void Group::ring_all_gather(float* buf, size_t n) {
 void Group::ring_all_gather(double* buf, size_t n) {
   ring_all_gather_impl(buf, n);
 }
+void Group::ring_reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds) {
+  MPITRON_REQUIRE(bounds.size() == size_t(size_) + 1, "bounds must have size()+1 entries");
+  ring_reduce_scatter_impl(
+      buf, [bounds](int k) { return std::pair<size_t, size_t>{bounds[k], bounds[k + 1]}; });
+}
+
+void Group::reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds) {
+  MPITRON_REQUIRE(bounds.size() == size_t(size_) + 1, "bounds must have size()+1 entries");
+  if (size_ == 1) return;
+  counts_.resize(size_);
+  for (int k = 0; k < size_; ++k) counts_[k] = to_count(bounds[k + 1] - bounds[k]);
+  const size_t own = bounds[rank_ + 1] - bounds[rank_];
+  float* tmp = reinterpret_cast<float*>(scratch(own * sizeof(float)));
+  MPI_CHECK(MPI_Reduce_scatter(buf, tmp, counts_.data(), MPI_FLOAT, MPI_SUM, comm_));
+  std::copy(tmp, tmp + own, buf + bounds[rank_]);
+  bytes_sent += (bounds[size_] - bounds[0] - own) * sizeof(float);
+}
+
 void Group::gather_scatter_allreduce_sum(float* buf, size_t n) {
   gather_scatter_impl(buf, n);
 }

@@ -153,18 +153,26 @@ class Group {
   // rank. Sends n minus chunk r+1 mod p.
   void ring_all_gather(float* buf, size_t n);
   void ring_all_gather(double* buf, size_t n);
+  // Reduce-scatter over chunks of any sizes, in place: chunk k of buf is [bounds[k], bounds[k+1])
+  // (bounds has size()+1 entries, bounds[0] = 0, non-decreasing); afterwards chunk rank() holds
+  // the full sum, the rest is unspecified. For ZeRO shards that cut a gradient bucket unevenly.
+  // The MPI form (MPI_Reduce_scatter) counts the ring figure, n minus its own chunk; the ring
+  // form counts what it sends, the same.
+  void reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds);
+  void ring_reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds);
   // Deliberately naive: rank 0 receives every rank's buffer, sums in rank order 0..p-1 and sends
   // the sum to every rank. Root sends (p-1)·n, the others n. Bitwise identical on every rank.
   void gather_scatter_allreduce_sum(float* buf, size_t n);
   void gather_scatter_allreduce_sum(double* buf, size_t n);
 
  private:
-  template <class T>
-  void ring_reduce_scatter_impl(T* buf, size_t n);
+  template <class T, class Chunk>
+  void ring_reduce_scatter_impl(T* buf, Chunk chunk);
   template <class T>
   void ring_all_gather_impl(T* buf, size_t n);
   template <class T>
   void gather_scatter_impl(T* buf, size_t n);
+  std::vector<int> counts_;  // per-rank counts for the v-collectives, sized once
   // Receive scratch for the hand-written algorithms, grown on demand and kept.
   std::byte* scratch(size_t bytes);
 

@@ -39,6 +39,8 @@ mpitron_layout_test(dp4_zero2 4 --dp 4 --zero 2)
 mpitron_layout_test(dp4_zero1_ring 4 --dp 4 --zero 1 --dp-reduce ring)
 mpitron_layout_test(dp2_zero2_gather_scatter 2 --dp 2 --zero 2 --dp-reduce gather-scatter)
 mpitron_layout_test(dp4_zero2_micro2 4 --dp 4 --zero 2 --micro-batches 2)
+mpitron_layout_test(dp4_zero2_ring 4 --dp 4 --zero 2 --dp-reduce ring)
+mpitron_layout_test(dp3_zero2_micro2 3 --dp 3 --zero 2 --micro-batches 2)
 
 add_test(NAME equivalence_resume_across_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_layout.sh $<TARGET_FILE:mpitron>

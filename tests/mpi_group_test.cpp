@@ -158,6 +158,31 @@ void test_ring_halves(Group& g) {
   }
 }
 
+// Reduce-scatter over uneven cut points (ZeRO 2 segments cut by shard boundaries), both forms:
+// chunk rank() ends holding the exact sum; bytes are n minus the own chunk.
+void test_reduce_scatter_v(Group& g) {
+  const int p = g.size(), r = g.rank();
+  for (size_t n : kSizes) {
+    const auto ref = reference_sum(p, n);
+    // Uneven cuts: chunk k gets a share growing with k, the first one possibly empty.
+    std::vector<size_t> bounds(p + 1, 0);
+    for (int k = 1; k <= p; ++k) bounds[k] = std::min(n, n * size_t(k * k) / size_t(p * p));
+    bounds[p] = n;
+    for (int form = 0; form < 2; ++form) {
+      auto buf = data(r, n);
+      const uint64_t before = g.bytes_sent;
+      if (form == 0) g.reduce_scatter_sum_v(buf.data(), bounds);
+      else g.ring_reduce_scatter_sum_v(buf.data(), bounds);
+      const size_t own = bounds[r + 1] - bounds[r];
+      EXPECT(g.bytes_sent - before == (p == 1 ? 0 : (n - own) * 4),
+             ctx(form == 0 ? "reduce_scatter_sum_v bytes" : "ring_reduce_scatter_sum_v bytes", n));
+      bool ok = true;
+      for (size_t i = bounds[r]; i < bounds[r + 1]; ++i) ok = ok && buf[i] == ref[i];
+      EXPECT(ok, ctx(form == 0 ? "reduce_scatter_sum_v" : "ring_reduce_scatter_sum_v", n));
+    }
+  }
+}
+
 // Replicated parameters stay identical across DP ranks only if a reduction is bitwise the same on
 // every rank; non-integer data makes the summation order matter.
 void test_bitwise_agreement(Group& g) {
@@ -535,6 +560,7 @@ int main(int argc, char** argv) {
     Group world = Group::world();
     test_allreduce(world);
     test_ring_halves(world);
+    test_reduce_scatter_v(world);
     test_bitwise_agreement(world);
     test_reduce_scatter_all_gather(world);
     test_overlapping_nonblocking(world);

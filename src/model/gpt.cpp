@@ -12,6 +12,7 @@
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
+#include "src/check.hpp"
 #include "src/philox.hpp"
 
 namespace mpitron {
@@ -44,8 +45,9 @@ ParamRegistry gpt_registry(const GptConfig& cfg) {
   return r;
 }
 
-GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, float* base) {
-  auto at = [&](const std::string& name) { return base + reg.at(name).offset; };
+template <class At>
+GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At address) {
+  auto at = [&](const std::string& name) { return address(reg.at(name).offset); };
   GptWeights w;
   w.wte = at("wte.weight");
   w.wpe = at("wpe.weight");
@@ -63,6 +65,15 @@ GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, float* ba
 }
 
 namespace {
+
+// Address of a parameter's gradient in the windowed layout: head | one block | tail.
+float* windowed_grad(GptModel& m, size_t offset) {
+  const size_t head = m.block_offsets.empty() ? m.ln_f_offset : m.block_offsets[0];
+  float* g = m.grads.data();
+  if (offset < head) return g + offset;
+  if (offset >= m.ln_f_offset) return g + head + m.block_span + (offset - m.ln_f_offset);
+  return g + head + (offset - head) % m.block_span;
+}
 
 // Hands out consecutive 16-float aligned slices of one buffer; with base == nullptr only counts.
 struct Carver {
@@ -122,7 +133,7 @@ PhiloxStream dropout_stream(const DropoutContext& drop, int site) {
 }  // namespace
 
 void gpt_build(GptModel& m, const GptConfig& cfg, int B, int T, uint64_t seed,
-               DeviceAllocator& alloc, int shards) {
+               DeviceAllocator& alloc, int shards, bool grad_window) {
   m.cfg = cfg;
   m.B = B;
   m.T = T;
@@ -130,14 +141,23 @@ void gpt_build(GptModel& m, const GptConfig& cfg, int B, int T, uint64_t seed,
   const size_t unit = 16 * size_t(shards);
   m.flat_size = (m.registry.size() + unit - 1) / unit * unit;
   m.params = Buffer<float>(alloc, m.flat_size);
-  m.grads = Buffer<float>(alloc, m.flat_size);
   m.registry.initialize(m.params.data(), seed);
   m.block_offsets.clear();
   for (int l = 0; l < cfg.n_layer; ++l)
     m.block_offsets.push_back(m.registry.at("h." + std::to_string(l) + ".ln_1.weight").offset);
   m.ln_f_offset = m.registry.at("ln_f.weight").offset;
-  m.w = gpt_weights(m.registry, cfg, m.params.data());
-  m.dw = gpt_weights(m.registry, cfg, m.grads.data());
+  m.grad_window = grad_window && cfg.n_layer > 0;
+  m.block_span = cfg.n_layer > 0 ? (m.ln_f_offset - m.block_offsets[0]) / size_t(cfg.n_layer) : 0;
+  float* p = m.params.data();
+  m.w = gpt_weights(m.registry, cfg, [p](size_t offset) { return p + offset; });
+  if (m.grad_window) {
+    m.grads = Buffer<float>(alloc, m.block_offsets[0] + m.block_span + (m.flat_size - m.ln_f_offset));
+    m.dw = gpt_weights(m.registry, cfg, [&m](size_t offset) { return windowed_grad(m, offset); });
+  } else {
+    m.grads = Buffer<float>(alloc, m.flat_size);
+    float* g = m.grads.data();
+    m.dw = gpt_weights(m.registry, cfg, [g](size_t offset) { return g + offset; });
+  }
   Carver count_a{nullptr}, count_d{nullptr};
   carve_activations(m, count_a, count_d);
   m.acts = Buffer<float>(alloc, count_a.used);
@@ -187,8 +207,22 @@ double gpt_forward(GptModel& m, const int32_t* tokens, int rows, const DropoutCo
   return sum;
 }
 
+GradSegment gpt_grad_segment(GptModel& m, size_t flat_begin) {
+  float* g = m.grads.data();
+  const size_t head = m.block_offsets.empty() ? m.ln_f_offset : m.block_offsets[0];
+  if (flat_begin >= m.ln_f_offset) {
+    return {m.ln_f_offset, m.flat_size,
+            m.grad_window ? windowed_grad(m, m.ln_f_offset) : g + m.ln_f_offset};
+  }
+  if (flat_begin < head) return {0, head, g};
+  const size_t begin = head + (flat_begin - head) / m.block_span * m.block_span;
+  return {begin, begin + m.block_span, m.grad_window ? g + head : g + begin};
+}
+
 void gpt_backward(GptModel& m, int rows, float dloss, const DropoutContext& drop,
                   GradReadyHook ready) {
+  MPITRON_REQUIRE(!m.grad_window || ready.fn,
+                  "a model with a gradient window needs a hook that reduces each block");
   auto announce = [&](size_t flat_begin) {
     if (ready.fn) ready.fn(ready.ctx, flat_begin);
   };

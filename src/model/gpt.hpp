@@ -33,7 +33,9 @@ struct GptWeights {
   std::vector<GptBlockWeights> h;
   float *ln_f_w, *ln_f_b;  // (C)
 };
-GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, float* base);
+// `at` maps a parameter's flat offset to its address (the flat buffer, or a gradient window).
+template <class At>
+GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At at);
 
 // Per-block activations saved by forward for backward.
 struct GptBlockActs {
@@ -66,7 +68,9 @@ struct GptModel {
   int B = 0, T = 0;  // planned micro-batch
   std::vector<size_t> block_offsets;  // flat offset of block l's first parameter
   size_t ln_f_offset = 0;
-  size_t flat_size = 0;  // elements of params/grads: the registry's, padded for sharding
+  size_t flat_size = 0;   // elements of params: the registry's, padded for sharding
+  bool grad_window = false;
+  size_t block_span = 0;  // flat elements of one block  // elements of params/grads: the registry's, padded for sharding
   Buffer<float> params, grads;
   GptWeights w, dw;
   // activations (one allocation) and activation gradients (one allocation, reused per block)
@@ -83,10 +87,13 @@ struct GptModel {
 };
 
 // Builds the model for micro-batches of B sequences of T tokens, parameters initialised from seed.
-// The flat parameter and gradient allocations are padded to a multiple of 16 * shards elements so
-// that they split into `shards` equal ZeRO shards.
+// The flat parameter allocation is padded to a multiple of 16 * shards elements so that it splits
+// into `shards` equal ZeRO shards. With grad_window (ZeRO 2) gradients do not get a flat copy of
+// the parameters: the embeddings (head) and ln_f (tail) keep theirs, and every block writes its
+// gradients into one shared block-sized window, which the backward hook must reduce and clear
+// after each block (see gpt_grad_segment).
 void gpt_build(GptModel& model, const GptConfig& cfg, int B, int T, uint64_t seed,
-               DeviceAllocator& alloc, int shards = 1);
+               DeviceAllocator& alloc, int shards = 1, bool grad_window = false);
 
 // Called during backward with flat_begin whenever the gradients of [flat_begin, end of the
 // registry) are final for this micro-batch (for reducing buckets while backward still runs).
@@ -103,6 +110,15 @@ double gpt_forward(GptModel& m, const int32_t* tokens, int rows, const DropoutCo
 // gradient of the objective with respect to each token loss (1 / global tokens for the mean).
 void gpt_backward(GptModel& m, int rows, float dloss, const DropoutContext& drop,
                   GradReadyHook ready = {});
+
+// The gradients that became final when backward announced flat_begin: flat range [begin, end)
+// and where they are. Without a window that is [flat_begin, previous announcement) in the flat
+// gradients; with one, block l's window, ln_f's tail or the embeddings' head.
+struct GradSegment {
+  size_t begin, end;
+  float* data;
+};
+GradSegment gpt_grad_segment(GptModel& m, size_t flat_begin);
 
 // Logits of the last forward for sequence b, position t: (V).
 inline const float* gpt_logits(const GptModel& m, int b, int t) {

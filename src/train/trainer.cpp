@@ -97,6 +97,38 @@ void on_grads_ready(void* ctx, size_t flat_begin) {
   static_cast<GradBuckets*>(ctx)->launch_ready(flat_begin);
 }
 
+// ZeRO 2: as each gradient segment (a block's window, ln_f, the embeddings) becomes final, it is
+// reduce-scattered over dp, the owned part added to this rank's gradient shard, and the segment
+// cleared for the next block or micro-batch. No rank ever holds the whole summed gradient.
+struct ShardedGradReducer {
+  GptModel* model = nullptr;
+  comm::Group* group = nullptr;
+  DpReduce method = DpReduce::allreduce;
+  size_t chunk = 0;            // shard k is [k * chunk, (k + 1) * chunk)
+  ShardRange shard;
+  float* grad_shard = nullptr;  // (shard.size()) summed gradients of the owned range
+  std::vector<size_t> bounds;   // dp + 1 cut points of the current segment, sized once
+
+  void reduce(size_t flat_begin) {
+    const GradSegment seg = gpt_grad_segment(*model, flat_begin);
+    const size_t n = seg.end - seg.begin;
+    for (size_t k = 0; k < bounds.size(); ++k)
+      bounds[k] = std::clamp(k * chunk, seg.begin, seg.end) - seg.begin;
+    switch (method) {
+      case DpReduce::allreduce: group->reduce_scatter_sum_v(seg.data, bounds); break;
+      case DpReduce::ring: group->ring_reduce_scatter_sum_v(seg.data, bounds); break;
+      case DpReduce::gather_scatter: group->gather_scatter_allreduce_sum(seg.data, n); break;
+    }
+    const size_t b = std::max(seg.begin, shard.begin), e = std::min(seg.end, shard.end);
+    for (size_t i = b; i < e; ++i) grad_shard[i - shard.begin] += seg.data[i - seg.begin];
+    std::memset(seg.data, 0, n * sizeof(float));
+  }
+};
+
+void on_segment_ready(void* ctx, size_t flat_begin) {
+  static_cast<ShardedGradReducer*>(ctx)->reduce(flat_begin);
+}
+
 struct Trainer {
   TrainOptions opts;
   const RunConfig& cfg;
@@ -111,8 +143,10 @@ struct Trainer {
   Buffer<int32_t> batch;  // (local_rows, T+1)
   ShardRange shard;
   Buffer<float> m, v;  // AdamW moments of the shard
-  Buffer<float> shard_scratch;  // reduce-scatter target (ZeRO)
+  Buffer<float> shard_scratch;  // reduce-scatter target (ZeRO 1) and all-gather source
+  Buffer<float> grad_shard;     // ZeRO 2: the summed gradients of the owned shard
   GradBuckets buckets;
+  ShardedGradReducer sharded;
   int64_t step = 0;  // completed optimizer steps
   std::unique_ptr<io::TraceWriter> trace;
   io::TraceRow row{};  // reused every step (its per-rank vectors are sized once)
@@ -135,7 +169,8 @@ struct Trainer {
     local_rows = rank_rows.count;
     micro_rows = int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
     const int eval_rows = micro_rows;
-    gpt_build(model, cfg.model, std::max(micro_rows, eval_rows), tc.seq_len, tc.seed, alloc, L.dp);
+    gpt_build(model, cfg.model, std::max(micro_rows, eval_rows), tc.seq_len, tc.seed, alloc, L.dp,
+              L.zero == 2);
     batch = Buffer<int32_t>(alloc, size_t(local_rows) * (tc.seq_len + 1));
     if (L.zero == 0) {
       shard = {0, model.flat_size};
@@ -143,6 +178,11 @@ struct Trainer {
       const size_t chunk = model.flat_size / size_t(L.dp);
       shard = {chunk * size_t(grid.coords.dp_rank), chunk * size_t(grid.coords.dp_rank + 1)};
       shard_scratch = Buffer<float>(alloc, shard.size());
+    }
+    if (L.zero == 2) {
+      grad_shard = Buffer<float>(alloc, shard.size());
+      sharded = {&model,       &grid.dp, L.dp_reduce, model.flat_size / size_t(L.dp), shard,
+                 grad_shard.data(), std::vector<size_t>(size_t(L.dp) + 1)};
     }
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
@@ -285,7 +325,7 @@ struct Trainer {
       }
       return;
     }
-    // ZeRO: only the owned shard of the summed gradient is needed.
+    // ZeRO 1: only the owned shard of the summed gradient is needed.
     switch (L.dp_reduce) {
       case DpReduce::allreduce:
         grid.dp.reduce_scatter_sum(g, shard_scratch.data(), shard.size());
@@ -304,7 +344,11 @@ struct Trainer {
     const Layout& L = opts.layout;
     const int T = tc.seq_len;
     io::fill_batch(data, io::Split::train, tc.seed, s, first_row, local_rows, T, batch.data());
-    std::memset(model.grads.data(), 0, model.flat_size * sizeof(float));
+    std::memset(model.grads.data(), 0, model.grads.size() * sizeof(float));
+    if (L.zero == 2) std::memset(grad_shard.data(), 0, grad_shard.size() * sizeof(float));
+    GradReadyHook hook{};
+    if (L.zero == 2) hook = {on_segment_ready, &sharded};
+    else if (!buckets.ranges.empty()) hook = {on_grads_ready, &buckets};
     const float dloss = 1.0f / float(int64_t(tc.batch_size) * T);
     double loss_sum = 0.0;
     for (int mb = 0; mb < tc.micro_batches; ++mb) {
@@ -314,12 +358,12 @@ struct Trainer {
       const int64_t local = rows.begin - first_row;
       loss_sum += gpt_forward(model, batch.data() + local * (T + 1), micro_rows, drop);
       buckets.active = !buckets.ranges.empty() && mb == tc.micro_batches - 1;
-      gpt_backward(model, micro_rows, dloss, drop,
-                   buckets.ranges.empty() ? GradReadyHook{} : GradReadyHook{on_grads_ready, &buckets});
+      gpt_backward(model, micro_rows, dloss, drop, hook);
     }
-    reduce_gradients();
+    if (L.zero < 2) reduce_gradients();
     // Global gradient norm: every rank holds the summed gradient of its shard.
-    double sq = sum_of_squares(model.grads.data() + shard.begin, shard.size());
+    const float* g = L.zero == 2 ? grad_shard.data() : model.grads.data() + shard.begin;
+    double sq = sum_of_squares(g, shard.size());
     if (L.zero > 0) sq = grid.dp.allreduce_sum(sq);
     const double norm = std::sqrt(sq);
     const float scale =
@@ -327,7 +371,7 @@ struct Trainer {
     const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
     const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
     adamw_update(model.registry,
-                 {shard.begin, shard.end, model.params.data(), 0, model.grads.data(), 0, m.data(),
+                 {shard.begin, shard.end, model.params.data(), 0, g, shard.begin, m.data(),
                   v.data(), shard.begin},
                  acfg, lr, scale, s);
     if (L.zero > 0) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO shards the AdamW moments (stage 1) and the reduced gradients (stage 2) over dp: at a fixed
-# per-rank micro-batch, each rank's peak memory falls as dp grows; at stage 0 it does not.
+# per-rank micro-batch, each rank's peak memory falls as dp grows (further at stage 2 than at
+# stage 1); at stage 0 it does not.
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
 run() {  # run NAME RANKS ZERO
@@ -25,5 +26,8 @@ for z in (1, 2):
     assert rows[z][0] > rows[z][1] > rows[z][2], f"stage {z} memory does not fall with dp"
     # dp 4 keeps a quarter of the two fp32 moments (and adds a shard-sized reduce buffer)
     assert base - rows[z][2] >= 0.5 * moment_bytes, f"stage {z}: moments are not sharded"
+for i in (1, 2):
+    # stage 2 keeps no whole gradient: only embeddings, ln_f, one block window and the shard
+    assert rows[2][i] < rows[1][i], "stage 2 does not shard the gradients"
 PY
 echo "zero memory ok"

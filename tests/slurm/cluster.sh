@@ -97,7 +97,7 @@ cluster_start() {
   trap cluster_stop EXIT
   local d=$CLUSTER_DIR
   mkdir -p "$d"/{munge,state,spool,run,log,dev}
-  chmod 700 "$d/munge"
+  chmod 755 "$d/munge"
 
   # munge: a private daemon with its own key and socket (the machine's munged is left alone).
   dd if=/dev/urandom of="$d/munge/munge.key" bs=1024 count=1 status=none
@@ -208,4 +208,55 @@ wait_job() {
     sleep 0.5
   done
   echo "TIMEOUT_WAITING($state)"
+}
+
+# slurm_test_setup MPITRON REPO WORK: the arguments every slurm test takes (binary, checkout, fresh
+# work folder); sets MPITRON, REPO, WORK, CORPUS and enters WORK.
+slurm_test_setup() {
+  MPITRON=$(realpath "$1")
+  REPO=$(realpath "$2")
+  WORK=$3
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  WORK=$(realpath "$WORK")
+  cd "$WORK"
+  [[ -x $MPITRON ]] || fail "$MPITRON is not executable"
+  if [[ -s $REPO/data/kjv.txt ]]; then
+    CORPUS=$REPO/data/kjv.txt
+  else # a bare checkout: a synthetic text does as well for these tests
+    CORPUS=$WORK/corpus.txt
+    /usr/bin/python3 -c "
+import random
+r = random.Random(7)
+words = 'and the of to in that he shall unto for i his a lord they be is him not them it with all'.split()
+print('\n'.join(' '.join(r.choice(words) for _ in range(12)) + '.' for _ in range(40000)))" >"$CORPUS"
+  fi
+  # What the job scripts read: the binary and checkout under test, the one-machine site profile.
+  export MPITRON MPITRON_ROOT=$REPO SITE_ENV=jobs/local.env DATA=$CORPUS
+}
+
+# check_trace DIR STEPS: DIR/trace.h5 holds steps 1..STEPS, each once, in order, with finite losses,
+# and DIR/ckpt_STEPS.h5 exists.
+check_trace() {
+  [[ -f $1/trace.h5 ]] || fail "$1/trace.h5 is missing"
+  [[ -f $1/ckpt_$2.h5 ]] || fail "$1/ckpt_$2.h5 is missing"
+  /usr/bin/python3 - "$1/trace.h5" "$2" <<'PY' || fail "$1/trace.h5 is not steps 1..$2"
+import math, sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    steps = [int(s) for s in f["trace/step"][:]]
+    loss = f["trace/loss"][:]
+n = int(sys.argv[2])
+if steps != list(range(1, n + 1)):
+    sys.exit(f"steps are {steps[:5]}...{steps[-5:]} ({len(steps)} rows), not 1..{n}")
+if not all(math.isfinite(x) for x in loss):
+    sys.exit("a loss is not finite")
+PY
+}
+
+# trace_attr TRACE NAME: a root attribute of a trace (layout.dp, ...).
+trace_attr() {
+  /usr/bin/python3 -c "
+import sys, h5py
+v = h5py.File(sys.argv[1], 'r').attrs[sys.argv[2]]
+print(v.decode() if isinstance(v, bytes) else v)" "$1" "$2"
 }

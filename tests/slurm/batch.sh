@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The jobs/ batch scripts on a real (single-node) Slurm cluster: every Bridges-2 profile and the
+# generic one train, on CPU ranks, and leave a trace, a checkpoint and the run record (revision,
+# job id, exact command, a copy of the script). GPU-shared runs unchanged on fake v100-32 GPUs
+# (one rank per GPU); the others get a CPU override (--gpus=0, fewer tasks). A layout mpitron does
+# not support is refused by mpitron, not by the script; a rank/GPU mismatch by the script.
+# Arguments: mpitron binary, checkout, work folder.
+set -euo pipefail
+source "$(dirname "$0")/cluster.sh"
+slurm_test_setup "$@"
+cluster_start
+
+steps=20
+export STEPS=$steps BATCH_SIZE=8 SEQ_LEN=32 CKPT_EVERY=10 EVAL_EVERY=0 LOG_EVERY=5 THREADS=1
+head=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
+
+# submit NAME SCRIPT [sbatch options...]: submits with RUN=$WORK/NAME; prints the job id.
+submit() {
+  local name=$1 script=$2
+  shift 2
+  mkdir -p "$WORK/$name"
+  RUN=$WORK/$name sbatch --parsable -o "$WORK/$name/slurm-%j.out" "$@" "$REPO/jobs/$script"
+}
+
+declare -A id
+id[gpu-shared]=$(submit gpu-shared bridges2-gpu-shared.sbatch)
+id[gpu]=$(submit gpu bridges2-gpu.sbatch --gpus=0 --ntasks-per-node=2)
+id[rm]=$(submit rm bridges2-rm.sbatch --ntasks-per-node=2 --cpus-per-task=1)
+id[generic]=$(ZERO=1 submit generic generic.sbatch --ntasks=2)
+id[refused-tp]=$(TP=2 submit refused-tp generic.sbatch --ntasks=2)
+id[refused-gpus]=$(submit refused-gpus bridges2-gpu-shared.sbatch --ntasks-per-node=2)
+# RM-shared through the Makefile, as a user would.
+mkdir -p "$WORK/rm-shared"
+make -s -C "$REPO" -f Makefile.slurm submit PARTITION=RM-shared RANKS=2 CPUS=1 TIME=10 \
+  RUN="$WORK/rm-shared" CONFIG=configs/gpt-tiny.toml STEPS=$steps >"$WORK/make-submit.log" 2>&1 ||
+  fail "make -f Makefile.slurm submit failed: $(cat "$WORK/make-submit.log")"
+id[rm-shared]=$(sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' "$WORK/make-submit.log")
+[[ -n ${id[rm-shared]} ]] || fail "no job id from make submit: $(cat "$WORK/make-submit.log")"
+squeue
+log "submitted: $(for k in "${!id[@]}"; do printf '%s=%s ' "$k" "${id[$k]}"; done)"
+
+# expect NAME STATE: the job ended in STATE.
+expect() {
+  local state
+  state=$(wait_job "${id[$1]}" 240)
+  log "$1 (job ${id[$1]}): $state, exit $(job_field "${id[$1]}" ExitCode)"
+  if [[ $state != "$2" ]]; then
+    cat "$WORK/$1"/slurm-*.out >&2 || true
+    fail "$1: job ended $state, expected $2"
+  fi
+}
+
+# trained NAME SCRIPT RANKS LAUNCHER: a successful run and its record.
+trained() {
+  local name=$1 script=$2 ranks=$3 launcher=$4 run=$WORK/$1
+  expect "$name" COMPLETED
+  check_trace "$run" $steps
+  [[ $(trace_attr "$run/trace.h5" layout.world) == "$ranks" ]] || fail "$name: world is not $ranks"
+  [[ $(trace_attr "$run/trace.h5" layout.dp) == "$ranks" ]] || fail "$name: dp is not $ranks"
+  local rec=$run/jobs.log
+  [[ -f $rec ]] || fail "$name: no jobs.log"
+  grep -qx "job_id=${id[$name]}" "$rec" || fail "$name: job id not recorded: $(cat "$rec")"
+  grep -qx "git_rev=$head" "$rec" || fail "$name: git revision $head not recorded: $(cat "$rec")"
+  grep -q "^command=.*$launcher.* $MPITRON train .*--out $run --resume auto --dp $ranks " "$rec" ||
+    fail "$name: command not recorded as expected ($launcher, --dp $ranks): $(cat "$rec")"
+  grep -qx "exit=0 (.*)" "$rec" || fail "$name: exit status not recorded"
+  cmp -s "$run/$script" "$REPO/jobs/$script" || fail "$name: $run/$script is not a copy of jobs/$script"
+  log "$name: $ranks ranks via $launcher, trace and record ok"
+}
+
+trained gpu-shared bridges2-gpu-shared.sbatch 4 mpirun
+grep -q "gpus_per_node=4" "$WORK/gpu-shared/jobs.log" || fail "gpu-shared: the job saw no GPUs"
+trained gpu bridges2-gpu.sbatch 2 mpirun
+trained rm bridges2-rm.sbatch 2 mpirun
+trained rm-shared bridges2-rm-shared.sbatch 2 mpirun
+trained generic generic.sbatch 2 "srun --mpi=pmix"
+[[ $(trace_attr "$WORK/generic/trace.h5" layout.zero) == 1 ]] || fail "generic: ZERO=1 did not arrive"
+
+expect refused-tp FAILED
+grep -q "error: .*not supported yet" "$WORK"/refused-tp/slurm-*.out ||
+  fail "TP=2 was not refused by mpitron: $(cat "$WORK"/refused-tp/slurm-*.out)"
+grep -q -- "--tp 2" "$WORK/refused-tp/jobs.log" || fail "TP=2 was not passed to mpitron"
+expect refused-gpus FAILED
+grep -q "error: one rank per GPU" "$WORK"/refused-gpus/slurm-*.out ||
+  fail "2 ranks on 4 GPUs were not refused: $(cat "$WORK"/refused-gpus/slurm-*.out)"
+[[ ! -e $WORK/refused-gpus/trace.h5 ]] || fail "the refused job trained"
+log "batch jobs ok"
