@@ -232,7 +232,9 @@ def plot(rows, path, cores):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    ncomm = sum(1 for r in rows if r["dp"] > 1)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(6.5 + max(6.5, 0.62 * ncomm), 5),
+                                   gridspec_kw={"width_ratios": [6.5, max(6.5, 0.62 * ncomm)]})
     base = next((r for r in rows if r["dp"] == 1), None)
     labels = []
     for r in rows:

@@ -59,7 +59,8 @@ const ParamInfo& ParamRegistry::at(const std::string& name) const {
 void ParamRegistry::initialize(float* params, uint64_t seed) const {
   for (const auto& p : params_) {
     float* w = params + p.offset;
-    PhiloxStream rng{seed, fnv1a64(p.name)};
+    const PhiloxStream rng{seed, fnv1a64(p.name)};
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
       switch (p.init) {
         case InitKind::normal: w[i] = float(p.init_std * rng.normal(p.global_index(i))); break;

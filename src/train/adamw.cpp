@@ -15,18 +15,20 @@ double learning_rate(int64_t step, double lr, int warmup, int64_t total_steps, d
 }
 
 double sum_of_squares(const float* g, size_t n) {
-  // Fixed chunks summed in chunk order: the same bits whatever the thread count.
-  constexpr size_t chunk = 1 << 16;
-  const size_t chunks = (n + chunk - 1) / chunk;
-  double total = 0.0;
-#pragma omp parallel for ordered schedule(static)
-  for (size_t c = 0; c < chunks; ++c) {
+  // A fixed number of chunks, each summed in order and then added in chunk order: the same bits
+  // whatever the thread count.
+  constexpr int kChunks = 64;
+  double partial[kChunks];
+  const size_t per = (n + kChunks - 1) / kChunks;
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < kChunks; ++c) {
+    const size_t begin = std::min(n, size_t(c) * per), end = std::min(n, begin + per);
     double s = 0.0;
-    const size_t end = std::min(n, (c + 1) * chunk);
-    for (size_t i = c * chunk; i < end; ++i) s += double(g[i]) * double(g[i]);
-#pragma omp ordered
-    total += s;
+    for (size_t i = begin; i < end; ++i) s += double(g[i]) * double(g[i]);
+    partial[c] = s;
   }
+  double total = 0.0;
+  for (double s : partial) total += s;
   return total;
 }
 

@@ -15,6 +15,7 @@ SLURM_TEST_CTLD_PORT=${SLURM_TEST_CTLD_PORT:-16817}
 SLURM_TEST_SLURMD_PORT=${SLURM_TEST_SLURMD_PORT:-16818}
 SLURM_TEST_LOCK=${SLURM_TEST_LOCK:-/tmp/mpitron-slurm-test.lock}
 CLUSTER_DIR=
+export CLUSTER_GPUS=0 # fake GPUs of the node (8 where mknod is allowed), for the tests
 
 skip() {
   echo "SKIP: $*" >&2
@@ -76,6 +77,7 @@ cluster_stop() {
   else
     rm -rf "$CLUSTER_DIR"
   fi
+  rm -f "$SLURM_TEST_LOCK.dir"
   return "$rc"
 }
 
@@ -92,9 +94,27 @@ cluster_start() {
   flock -w 600 "$SLURM_TEST_LOCK_FD" ||
     skip "another test cluster held $SLURM_TEST_LOCK for 10 minutes"
 
+  # A test killed outright (a CTest timeout) leaves its daemons behind: stop them, by the pids
+  # in their pid files, before they block the ports.
+  local old pidfile pid
+  old=$(cat "$SLURM_TEST_LOCK.dir" 2>/dev/null || true)
+  if [[ $old == /tmp/mpitron-slurm.* && -d $old ]]; then
+    for pidfile in "$old"/run/*.pid; do
+      pid=$(pid_of "$pidfile") || continue
+      if [[ -n $pid ]] && grep -qaE 'slurm|munge' "/proc/$pid/cmdline" 2>/dev/null; then
+        echo "stopping pid $pid of a test cluster left in $old" >&2
+        kill -9 "$pid" 2>/dev/null || true
+      fi
+    done
+    rm -rf "$old"
+  fi
+
   CLUSTER_DIR=$(mktemp -d /tmp/mpitron-slurm.XXXXXX)
   chmod 755 "$CLUSTER_DIR"
+  echo "$CLUSTER_DIR" >"$SLURM_TEST_LOCK.dir"
   trap cluster_stop EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
   local d=$CLUSTER_DIR
   mkdir -p "$d"/{munge,state,spool,run,log,dev}
   chmod 755 "$d/munge"
@@ -115,11 +135,13 @@ cluster_start() {
   # Fake GPUs: eight character devices (like /dev/null) stand in for /dev/nvidia*, so the
   # Bridges-2 scripts' `--gpus=v100-32:N` is scheduled unchanged and CUDA_VISIBLE_DEVICES set.
   local gres_node="" i
+  CLUSTER_GPUS=0
   if (for i in 0 1 2 3 4 5 6 7; do mknod "$d/dev/fakegpu$i" c 1 3 2>/dev/null || exit 1; done); then
     gres_node="Gres=gpu:v100-32:8"
+    CLUSTER_GPUS=8
     echo "NodeName=localhost Name=gpu Type=v100-32 File=$d/dev/fakegpu[0-7]" >"$d/gres.conf"
   else
-    echo "note: mknod is not allowed here: the test cluster has no (fake) GPUs" >&2
+    echo "note: mknod is not allowed here: the test cluster has no (fake) GPUs, GPU requests are dropped" >&2
     : >"$d/gres.conf"
   fi
 
@@ -219,7 +241,7 @@ slurm_test_setup() {
   rm -rf "$WORK"
   mkdir -p "$WORK"
   WORK=$(realpath "$WORK")
-  cd "$WORK"
+  cd "$WORK" || exit 1
   [[ -x $MPITRON ]] || fail "$MPITRON is not executable"
   if [[ -s $REPO/data/kjv.txt ]]; then
     CORPUS=$REPO/data/kjv.txt

@@ -7,13 +7,14 @@
 # through srun --mpi=pmix (jobs/generic.sbatch). A plain `scancel` still ends a job for good.
 # Arguments: mpitron binary, checkout, work folder.
 set -euo pipefail
+# shellcheck source=tests/slurm/cluster.sh
 source "$(dirname "$0")/cluster.sh"
 slurm_test_setup "$@"
 cluster_start
 
 steps=120
 export STEPS=$steps BATCH_SIZE=8 SEQ_LEN=32 CKPT_EVERY=20 EVAL_EVERY=0 LOG_EVERY=20 THREADS=1
-flags=(--config "$REPO/configs/gpt-tiny.toml" --data "$CORPUS" --steps $steps --batch-size 8
+flags=(--config "$REPO/configs/gpt-tiny.toml" --data "$CORPUS" --steps "$steps" --batch-size 8
   --seq-len 32 --ckpt-every 20 --eval-every 0 --log-every 20 --threads 1 --dp 2)
 
 submit() {
@@ -41,11 +42,12 @@ wait_file() {
 wait_file "$WORK/mpirun/ckpt_20.h5" 120
 scancel --signal=USR1 --batch "$mpirun_id"
 log "sent USR1 to job $mpirun_id (mpirun)"
+# The second one as a user would: make -f Makefile.slurm cancel SIGNAL=USR1.
 wait_file "$WORK/srun/ckpt_20.h5" 120
-scancel --signal=USR1 --batch "$srun_id"
+make -s -C "$REPO" -f Makefile.slurm cancel JOB="$srun_id" SIGNAL=USR1
 log "sent USR1 to job $srun_id (srun)"
 wait_file "$WORK/cancelled/ckpt_20.h5" 120
-scancel "$cancel_id"
+make -s -C "$REPO" -f Makefile.slurm cancel JOB="$cancel_id"
 log "cancelled job $cancel_id"
 
 wait "$ref_pid" || fail "the reference run failed: $(tail -n 5 "$WORK/reference.log")"

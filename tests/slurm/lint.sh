@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Static checks of the Slurm scripts, no cluster needed: shellcheck is clean on jobs/ and
+# tests/slurm/; the training scripts share one body; every script refuses to run outside Slurm;
+# `make -f Makefile.slurm help` documents every target; the Makefile passes resources and the
+# layout through as documented. Argument: the checkout.
+set -euo pipefail
+REPO=$(realpath "$1")
+cd "$REPO"
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+if ! command -v shellcheck >/dev/null; then
+  echo "SKIP: shellcheck is missing (apt-get install shellcheck, or make deps)" >&2
+  exit 77
+fi
+shopt -s nullglob
+files=(jobs/*.sbatch jobs/*.sh jobs/*.env tests/slurm/*.sh)
+[[ ${#files[@]} -ge 10 ]] || fail "expected the job scripts and tests, found: ${files[*]}"
+shellcheck --external-sources "${files[@]}" || fail "shellcheck found problems (above)"
+echo "shellcheck: clean on ${#files[@]} files"
+
+# One body in every training script (below its site profile), so each stays a complete record.
+training=(jobs/generic.sbatch jobs/bridges2-*.sbatch)
+[[ ${#training[@]} == 5 ]] || fail "expected 5 training scripts, found ${training[*]}"
+body() { sed -n '/^# ---- common body/,$p' "$1"; }
+[[ $(body jobs/generic.sbatch | wc -l) -gt 100 ]] || fail "jobs/generic.sbatch has no common body"
+for f in "${training[@]}"; do
+  diff <(body jobs/generic.sbatch) <(body "$f") >/dev/null ||
+    fail "$f: its common body differs from jobs/generic.sbatch's"
+  for want in "--requeue" "--signal=B:USR1@" "--open-mode=append"; do
+    grep -q "^#SBATCH $want" "$f" || fail "$f: no '#SBATCH $want'"
+  done
+done
+for f in jobs/bridges2-gpu*.sbatch; do
+  grep -Eq '^#SBATCH --gpus=v100-32:[1-8]$' "$f" || fail "$f: no --gpus=v100-32:N"
+done
+echo "training scripts: one body, requeue and time-limit warning in each"
+
+# Outside Slurm: a clear refusal, nothing written.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for f in jobs/*.sbatch jobs/interactive.sh; do
+  rc=0
+  (cd "$tmp" && env -u SLURM_JOB_ID RUN="$tmp/run" bash "$REPO/$f" train >out.txt 2>err.txt) || rc=$?
+  [[ $rc == 1 ]] || fail "$f outside Slurm: exit $rc, expected 1"
+  grep -q "^error: .*Slurm" "$tmp/err.txt" || fail "$f outside Slurm: no clear message: $(cat "$tmp/err.txt")"
+  [[ ! -e $tmp/run ]] || fail "$f outside Slurm wrote a run folder"
+done
+jobs/interactive.sh --help | grep -q "jobs/interactive.sh train" || fail "interactive.sh --help"
+echo "outside Slurm: every script refuses"
+
+# make help: every target is explained.
+help=$(make -s -f Makefile.slurm help)
+targets=$(sed -n 's/^\.PHONY: *//p' Makefile.slurm)
+[[ -n $targets ]] || fail "Makefile.slurm has no .PHONY line"
+for t in $targets; do
+  grep -Eq "^  $t +[a-zA-Z]" <<<"$help" || fail "make -f Makefile.slurm help does not explain '$t'"
+done
+for v in PARTITION GPUS NODES TIME ACCOUNT DP TP PP CONFIG RUN; do
+  grep -q "$v=" <<<"$help" || fail "make help does not explain $v"
+done
+echo "make help: targets $targets"
+
+# What submit would run.
+dry() { make -s -n -f Makefile.slurm "$@"; }
+out=$(dry submit PARTITION=GPU NODES=2 ACCOUNT=abc123 RUN=runs/x)
+grep -q -- "-p GPU -N 2 --gpus=v100-32:16 --ntasks-per-node=8 .*-A abc123 .*jobs/bridges2-gpu.sbatch" <<<"$out" ||
+  fail "submit PARTITION=GPU NODES=2: $out"
+out=$(dry submit PARTITION=GPU-shared GPUS=2 RUN=runs/x)
+grep -q -- "-p GPU-shared -N 1 --gpus=v100-32:2 --ntasks-per-node=2 .*jobs/bridges2-gpu-shared.sbatch" <<<"$out" ||
+  fail "submit PARTITION=GPU-shared GPUS=2: $out"
+out=$(dry submit PARTITION=RM-shared RANKS=8 DP=3 TP=2 PP=5 SCHEDULE=1f1b RUN=runs/x)
+grep -q "DP='3' TP='2' PP='5' ZERO='0' SCHEDULE='1f1b'" <<<"$out" || fail "layout not passed through: $out"
+grep -q -- "--ntasks=8 .*jobs/bridges2-rm-shared.sbatch" <<<"$out" || fail "submit PARTITION=RM-shared: $out"
+out=$(dry submit PARTITION=debug RANKS=3 RUN=runs/x)
+grep -q -- "-p debug -N 1 --ntasks=3 .*jobs/generic.sbatch" <<<"$out" || fail "submit PARTITION=debug: $out"
+out=$(dry validate RUN=runs/v CTEST_ARGS=-R\ dp2)
+grep -q "CTEST_ARGS='-R dp2'.*sbatch" <<<"$out" || fail "validate: $out"
+grep -q "jobs/validate.sbatch" <<<"$out" || fail "validate: $out"
+echo "make -n submit/validate: resources and layout as documented"
+
+# The Bridges-2 environment file loads the modules the issue names, each editable.
+for m in CUDA MPI HDF5; do
+  grep -q "^  module load \"\$MPITRON_MODULE_$m\"" jobs/bridges2.env || fail "bridges2.env: no module load for $m"
+done
+echo "slurm scripts lint ok"
