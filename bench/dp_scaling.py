@@ -2,7 +2,8 @@
 """Table and PNG for bench/dp_scaling.sh: step time, tokens/s and bytes sent per step per rank of
 data-parallel runs, against the theoretical traffic of each --dp-reduce.
 
-Usage: /usr/bin/python3 bench/dp_scaling.py [--warmup 3] [--png runs/bench/dp_scaling.png] RUN_DIR...
+Usage: /usr/bin/python3 bench/dp_scaling.py [--warmup 3] [--png PNG] RUN_DIR...
+       (PNG defaults to runs/bench/dp_scaling.png)
 
 Each RUN_DIR holds the trace.h5 of one `mpitron train` run (and, for the exact gradient size, its
 final checkpoint); runs of one configuration are rounds, reduced to the median of their median
@@ -15,8 +16,10 @@ tensor padded to 16 floats, the total padded to a multiple of 16·N floats; gpt_
   allreduce, ring (ZeRO 0)   every rank 2(N-1)/N·G  (ring reduce-scatter + all-gather)
   gather-scatter             root (N-1)·G, the others G: mean 2(N-1)/N·G, max (N-1)·G
   ZeRO 1/2, allreduce|ring   reduce-scatter (N-1)/N·G + all-gather of parameters (N-1)/N·G
-                             = 2(N-1)/N·G on every rank, as for a ring all-reduce
-  ZeRO 1/2, gather-scatter   gather-scatter + all-gather: mean 3(N-1)/N·G
+                             = 2(N-1)/N·G on every rank, as for a ring all-reduce (ZeRO 2
+                             reduce-scatters block by block during backward, every micro-batch:
+                             M micro-batches make it M·(N-1)/N·G)
+  ZeRO 1/2, gather-scatter   gather-scatter (M times at ZeRO 2) + all-gather
 Scalars on top (comm/group.hpp counts a scalar as a 1-element ring all-reduce of 8 bytes: rank r
 sends 16 - 8·[r = 0] - 8·[r = N-1] bytes): the loss every step, the squared gradient norm too
 under ZeRO. The "check" column compares every rank's measured bytes with gradient + scalars
@@ -67,23 +70,25 @@ def padded_floats(run, parameters, dp):
     return (reg + unit - 1) // unit * unit
 
 
-def predict(n, p, method, zero):
+def predict(n, p, method, zero, micro=1):
     """Per-rank bytes a step sends: (gradient/parameter traffic, scalar traffic), lists of p."""
     G = 4 * n
     grad, scal = [0] * p, [0] * p
     if p == 1:
         return grad, scal
+    # ZeRO 2 reduces the gradient segments of every micro-batch as backward produces them (the
+    # segments tile the padded buffer); ZeRO 0 and 1 reduce once per step.
+    times = micro if zero == 2 else 1
+    shard = n // p  # ZeRO shards: equal, the buffer being padded to 16·p floats
     for r in range(p):
         if method == "gather-scatter":
-            g = (p - 1) * G if r == 0 else G
+            g = times * ((p - 1) * G if r == 0 else G)
         elif zero == 0:
             g = allreduce_bytes(n, 4, p, r)
-        elif method == "ring":  # ring reduce-scatter (n - chunk r) + ring all-gather (n - chunk r+1)
-            g = 4 * (2 * n - clen(n, p, r) - clen(n, p, (r + 1) % p))
-        else:  # MPI reduce-scatter + all-gather, equal blocks of n/p
-            g = 2 * (p - 1) * (n // p) * 4
+        else:  # reduce-scatter: n - own shard; all-gather of parameters: n - one shard
+            g = 4 * (times * (n - shard) + (n - shard))
         if zero > 0 and method == "gather-scatter":
-            g += (p - 1) * (n // p) * 4  # parameters all-gathered after the sharded update
+            g += (p - 1) * shard * 4  # parameters all-gathered after the sharded update
         grad[r] = g
         scalars = 1 + (1 if zero > 0 else 0)  # loss, + squared grad norm under ZeRO
         scal[r] = scalars * allreduce_bytes(1, SCALAR, p, r)
@@ -119,6 +124,7 @@ def load(run, warmup):
         varies=varies,
         n=n,
         tokens=tokens,
+        micro=int(a.get("train.micro_batches", 1)),
         config=dec(a["config"]),
         batch=int(a["train.batch_size"]),
         seq=int(a["train.seq_len"]),
@@ -150,15 +156,16 @@ def main():
         r = dict(g[0])
         r["rounds"] = len(g)
         r["ms"] = statistics.median(x["ms"] for x in g)
+        r["spread"] = (max(x["ms"] for x in g) - min(x["ms"] for x in g)) / r["ms"]
         r["tok_s"] = r["tokens"] / (r["ms"] / 1e3)
         r["varies"] = any(x["varies"] or x["per_rank"] != r["per_rank"] for x in g)
         rows.append(r)
-    rows.sort(key=lambda r: (r["dp"], r["method"] != "allreduce", r["method"], r["zero"], r["bucket"]))
+    rows.sort(key=lambda r: (r["dp"], r["method"], r["zero"], r["bucket"]))
     base = next((r for r in rows if r["dp"] == 1), None)
     ok_all = True
     for r in rows:
         p = r["dp"]
-        grad, scal = predict(r["n"], p, r["method"], r["zero"])
+        grad, scal = predict(r["n"], p, r["method"], r["zero"], r["micro"])
         r["theory_mean"] = sum(grad) / p
         r["theory_max"] = max(grad)
         r["scalar_mean"] = sum(scal) / p
@@ -174,14 +181,18 @@ def main():
         r["speedup"] = r["tok_s"] / base["tok_s"] if base else float("nan")
         r["ratio"] = r["meas_mean"] / r["theory_mean"] if r["theory_mean"] else float("nan")
 
-    head = ["dp", "dp-reduce", "zero", "step ms", "tok/s", "speed-up", "meas B mean", "meas B max",
+    rounds = max(r["rounds"] for r in rows)
+    head = ["dp", "dp-reduce", "zero", "step ms", *(["range"] if rounds > 1 else []), "tok/s",
+            "speed-up", "meas B mean", "meas B max",
             "theory B mean", "theory B max", "meas/theory", "extra B", "check"]
     body = []
     for r in rows:
         nan = r["theory_mean"] == 0
+        spread = [f"{100 * r['spread']:.0f}%"] if rounds > 1 else []
         body.append([
             str(r["dp"]), r["method"] + (f" b{r['bucket']:g}MB" if r["bucket"] > 0 else ""),
-            str(r["zero"]), f"{r['ms']:.1f}", f"{r['tok_s']:.0f}", "-" if base is None else f"{r['speedup']:.2f}",
+            str(r["zero"]), f"{r['ms']:.1f}", *spread,
+            f"{r['tok_s']:.0f}", "-" if base is None else f"{r['speedup']:.2f}",
             f"{r['meas_mean']:.0f}", f"{r['meas_max']}", f"{r['theory_mean']:.0f}",
             f"{r['theory_max']}", "-" if nan else f"{r['ratio']:.6f}",
             f"{r['meas_mean'] - r['theory_mean']:.0f}", r["check"],
@@ -204,7 +215,7 @@ def main():
     gs = ", ".join(f"dp {dp}: G = {4 * n} B" for dp, n in sorted({(r["dp"], r["n"]) for r in rows
                                                                  if r["dp"] > 1}))
     print(f"\nG = gradient bytes = 4 x flat buffer (parameters padded to 16·dp floats); {gs}.")
-    print("theory (gradients/parameters only): allreduce, ring and ZeRO-1 (reduce-scatter + "
+    print("theory (gradients/parameters only): allreduce, ring and ZeRO 1/2 (reduce-scatter + "
           "all-gather) 2(N-1)/N·G on every rank; gather-scatter root (N-1)·G, others G (mean "
           "2(N-1)/N·G).")
     print("extra B = measured mean - theory mean: the 8-byte scalar all-reduces (loss; + grad-norm "
@@ -214,9 +225,12 @@ def main():
     print("bytes are what comm::Group counts per rank (comm/group.hpp): the hand-written ring and "
           "gather-scatter count their real sends; MPI_Allreduce/Reduce_scatter/Allgather are "
           "counted by the ring convention, not measured on the wire.")
+    if rounds > 1:
+        print("range: (slowest - fastest) / median of the rounds' median step times.")
     over = [r["dp"] for r in rows if r["dp"] > cores]
     if over:
-        print(f"NOTE: this machine has {cores} cores, so dp {', '.join(map(str, sorted(set(over))))}"
+        dps = ", ".join(map(str, sorted(set(over))))
+        print(f"NOTE: this machine has {cores} cores, so dp {dps}"
               f" is oversubscribed (ranks share cores, OMPI_MCA_mpi_yield_when_idle=1): its times "
               f"show the overhead trend, not speed-up beyond {cores} ranks.")
     if any(r["varies"] for r in rows):
@@ -271,12 +285,12 @@ def plot(rows, path, cores):
     ax2.scatter(x, [r["meas_max"] * mb for r in comm], marker="^", color="black", zorder=3,
                 label="measured, max rank")
     ax2.hlines([r["theory_mean"] * mb for r in comm], x - 0.38, x + 0.38, colors="red", lw=2,
-               zorder=4, label="theory mean 2(N-1)/N·G")
+               zorder=4, label="theory, mean over ranks (2(N-1)/N·G)")
     skew = [i for i, r in enumerate(comm) if r["theory_max"] != r["theory_mean"]]
     if skew:
         ax2.hlines([comm[i]["theory_max"] * mb for i in skew], x[skew] - 0.38, x[skew] + 0.38,
                    colors="red", lw=2, linestyles="--", zorder=4,
-                   label="theory max: gather-scatter root (N-1)·G")
+                   label="theory, max rank (gather-scatter root (N-1)·G)")
     top = max(max(r["meas_max"], r["theory_max"]) for r in comm) * mb if comm else 1
     ax2.set_ylim(0, top * 1.35)
     ax2.set_xticks(x)

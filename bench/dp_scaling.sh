@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel scaling and traffic: trains a fixed global batch (default gpt-tiny, batch 16,
 # seq 64, 20 steps, one compute thread per rank) at dp 1, 2, 4 with every --dp-reduce at ZeRO 0,
-# plus allreduce and ring at ZeRO 1, then bench/dp_scaling.py prints a table (median step time
+# plus allreduce and ring at ZeRO 1 and 2, then bench/dp_scaling.py prints a table (median step time
 # after the warm-up steps, tokens/s, speed-up over dp 1, bytes sent per step per rank against the
 # theoretical 2(N-1)/N x gradient bytes) and draws a PNG. Runs land in runs/bench/ (git-ignored).
 # Usage: bench/dp_scaling.sh [-s steps] [-w warmup] [-b batch] [-t seq_len] [-c config]
@@ -84,8 +84,10 @@ for ((round = 1; round <= rounds; ++round)); do
     for reduce in allreduce ring gather-scatter; do
       run "dp${dp}_${reduce}_z0$sfx" "$dp" "$reduce" 0
     done
-    for reduce in allreduce ring; do
-      run "dp${dp}_${reduce}_z1$sfx" "$dp" "$reduce" 1
+    for zero in 1 2; do
+      for reduce in allreduce ring; do
+        run "dp${dp}_${reduce}_z$zero$sfx" "$dp" "$reduce" "$zero"
+      done
     done
     if [[ -n $bucket ]]; then
       for reduce in allreduce ring gather-scatter; do
