@@ -4,6 +4,7 @@
 #include "src/cpu/fastmath.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstddef>
 
 namespace mpitron::cpu {
@@ -14,11 +15,13 @@ constexpr double kCubic = 0.044715;
 constexpr ptrdiff_t kParallelMin = 1 << 14;  // below this, threading costs more than it saves
 }  // namespace
 
+// Blocks of kBlock elements: threads split the blocks, each block is one vectorised loop.
+constexpr ptrdiff_t kBlock = 4096;
+
 template <class F>
-void gelu_forward(F* out, const F* inp, size_t n) {
+void gelu_forward_block(F* __restrict out, const F* __restrict inp, ptrdiff_t len) {
   const F s = F(kSqrt2OverPi), a = F(kCubic);
-  const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for simd schedule(static) if (len >= kParallelMin)
+#pragma omp simd
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
     out[i] = F(0.5) * x * (F(1) + tanh_fast(s * (x + a * x * x * x)));
@@ -26,16 +29,33 @@ void gelu_forward(F* out, const F* inp, size_t n) {
 }
 
 template <class F>
-void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
+void gelu_backward_block(F* __restrict dinp, const F* __restrict dout, const F* __restrict inp,
+                         ptrdiff_t len) {
   const F s = F(kSqrt2OverPi), a = F(kCubic);
-  const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for simd schedule(static) if (len >= kParallelMin)
+#pragma omp simd
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
     const F th = tanh_fast(s * (x + a * x * x * x));
     const F du = s * (F(1) + F(3) * a * x * x);
     dinp[i] = dout[i] * (F(0.5) * (F(1) + th) + F(0.5) * x * (F(1) - th * th) * du);
   }
+}
+
+template <class F>
+void gelu_forward(F* out, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n), blocks = (len + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t b = 0; b < blocks; ++b)
+    gelu_forward_block(out + b * kBlock, inp + b * kBlock, std::min(kBlock, len - b * kBlock));
+}
+
+template <class F>
+void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n), blocks = (len + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t b = 0; b < blocks; ++b)
+    gelu_backward_block(dinp + b * kBlock, dout + b * kBlock, inp + b * kBlock,
+                        std::min(kBlock, len - b * kBlock));
 }
 
 template void gelu_forward<float>(float*, const float*, size_t);

@@ -90,9 +90,10 @@ cluster_start() {
   done
   [[ $(id -u) == 0 ]] || skip "a private Slurm cluster needs root here (SlurmUser=root, slurmd as root)"
   command -v flock >/dev/null || skip "flock is missing"
+  # The daemons are started without this descriptor, so the lock ends with the test.
   exec {SLURM_TEST_LOCK_FD}>"$SLURM_TEST_LOCK"
-  flock -w 600 "$SLURM_TEST_LOCK_FD" ||
-    skip "another test cluster held $SLURM_TEST_LOCK for 10 minutes"
+  flock -w 240 "$SLURM_TEST_LOCK_FD" ||
+    skip "another test cluster held $SLURM_TEST_LOCK for 4 minutes"
 
   # A test killed outright (a CTest timeout) leaves its daemons behind: stop them, by the pids
   # in their pid files, before they block the ports.
@@ -125,7 +126,7 @@ cluster_start() {
   export MUNGE_SOCKET=$d/munge/munge.socket
   if ! /usr/sbin/munged --force --socket="$MUNGE_SOCKET" --key-file="$d/munge/munge.key" \
       --pid-file="$d/run/munged.pid" --log-file="$d/log/munged.log" \
-      --seed-file="$d/munge/munged.seed" >"$d/log/munged.out" 2>&1; then
+      --seed-file="$d/munge/munged.seed" >"$d/log/munged.out" 2>&1 {SLURM_TEST_LOCK_FD}>&-; then
     cat "$d/log/munged.out" >&2
     skip "munged does not start here (see above)"
   fi
@@ -188,12 +189,12 @@ PartitionName=GPU Nodes=localhost MaxTime=INFINITE State=UP
 EOF
   # Clients inside jobs (scontrol requeue) find the cluster through SLURM_CONF, which sbatch
   # exports with the rest of the environment.
-  if ! /usr/sbin/slurmctld -c -f "$SLURM_CONF" >"$d/log/slurmctld.out" 2>&1; then
+  if ! /usr/sbin/slurmctld -c -f "$SLURM_CONF" >"$d/log/slurmctld.out" 2>&1 {SLURM_TEST_LOCK_FD}>&-; then
     cat "$d/log/slurmctld.out" >&2
     cluster_logs
     skip "slurmctld does not start here (see above)"
   fi
-  if ! /usr/sbin/slurmd -N localhost -f "$SLURM_CONF" >"$d/log/slurmd.out" 2>&1; then
+  if ! /usr/sbin/slurmd -N localhost -f "$SLURM_CONF" >"$d/log/slurmd.out" 2>&1 {SLURM_TEST_LOCK_FD}>&-; then
     cat "$d/log/slurmd.out" >&2
     cluster_logs
     skip "slurmd does not start here (see above)"

@@ -49,7 +49,7 @@ ran() {
 }
 
 session interact-mpirun -p RM-shared -n 2 -- srun -n 1 --pty "$REPO/jobs/interactive.sh" train
-ran interact-mpirun bridges2-rm-shared.sbatch mpirun -n 2
+ran interact-mpirun bridges2-rm-shared.sbatch mpirun -n 2 -x OMP_NUM_THREADS
 
 gpu_args=(--gpus=v100-32:2)
 if [[ $CLUSTER_GPUS == 0 ]]; then gpu_args=(); fi
@@ -60,7 +60,7 @@ grep -q -- "--lr 1e-3" "$WORK/interact-srun/jobs.log" || fail "extra flags did n
 [[ $(trace_attr "$WORK/interact-srun/trace.h5" train.lr) == 0.001 ]] || fail "--lr 1e-3 was not used"
 
 session make-interact -p RM -n 2 -- make -s -C "$REPO" -f Makefile.slurm interact RUN="$WORK/make-interact"
-ran make-interact bridges2-rm.sbatch mpirun -n 2
+ran make-interact bridges2-rm.sbatch mpirun -n 2 -x OMP_NUM_THREADS
 
 session info -p RM-shared -n 2 -- srun -n 1 --pty "$REPO/jobs/interactive.sh" info
 grep -q "^ranks 2 " "$WORK/info.log" || fail "info: $(cat "$WORK/info.log")"
