@@ -7,7 +7,8 @@
 # `train` runs this partition's batch script by hand (jobs/bridges2-<partition>.sbatch on the
 # Bridges-2 partitions GPU, GPU-shared, RM, RM-shared, else jobs/generic.sbatch; SCRIPT=... picks
 # another), so its variables (DP TP PP ZERO CONFIG DATA RUN STEPS ..., see the script) apply and the
-# run folder gets the same record. Flags after `train` are appended (EXTRA_ARGS).
+# run folder gets the same record. Flags after `train` are appended (EXTRA_ARGS); RANKS=n uses n
+# of the job's tasks.
 # Example, on Bridges-2:
 #   interact -p GPU-shared --gres=gpu:v100-32:2 --ntasks-per-node=2 -t 01:00:00
 #   DP=2 jobs/interactive.sh train --lr 1e-3
@@ -19,7 +20,7 @@ fail() {
 }
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 what=${1:-}
