@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
   }
   cfg.block_size = std::max(cfg.block_size, seq);
   if (steps <= 0 || batch <= 0 || seq <= 0 || threads <= 0 || cfg.n_embd % cfg.n_head != 0) {
-    fmt::print(stderr, "error: steps, batch, seq and threads must be positive and embd divisible "
-                       "by heads\n");
+    fmt::print(stderr,
+               "error: steps, batch, seq and threads must be positive and embd divisible "
+               "by heads\n");
     return 1;
   }
 
@@ -97,10 +98,10 @@ int main(int argc, char** argv) {
     gpt_backward(model, batch, dloss, DropoutContext{});
     const double norm = std::sqrt(sum_of_squares(model.grads.data(), model.flat_size));
     const float scale = norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
-    adamw_update(model.registry,
-                 {0, model.flat_size, model.params.data(), 0, model.grads.data(), 0, m.data(),
-                  v.data(), 0},
-                 acfg, lr, scale, ++t);
+    adamw_update(
+        model.registry,
+        {0, model.flat_size, model.params.data(), 0, model.grads.data(), 0, m.data(), v.data(), 0},
+        acfg, lr, scale, ++t);
   };
 
   using Clock = std::chrono::steady_clock;
@@ -116,9 +117,9 @@ int main(int argc, char** argv) {
 
   const double tokens_per_step = double(batch) * seq;
   const int64_t params = gpt_parameter_count(cfg);
-  const double flops = 6.0 * double(params - int64_t(cfg.block_size) * cfg.n_embd) *
-                           tokens_per_step +
-                       6.0 * cfg.n_layer * double(batch) * seq * seq * cfg.n_embd;
+  const double flops =
+      6.0 * double(params - int64_t(cfg.block_size) * cfg.n_embd) * tokens_per_step +
+      6.0 * cfg.n_layer * double(batch) * seq * seq * cfg.n_embd;
   const double med = median(ms);
   const double lo = *std::min_element(ms.begin(), ms.end());
   const double hi = *std::max_element(ms.begin(), ms.end());
@@ -143,9 +144,10 @@ int main(int argc, char** argv) {
                threads, cpu::gemm_library(), warmup, steps);
     fmt::print("ms/step median {:.2f} (min {:.2f}, max {:.2f})\n", med, lo, hi);
     fmt::print("tokens/s {:.0f}\n", tok_s);
-    fmt::print("model GFLOP/step {:.3f} (6*(params-wpe)*tokens + 6*L*B*T^2*C), achieved GFLOP/s "
-               "{:.2f}\n",
-               flops / 1e9, gflops);
+    fmt::print(
+        "model GFLOP/step {:.3f} (6*(params-wpe)*tokens + 6*L*B*T^2*C), achieved GFLOP/s "
+        "{:.2f}\n",
+        flops / 1e9, gflops);
     fmt::print("allocations per step: {}\n", per_step);
     fmt::print("peak memory {:.1f} MiB, last loss {:.4f}\n", double(alloc.peak_bytes) / (1 << 20),
                last_loss);

@@ -471,8 +471,9 @@ void Group::ring_all_gather(double* buf, size_t n) {
 }
 void Group::ring_reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds) {
   MPITRON_REQUIRE(bounds.size() == size_t(size_) + 1, "bounds must have size()+1 entries");
-  ring_reduce_scatter_impl(
-      buf, [bounds](int k) { return std::pair<size_t, size_t>{bounds[k], bounds[k + 1]}; });
+  ring_reduce_scatter_impl(buf, [bounds](int k) {
+    return std::pair<size_t, size_t>{bounds[k], bounds[k + 1]};
+  });
 }
 
 void Group::reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds) {

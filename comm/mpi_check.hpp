@@ -15,9 +15,9 @@ inline std::string mpi_error_string(int code) {
 }
 }  // namespace mpitron::comm
 
-#define MPI_CHECK(call)                                                                     \
-  do {                                                                                      \
-    int mpi_rc_ = (call);                                                                   \
-    if (mpi_rc_ != MPI_SUCCESS)                                                             \
+#define MPI_CHECK(call)                                                                          \
+  do {                                                                                           \
+    int mpi_rc_ = (call);                                                                        \
+    if (mpi_rc_ != MPI_SUCCESS)                                                                  \
       ::mpitron::fail_at(__FILE__, __LINE__, #call, ::mpitron::comm::mpi_error_string(mpi_rc_)); \
   } while (0)

@@ -11,8 +11,8 @@ void write_int32_dataset(const std::string& path, const std::string& name,
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
   Handle space(H5_CHECK(H5Screate_simple(int(dims.size()), dims.data(), nullptr)));
-  Handle dset(H5_CHECK(H5Dcreate2(file, name.c_str(), H5T_STD_I32LE, space, H5P_DEFAULT,
-                                  H5P_DEFAULT, H5P_DEFAULT)));
+  Handle dset(H5_CHECK(
+      H5Dcreate2(file, name.c_str(), H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   H5_CHECK(H5Dwrite(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
   dset.close();
   file.close();
@@ -22,8 +22,7 @@ std::vector<int32_t> read_int32_dataset(const std::string& path, const std::stri
                                         std::vector<int64_t>& shape) {
   Handle file = open_user_file(path, "token file");
   UserFileScope scope(path, "token file");
-  if (!path_exists(file, name))
-    throw UsageError(fmt::format("{} has no dataset /{}", path, name));
+  if (!path_exists(file, name)) throw UsageError(fmt::format("{} has no dataset /{}", path, name));
   Handle dset(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
   shape = dataset_shape(dset);
   size_t n = 1;

@@ -12,8 +12,8 @@ namespace mpitron::io {
 
 TextDataset load_text_dataset(const std::string& path, int seq_len, double val_fraction) {
   if (!std::filesystem::is_regular_file(path))
-    throw UsageError(fmt::format("data file '{}' does not exist (give a text file with --data)",
-                                 path));
+    throw UsageError(
+        fmt::format("data file '{}' does not exist (give a text file with --data)", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("data file '{}' cannot be read", path));
   TextDataset d;

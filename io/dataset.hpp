@@ -14,7 +14,7 @@ enum class Split { train, val };
 struct TextDataset {
   std::string path;
   std::vector<uint8_t> bytes;
-  size_t train_end = 0;  // [0, train_end) is train, [train_end, size) validation
+  size_t train_end = 0;   // [0, train_end) is train, [train_end, size) validation
   uint64_t checksum = 0;  // FNV-1a of the bytes, recorded in checkpoints
 
   size_t split_begin(Split s) const { return s == Split::train ? 0 : train_end; }

@@ -5,7 +5,7 @@
 namespace mpitron::cpu {
 
 template <class F>
-void encoder_forward(F* out,                // (B,T,C)
+void encoder_forward(F* out,                 // (B,T,C)
                      const int32_t* tokens,  // (B,T)
                      const F* wte,           // (V,C)
                      const F* wpe,           // (maxT,C)

@@ -5,12 +5,12 @@
 namespace mpitron::cpu {
 
 template <class F>
-void layernorm_forward(F* out,         // (N,C)
-                       F* mean,        // (N)
-                       F* rstd,        // (N)
-                       const F* inp,   // (N,C)
-                       const F* weight,// (C)
-                       const F* bias,  // (C)
+void layernorm_forward(F* out,           // (N,C)
+                       F* mean,          // (N)
+                       F* rstd,          // (N)
+                       const F* inp,     // (N,C)
+                       const F* weight,  // (C)
+                       const F* bias,    // (C)
                        int N, int C);
 
 template <class F>

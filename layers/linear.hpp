@@ -11,12 +11,12 @@ void linear_forward(F* out,           // (N,OC)
                     int N, int IC, int OC);
 
 template <class F>
-void linear_backward(F* dinp,           // (N,IC)  =, or nullptr to skip
-                     F* dweight,        // (OC,IC) +=
-                     F* dbias,          // (OC)    +=, or nullptr
-                     const F* dout,     // (N,OC)
-                     const F* inp,      // (N,IC)
-                     const F* weight,   // (OC,IC)
+void linear_backward(F* dinp,          // (N,IC)  =, or nullptr to skip
+                     F* dweight,       // (OC,IC) +=
+                     F* dbias,         // (OC)    +=, or nullptr
+                     const F* dout,    // (N,OC)
+                     const F* inp,     // (N,IC)
+                     const F* weight,  // (OC,IC)
                      int N, int IC, int OC);
 
 }  // namespace mpitron::cpu

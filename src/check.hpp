@@ -21,7 +21,7 @@ int message_rank();
 
 }  // namespace mpitron
 
-#define MPITRON_REQUIRE(cond, msg)                              \
-  do {                                                          \
+#define MPITRON_REQUIRE(cond, msg)                                   \
+  do {                                                               \
     if (!(cond)) ::mpitron::fail_at(__FILE__, __LINE__, #cond, msg); \
   } while (0)

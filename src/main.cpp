@@ -45,7 +45,8 @@ GptConfig checkpoint_model(const io::CheckpointHeader& h, const std::string& pat
   auto get = [&](const char* key) -> int {
     auto it = h.root.find(key);
     if (it == h.root.end() || !std::holds_alternative<int64_t>(it->second))
-      throw UsageError(fmt::format("{} lacks attribute '{}': not an mpitron checkpoint", path, key));
+      throw UsageError(
+          fmt::format("{} lacks attribute '{}': not an mpitron checkpoint", path, key));
     return int(std::get<int64_t>(it->second));
   };
   GptConfig m;
@@ -71,8 +72,7 @@ void load_model(GptModel& model, const std::string& ckpt, int B, int T, DeviceAl
 }
 
 // Draws the next token from logits with temperature, top-k and top-p (nucleus) filtering.
-int sample_token(const float* logits, int V, double temperature, int top_k, double top_p,
-                 float u) {
+int sample_token(const float* logits, int V, double temperature, int top_k, double top_p, float u) {
   std::vector<int> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
   std::sort(idx.begin(), idx.end(), [&](int a, int b) { return logits[a] > logits[b]; });
@@ -146,8 +146,8 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     const int B = int(shape[0]), T = int(shape[1] - 1);
     load_model(model, ckpt, B, T, alloc);
     if (T > model.cfg.block_size)
-      throw UsageError(fmt::format("sequence length {} exceeds block size {}", T,
-                                   model.cfg.block_size));
+      throw UsageError(
+          fmt::format("sequence length {} exceeds block size {}", T, model.cfg.block_size));
     for (int32_t t : tokens)
       if (t < 0 || t >= model.cfg.vocab_size)
         throw UsageError(fmt::format("token {} is outside the vocabulary", t));
@@ -177,7 +177,8 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   const int T = seq_len > 0 ? seq_len : cfg.block_size;
   if (T > cfg.block_size)
     throw UsageError(fmt::format("--seq-len {} exceeds block size {}", T, cfg.block_size));
-  if (batch_size <= 0 || batches <= 0) throw UsageError("--batch-size and --batches must be positive");
+  if (batch_size <= 0 || batches <= 0)
+    throw UsageError("--batch-size and --batches must be positive");
   io::TextDataset data = io::load_text_dataset(data_path, T);
   load_model(model, ckpt, batch_size, T, alloc);
   std::vector<int32_t> batch(size_t(batch_size) * (T + 1));
@@ -233,7 +234,8 @@ int main(int argc, char** argv) {
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
     // ---- train
-    auto* train = app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
+    auto* train =
+        app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
     std::string config_path, data_path = kDefaultData;
     TrainOptions opts;
     std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
@@ -251,23 +253,31 @@ int main(int argc, char** argv) {
     train->add_option("--seed", seed, "seed of initialisation, data order and dropout");
     train->add_option("--dropout", dropout, "dropout probability");
     train->add_option("--micro-batches", micro_batches, "gradient accumulation steps");
-    train->add_option("--out", opts.out, "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
+    train->add_option("--out", opts.out,
+                      "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
     train->add_option("--ckpt-every", ckpt_every, "checkpoint every N steps (0: at the end only)");
     train->add_option("--eval-every", eval_every, "validation loss every N steps (0: at the end)");
     train->add_option("--eval-batches", eval_batches, "global batches per validation");
     train->add_option("--log-every", log_every, "progress line every N steps");
-    train->add_option("--resume", opts.resume, "checkpoint to resume from, or 'auto' (latest in --out)");
+    train->add_option("--resume", opts.resume,
+                      "checkpoint to resume from, or 'auto' (latest in --out)");
     train->add_option("--dp", opts.layout.dp, "data-parallel ranks");
     train->add_option("--tp", opts.layout.tp, "tensor-parallel ranks");
     train->add_option("--pp", opts.layout.pp, "pipeline stages");
-    train->add_option("--zero", opts.layout.zero, "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
+    train->add_option("--zero", opts.layout.zero,
+                      "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
     train->add_option("--dp-reduce", dp_reduce, "allreduce | ring | gather-scatter");
-    train->add_option("--bucket-mb", opts.layout.bucket_mb, "gradient bucket size (MiB); 0: one reduction after backward");
-    train->add_option("--threads", opts.threads, "compute threads per rank (0: all cores for one rank, else 1)");
-    train->add_option("--trace-flush-every", opts.trace_flush_every, "trace rows buffered before a flush");
+    train->add_option("--bucket-mb", opts.layout.bucket_mb,
+                      "gradient bucket size (MiB); 0: one reduction after backward");
+    train->add_option("--threads", opts.threads,
+                      "compute threads per rank (0: all cores for one rank, else 1)");
+    train->add_option("--trace-flush-every", opts.trace_flush_every,
+                      "trace rows buffered before a flush");
 
     // ---- eval
-    auto* eval = app.add_subcommand("eval", "loss of a checkpoint: on a token batch (with --dump: logits and gradients), or validation loss on --data");
+    auto* eval = app.add_subcommand("eval",
+                                    "loss of a checkpoint: on a token batch (with --dump: logits "
+                                    "and gradients), or validation loss on --data");
     std::string eval_ckpt, eval_tokens, eval_dump, eval_data = kDefaultData;
     int eval_nb = 4, eval_bs = 8, eval_T = 0;
     uint64_t eval_seed = 1337;
@@ -289,8 +299,10 @@ int main(int argc, char** argv) {
     gen->add_option("--ckpt", gen_ckpt, "checkpoint")->required();
     gen->add_option("--prompt", prompt, "text to continue");
     gen->add_option("--tokens", gen_tokens, "tokens to generate")->capture_default_str();
-    gen->add_option("--temperature", temperature, "softmax temperature (0: greedy)")->capture_default_str();
-    gen->add_option("--top-k", top_k, "sample among the k most likely (0: all)")->capture_default_str();
+    gen->add_option("--temperature", temperature, "softmax temperature (0: greedy)")
+        ->capture_default_str();
+    gen->add_option("--top-k", top_k, "sample among the k most likely (0: all)")
+        ->capture_default_str();
     gen->add_option("--top-p", top_p, "sample within probability mass p")->capture_default_str();
     gen->add_option("--seed", gen_seed, "sampling seed")->capture_default_str();
 
@@ -300,7 +312,8 @@ int main(int argc, char** argv) {
     double rtol = 1e-5;
     cmp->add_option("a", cmp_a, "trace.h5")->required();
     cmp->add_option("b", cmp_b, "trace.h5")->required();
-    cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")->capture_default_str();
+    cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")
+        ->capture_default_str();
 
     // ---- info
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
@@ -316,7 +329,8 @@ int main(int argc, char** argv) {
     bool bat_val = false;
     bat->add_option("--data", bat_data, "text file")->capture_default_str();
     bat->add_option("--seed", bat_seed, "seed")->capture_default_str();
-    bat->add_option("--first-step", bat_first, "first step (or evaluation batch)")->capture_default_str();
+    bat->add_option("--first-step", bat_first, "first step (or evaluation batch)")
+        ->capture_default_str();
     bat->add_option("--steps", bat_steps, "number of steps")->capture_default_str();
     bat->add_option("--batch-size", bat_bs, "global batch")->capture_default_str();
     bat->add_option("--seq-len", bat_T, "tokens per sequence")->capture_default_str();
@@ -328,8 +342,10 @@ int main(int argc, char** argv) {
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      if (rank == 0) rc = app.exit(e);
-      else rc = e.get_exit_code();
+      if (rank == 0)
+        rc = app.exit(e);
+      else
+        rc = e.get_exit_code();
       MPI_Finalize();
       return rc;
     }
@@ -363,11 +379,11 @@ int main(int argc, char** argv) {
       rc = cmd_generate(gen_ckpt, prompt, gen_tokens, temperature, top_k, top_p, gen_seed);
     } else if (cmp->parsed()) {
       io::TraceComparison c = io::compare_traces(cmp_a, cmp_b);
-      fmt::print("steps compared: {}\nmax relative loss difference: {:.3e} (step {})\n"
-                 "steps within 1%: {:.2f}%\n",
-                 c.steps_compared, c.max_rel_diff, c.worst_step, 100.0 * c.frac_within_1pct);
-      if (c.steps_only_in_one > 0)
-        fmt::print("steps in only one trace: {}\n", c.steps_only_in_one);
+      fmt::print(
+          "steps compared: {}\nmax relative loss difference: {:.3e} (step {})\n"
+          "steps within 1%: {:.2f}%\n",
+          c.steps_compared, c.max_rel_diff, c.worst_step, 100.0 * c.frac_within_1pct);
+      if (c.steps_only_in_one > 0) fmt::print("steps in only one trace: {}\n", c.steps_only_in_one);
       if (c.steps_compared == 0) {
         fmt::print(stderr, "error: the traces have no step in common\n");
         rc = 1;

@@ -54,7 +54,9 @@ struct PhiloxStream {
                       uint32_t(stream >> 32), uint32_t(seed), uint32_t(seed >> 32));
   }
   // Uniform in [0,1) with 24 bits, for element `index`.
-  float uniform(uint64_t index) const { return float(block(index).v[0] >> 8) * (1.0f / 16777216.0f); }
+  float uniform(uint64_t index) const {
+    return float(block(index).v[0] >> 8) * (1.0f / 16777216.0f);
+  }
   // Standard normal for element `index` (Box-Muller on two 32-bit words, double precision).
   double normal(uint64_t index) const {
     Philox4x32 b = block(index);

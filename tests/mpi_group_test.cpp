@@ -171,8 +171,10 @@ void test_reduce_scatter_v(Group& g) {
     for (int form = 0; form < 2; ++form) {
       auto buf = data(r, n);
       const uint64_t before = g.bytes_sent;
-      if (form == 0) g.reduce_scatter_sum_v(buf.data(), bounds);
-      else g.ring_reduce_scatter_sum_v(buf.data(), bounds);
+      if (form == 0)
+        g.reduce_scatter_sum_v(buf.data(), bounds);
+      else
+        g.ring_reduce_scatter_sum_v(buf.data(), bounds);
       const size_t own = bounds[r + 1] - bounds[r];
       EXPECT(g.bytes_sent - before == (p == 1 ? 0 : (n - own) * 4),
              ctx(form == 0 ? "reduce_scatter_sum_v bytes" : "ring_reduce_scatter_sum_v bytes", n));

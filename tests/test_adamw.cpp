@@ -74,8 +74,8 @@ TEST(AdamW, MatchesReferenceAndShardsMatchTheWhole) {
     const size_t cuts[] = {0, 13, 40, n};
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
-      adamw_update(reg, {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b},
-                   cfg, lr, scale, t);
+      adamw_update(reg, {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b}, cfg,
+                   lr, scale, t);
     }
   }
   for (const ParamInfo& info : reg.params())

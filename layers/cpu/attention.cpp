@@ -1,12 +1,12 @@
 // Multi-head attention over a fused qkv buffer: per (b,h), P = softmax(Q K^T / sqrt(HS) [causal])
 // and out = P V, the products by cpu::gemm on strided views (row stride 3C into qkv, C into out).
 #include "layers/attention.hpp"
-#include "src/cpu/fastmath.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 
+#include "src/cpu/fastmath.hpp"
 #include "src/cpu/gemm.hpp"
 
 namespace mpitron::cpu {

@@ -1,11 +1,12 @@
 // Softmax cross-entropy in log-sum-exp form: loss_i = lse_i - logits[i, target_i], lse computed
 // max-subtracted; backward dlogits = (exp(logits - lse) - onehot) * dloss, safe in place.
 #include "layers/crossentropy.hpp"
-#include "src/cpu/fastmath.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+
+#include "src/cpu/fastmath.hpp"
 
 namespace mpitron::cpu {
 

@@ -1,11 +1,12 @@
 // GELU, tanh approximation: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); backward
 // uses the exact derivative of that formula, dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) du/dx.
 #include "layers/gelu.hpp"
-#include "src/cpu/fastmath.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+
+#include "src/cpu/fastmath.hpp"
 
 namespace mpitron::cpu {
 

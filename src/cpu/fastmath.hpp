@@ -34,7 +34,11 @@ inline float tanh_fast(float u) {
   return u < 0.0f ? -t : t;
 }
 
-inline double exp_fast(double x) { return std::exp(x); }
-inline double tanh_fast(double u) { return std::tanh(u); }
+inline double exp_fast(double x) {
+  return std::exp(x);
+}
+inline double tanh_fast(double u) {
+  return std::tanh(u);
+}
 
 }  // namespace mpitron::cpu

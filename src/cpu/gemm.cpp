@@ -53,7 +53,9 @@ void gemm<double>(bool trans_a, bool trans_b, int M, int N, int K, double alpha,
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-const char* gemm_library() { return "openblas"; }
+const char* gemm_library() {
+  return "openblas";
+}
 #else
 template <class F>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda, const F* B,
@@ -64,7 +66,9 @@ template void gemm<float>(bool, bool, int, int, int, float, const float*, int, c
                           float, float*, int);
 template void gemm<double>(bool, bool, int, int, int, double, const double*, int, const double*,
                            int, double, double*, int);
-const char* gemm_library() { return "eigen"; }
+const char* gemm_library() {
+  return "eigen";
+}
 #endif
 
 template void gemm_reference<float>(bool, bool, int, int, int, float, const float*, int,

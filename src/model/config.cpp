@@ -62,8 +62,8 @@ RunConfig load_run_config(const std::string& path) {
   cfg.name = std::filesystem::path(path).stem().string();
   for (const auto& [key, _] : root.as_table())
     if (key != "model" && key != "train" && key != "name")
-      throw UsageError(fmt::format("{}: unknown table or key '{}' (expected [model], [train])",
-                                   path, key));
+      throw UsageError(
+          fmt::format("{}: unknown table or key '{}' (expected [model], [train])", path, key));
   if (root.contains("name")) cfg.name = toml::find<std::string>(root, "name");
   GptConfig& m = cfg.model;
   read_table(root, "model",
@@ -117,16 +117,16 @@ void validate_config(const RunConfig& cfg) {
   positive("block_size", m.block_size);
   positive("vocab_size", m.vocab_size);
   if (m.n_embd % m.n_head != 0)
-    throw UsageError(fmt::format("n_embd ({}) must be divisible by n_head ({})", m.n_embd,
-                                 m.n_head));
+    throw UsageError(
+        fmt::format("n_embd ({}) must be divisible by n_head ({})", m.n_embd, m.n_head));
   positive("batch_size", t.batch_size);
   positive("seq_len", t.seq_len);
   positive("micro_batches", t.micro_batches);
   positive("eval_batches", t.eval_batches);
   if (t.steps < 0) throw UsageError(fmt::format("steps must not be negative (got {})", t.steps));
   if (t.seq_len > m.block_size)
-    throw UsageError(fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len,
-                                 m.block_size));
+    throw UsageError(
+        fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len, m.block_size));
   if (!(t.lr > 0)) throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
   if (t.dropout < 0 || t.dropout >= 1)
     throw UsageError(fmt::format("dropout must be in [0, 1) (got {})", t.dropout));
@@ -137,8 +137,8 @@ void validate_config(const RunConfig& cfg) {
 
 int64_t gpt_parameter_count(const GptConfig& m) {
   int64_t C = m.n_embd;
-  int64_t per_block = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) +
-                      (4 * C * C + C);
+  int64_t per_block =
+      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
   return int64_t(m.vocab_size) * C + int64_t(m.block_size) * C + m.n_layer * per_block + 2 * C;
 }
 

@@ -28,9 +28,9 @@ struct TrainConfig {
   double grad_clip = 1.0;  // clip by global norm; 0 disables
   double dropout = 0.1;
   uint64_t seed = 1337;
-  int eval_every = 100;   // 0 disables evaluation
-  int eval_batches = 4;   // global batches of validation data per evaluation
-  int ckpt_every = 0;     // 0: only the final checkpoint
+  int eval_every = 100;  // 0 disables evaluation
+  int eval_batches = 4;  // global batches of validation data per evaluation
+  int ckpt_every = 0;    // 0: only the final checkpoint
   int log_every = 10;
   int micro_batches = 1;  // gradient accumulation steps per global batch
 };

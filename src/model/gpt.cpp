@@ -56,8 +56,8 @@ GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At addres
     w.h.push_back({at(p + "ln_1.weight"), at(p + "ln_1.bias"), at(p + "attn.c_attn.weight"),
                    at(p + "attn.c_attn.bias"), at(p + "attn.c_proj.weight"),
                    at(p + "attn.c_proj.bias"), at(p + "ln_2.weight"), at(p + "ln_2.bias"),
-                   at(p + "mlp.c_fc.weight"), at(p + "mlp.c_fc.bias"),
-                   at(p + "mlp.c_proj.weight"), at(p + "mlp.c_proj.bias")});
+                   at(p + "mlp.c_fc.weight"), at(p + "mlp.c_fc.bias"), at(p + "mlp.c_proj.weight"),
+                   at(p + "mlp.c_proj.bias")});
   }
   w.ln_f_w = at("ln_f.weight");
   w.ln_f_b = at("ln_f.bias");
@@ -151,7 +151,8 @@ void gpt_build(GptModel& m, const GptConfig& cfg, int B, int T, uint64_t seed,
   float* p = m.params.data();
   m.w = gpt_weights(m.registry, cfg, [p](size_t offset) { return p + offset; });
   if (m.grad_window) {
-    m.grads = Buffer<float>(alloc, m.block_offsets[0] + m.block_span + (m.flat_size - m.ln_f_offset));
+    m.grads =
+        Buffer<float>(alloc, m.block_offsets[0] + m.block_span + (m.flat_size - m.ln_f_offset));
     m.dw = gpt_weights(m.registry, cfg, [&m](size_t offset) { return windowed_grad(m, offset); });
   } else {
     m.grads = Buffer<float>(alloc, m.flat_size);
@@ -186,11 +187,10 @@ double gpt_forward(GptModel& m, const int32_t* tokens, int rows, const DropoutCo
     cpu::linear_forward(a.qkv, a.ln_1, w.c_attn_w, w.c_attn_b, N, C, 3 * C);
     cpu::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, true);
     cpu::linear_forward(a.attn_out, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
-    cpu::dropout_forward(a.attn_out, a.attn_out, drop.p, dropout_stream(drop, 1 + 2 * l),
-                         drop.row0, N, C);
+    cpu::dropout_forward(a.attn_out, a.attn_out, drop.p, dropout_stream(drop, 1 + 2 * l), drop.row0,
+                         N, C);
     cpu::residual_forward(a.res_attn, x, a.attn_out, size_t(N) * C);
-    cpu::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w.ln_2_w, w.ln_2_b, N,
-                           C);
+    cpu::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w.ln_2_w, w.ln_2_b, N, C);
     cpu::linear_forward(a.fc, a.ln_2, w.c_fc_w, w.c_fc_b, N, C, 4 * C);
     cpu::gelu_forward(a.fc_gelu, a.fc, size_t(N) * 4 * C);
     cpu::linear_forward(a.mlp_out, a.fc_gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);
@@ -253,11 +253,10 @@ void gpt_backward(GptModel& m, int rows, float dloss, const DropoutContext& drop
                             a.ln_2_mean, a.ln_2_rstd, N, C);
     cpu::dropout_backward(m.dbranch, m.dresidual, drop.p, dropout_stream(drop, 1 + 2 * l),
                           drop.row0, N, C);
-    cpu::linear_backward(m.datty, dw.attn_proj_w, dw.attn_proj_b, m.dbranch, a.atty,
-                         w.attn_proj_w, N, C, C);
+    cpu::linear_backward(m.datty, dw.attn_proj_w, dw.attn_proj_b, m.dbranch, a.atty, w.attn_proj_w,
+                         N, C, C);
     cpu::attention_backward(m.dqkv, m.datt, m.datty, a.qkv, a.att, B, T, C, NH, true);
-    cpu::linear_backward(m.dln, dw.c_attn_w, dw.c_attn_b, m.dqkv, a.ln_1, w.c_attn_w, N, C,
-                         3 * C);
+    cpu::linear_backward(m.dln, dw.c_attn_w, dw.c_attn_b, m.dqkv, a.ln_1, w.c_attn_w, N, C, 3 * C);
     cpu::layernorm_backward(m.dresidual, dw.ln_1_w, dw.ln_1_b, m.dln, x, w.ln_1_w, a.ln_1_mean,
                             a.ln_1_rstd, N, C);
     announce(m.block_offsets[l]);

@@ -20,12 +20,12 @@ ParamRegistry gpt_registry(const GptConfig& cfg);
 
 // Pointers to every parameter inside one flat buffer (parameters or gradients).
 struct GptBlockWeights {
-  float *ln_1_w, *ln_1_b;        // (C)
-  float *c_attn_w, *c_attn_b;    // (3C,C), (3C)
+  float *ln_1_w, *ln_1_b;            // (C)
+  float *c_attn_w, *c_attn_b;        // (3C,C), (3C)
   float *attn_proj_w, *attn_proj_b;  // (C,C), (C)
-  float *ln_2_w, *ln_2_b;        // (C)
-  float *c_fc_w, *c_fc_b;        // (4C,C), (4C)
-  float *mlp_proj_w, *mlp_proj_b;  // (C,4C), (C)
+  float *ln_2_w, *ln_2_b;            // (C)
+  float *c_fc_w, *c_fc_b;            // (4C,C), (4C)
+  float *mlp_proj_w, *mlp_proj_b;    // (C,4C), (C)
 };
 struct GptWeights {
   float* wte;  // (V,C)
@@ -39,19 +39,19 @@ GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At at);
 
 // Per-block activations saved by forward for backward.
 struct GptBlockActs {
-  float* ln_1;          // (B,T,C)
+  float* ln_1;                   // (B,T,C)
   float *ln_1_mean, *ln_1_rstd;  // (B,T)
-  float* qkv;           // (B,T,3C)
-  float* att;           // (B,NH,T,T)
-  float* atty;          // (B,T,C)
-  float* attn_out;      // (B,T,C) after projection and dropout
-  float* res_attn;      // (B,T,C) x + attn_out
-  float* ln_2;          // (B,T,C)
+  float* qkv;                    // (B,T,3C)
+  float* att;                    // (B,NH,T,T)
+  float* atty;                   // (B,T,C)
+  float* attn_out;               // (B,T,C) after projection and dropout
+  float* res_attn;               // (B,T,C) x + attn_out
+  float* ln_2;                   // (B,T,C)
   float *ln_2_mean, *ln_2_rstd;  // (B,T)
-  float* fc;            // (B,T,4C)
-  float* fc_gelu;       // (B,T,4C)
-  float* mlp_out;       // (B,T,C) after projection and dropout
-  float* res_mlp;       // (B,T,C) block output
+  float* fc;                     // (B,T,4C)
+  float* fc_gelu;                // (B,T,4C)
+  float* mlp_out;                // (B,T,C) after projection and dropout
+  float* res_mlp;                // (B,T,C) block output
 };
 
 // Where a micro-batch sits in the global batch, for dropout masks keyed by global position.
@@ -65,12 +65,13 @@ struct DropoutContext {
 struct GptModel {
   GptConfig cfg;
   ParamRegistry registry;
-  int B = 0, T = 0;  // planned micro-batch
+  int B = 0, T = 0;                   // planned micro-batch
   std::vector<size_t> block_offsets;  // flat offset of block l's first parameter
   size_t ln_f_offset = 0;
-  size_t flat_size = 0;   // elements of params: the registry's, padded for sharding
+  size_t flat_size = 0;  // elements of params: the registry's, padded for sharding
   bool grad_window = false;
-  size_t block_span = 0;  // flat elements of one block  // elements of params/grads: the registry's, padded for sharding
+  size_t block_span = 0;  // flat elements of one block  // elements of params/grads: the
+                          // registry's, padded for sharding
   Buffer<float> params, grads;
   GptWeights w, dw;
   // activations (one allocation) and activation gradients (one allocation, reused per block)
@@ -78,11 +79,11 @@ struct GptModel {
   Buffer<int32_t> inputs, targets;  // (B,T)
   float* encoded;                   // (B,T,C)
   std::vector<GptBlockActs> blocks;
-  float* ln_f;                      // (B,T,C)
-  float *ln_f_mean, *ln_f_rstd;     // (B,T)
-  float* logits;                    // (B,T,V), overwritten by dlogits in backward
-  float* lse;                       // (B,T)
-  float* losses;                    // (B,T)
+  float* ln_f;                   // (B,T,C)
+  float *ln_f_mean, *ln_f_rstd;  // (B,T)
+  float* logits;                 // (B,T,V), overwritten by dlogits in backward
+  float* lse;                    // (B,T)
+  float* losses;                 // (B,T)
   float *dresidual, *dbranch, *dln, *dqkv, *datty, *datt, *dfc, *dfc_gelu, *dln_f;  // scratch
 };
 

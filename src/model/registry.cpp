@@ -63,9 +63,15 @@ void ParamRegistry::initialize(float* params, uint64_t seed) const {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
       switch (p.init) {
-        case InitKind::normal: w[i] = float(p.init_std * rng.normal(p.global_index(i))); break;
-        case InitKind::zeros: w[i] = 0.0f; break;
-        case InitKind::ones: w[i] = 1.0f; break;
+        case InitKind::normal:
+          w[i] = float(p.init_std * rng.normal(p.global_index(i)));
+          break;
+        case InitKind::zeros:
+          w[i] = 0.0f;
+          break;
+        case InitKind::ones:
+          w[i] = 1.0f;
+          break;
       }
     }
   }

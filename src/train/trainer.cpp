@@ -37,7 +37,9 @@ constexpr int64_t kCheckpointFormat = 1;
 // Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption); a signal handler
 // can only write a sig_atomic_t, so this one flag is process-wide by necessity.
 volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
@@ -80,9 +82,15 @@ struct GradBuckets {
     while (next < ranges.size() && ranges[next].first >= ready_begin) {
       auto [b, e] = ranges[next++];
       switch (method) {
-        case DpReduce::allreduce: pending.push_back(group->iallreduce_sum(grads + b, e - b)); break;
-        case DpReduce::ring: group->ring_allreduce_sum(grads + b, e - b); break;
-        case DpReduce::gather_scatter: group->gather_scatter_allreduce_sum(grads + b, e - b); break;
+        case DpReduce::allreduce:
+          pending.push_back(group->iallreduce_sum(grads + b, e - b));
+          break;
+        case DpReduce::ring:
+          group->ring_allreduce_sum(grads + b, e - b);
+          break;
+        case DpReduce::gather_scatter:
+          group->gather_scatter_allreduce_sum(grads + b, e - b);
+          break;
       }
     }
   }
@@ -104,7 +112,7 @@ struct ShardedGradReducer {
   GptModel* model = nullptr;
   comm::Group* group = nullptr;
   DpReduce method = DpReduce::allreduce;
-  size_t chunk = 0;            // shard k is [k * chunk, (k + 1) * chunk)
+  size_t chunk = 0;  // shard k is [k * chunk, (k + 1) * chunk)
   ShardRange shard;
   float* grad_shard = nullptr;  // (shard.size()) summed gradients of the owned range
   std::vector<size_t> bounds;   // dp + 1 cut points of the current segment, sized once
@@ -115,9 +123,15 @@ struct ShardedGradReducer {
     for (size_t k = 0; k < bounds.size(); ++k)
       bounds[k] = std::clamp(k * chunk, seg.begin, seg.end) - seg.begin;
     switch (method) {
-      case DpReduce::allreduce: group->reduce_scatter_sum_v(seg.data, bounds); break;
-      case DpReduce::ring: group->ring_reduce_scatter_sum_v(seg.data, bounds); break;
-      case DpReduce::gather_scatter: group->gather_scatter_allreduce_sum(seg.data, n); break;
+      case DpReduce::allreduce:
+        group->reduce_scatter_sum_v(seg.data, bounds);
+        break;
+      case DpReduce::ring:
+        group->ring_reduce_scatter_sum_v(seg.data, bounds);
+        break;
+      case DpReduce::gather_scatter:
+        group->gather_scatter_allreduce_sum(seg.data, n);
+        break;
     }
     const size_t b = std::max(seg.begin, shard.begin), e = std::min(seg.end, shard.end);
     for (size_t i = b; i < e; ++i) grad_shard[i - shard.begin] += seg.data[i - seg.begin];
@@ -137,12 +151,12 @@ struct Trainer {
   DeviceAllocator alloc{"cpu"};
   io::TextDataset data;
   GptModel model;
-  int micro_rows = 0;  // sequences per micro-batch on this rank
+  int micro_rows = 0;      // sequences per micro-batch on this rank
   int64_t first_row = 0;   // this rank's first sequence of the global batch
   int64_t local_rows = 0;  // sequences of the global batch on this rank
-  Buffer<int32_t> batch;  // (local_rows, T+1)
+  Buffer<int32_t> batch;   // (local_rows, T+1)
   ShardRange shard;
-  Buffer<float> m, v;  // AdamW moments of the shard
+  Buffer<float> m, v;           // AdamW moments of the shard
   Buffer<float> shard_scratch;  // reduce-scatter target (ZeRO 1) and all-gather source
   Buffer<float> grad_shard;     // ZeRO 2: the summed gradients of the owned shard
   GradBuckets buckets;
@@ -167,10 +181,9 @@ struct Trainer {
     const RowRange rank_rows = batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, 1, 0);
     first_row = rank_rows.begin;
     local_rows = rank_rows.count;
-    micro_rows = int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
-    const int eval_rows = micro_rows;
-    gpt_build(model, cfg.model, std::max(micro_rows, eval_rows), tc.seq_len, tc.seed, alloc, L.dp,
-              L.zero == 2);
+    micro_rows =
+        int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
+    gpt_build(model, cfg.model, micro_rows, tc.seq_len, tc.seed, alloc, L.dp, L.zero == 2);
     batch = Buffer<int32_t>(alloc, size_t(local_rows) * (tc.seq_len + 1));
     if (L.zero == 0) {
       shard = {0, model.flat_size};
@@ -181,8 +194,13 @@ struct Trainer {
     }
     if (L.zero == 2) {
       grad_shard = Buffer<float>(alloc, shard.size());
-      sharded = {&model,       &grid.dp, L.dp_reduce, model.flat_size / size_t(L.dp), shard,
-                 grad_shard.data(), std::vector<size_t>(size_t(L.dp) + 1)};
+      sharded = {&model,
+                 &grid.dp,
+                 L.dp_reduce,
+                 model.flat_size / size_t(L.dp),
+                 shard,
+                 grad_shard.data(),
+                 std::vector<size_t>(size_t(L.dp) + 1)};
     }
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
@@ -206,10 +224,10 @@ struct Trainer {
 
   io::Attributes model_attributes() const {
     const GptConfig& mc = cfg.model;
-    return {{"model.type", std::string("gpt")},     {"model.n_layer", int64_t(mc.n_layer)},
-            {"model.n_head", int64_t(mc.n_head)},   {"model.n_embd", int64_t(mc.n_embd)},
-            {"model.block_size", int64_t(mc.block_size)},
-            {"model.vocab_size", int64_t(mc.vocab_size)}};
+    return {
+        {"model.type", std::string("gpt")},           {"model.n_layer", int64_t(mc.n_layer)},
+        {"model.n_head", int64_t(mc.n_head)},         {"model.n_embd", int64_t(mc.n_embd)},
+        {"model.block_size", int64_t(mc.block_size)}, {"model.vocab_size", int64_t(mc.vocab_size)}};
   }
 
   // Every tensor of the checkpoint with this rank's part: parameters are written by DP rank 0
@@ -276,8 +294,8 @@ struct Trainer {
     auto get_int = [&](const std::string& key) -> int64_t {
       auto it = h.root.find(key);
       if (it == h.root.end() || !std::holds_alternative<int64_t>(it->second))
-        throw UsageError(fmt::format("checkpoint {} lacks attribute '{}': not an mpitron checkpoint",
-                                     path, key));
+        throw UsageError(fmt::format(
+            "checkpoint {} lacks attribute '{}': not an mpitron checkpoint", path, key));
       return std::get<int64_t>(it->second);
     };
     if (get_int("format_version") != kCheckpointFormat)
@@ -319,9 +337,15 @@ struct Trainer {
     if (L.zero == 0) {
       if (!buckets.ranges.empty()) return buckets.wait_all();
       switch (L.dp_reduce) {
-        case DpReduce::allreduce: grid.dp.allreduce_sum(g, n); break;
-        case DpReduce::ring: grid.dp.ring_allreduce_sum(g, n); break;
-        case DpReduce::gather_scatter: grid.dp.gather_scatter_allreduce_sum(g, n); break;
+        case DpReduce::allreduce:
+          grid.dp.allreduce_sum(g, n);
+          break;
+        case DpReduce::ring:
+          grid.dp.ring_allreduce_sum(g, n);
+          break;
+        case DpReduce::gather_scatter:
+          grid.dp.gather_scatter_allreduce_sum(g, n);
+          break;
       }
       return;
     }
@@ -331,8 +355,12 @@ struct Trainer {
         grid.dp.reduce_scatter_sum(g, shard_scratch.data(), shard.size());
         std::memcpy(g + shard.begin, shard_scratch.data(), shard.size() * sizeof(float));
         break;
-      case DpReduce::ring: grid.dp.ring_reduce_scatter_sum(g, n); break;
-      case DpReduce::gather_scatter: grid.dp.gather_scatter_allreduce_sum(g, n); break;
+      case DpReduce::ring:
+        grid.dp.ring_reduce_scatter_sum(g, n);
+        break;
+      case DpReduce::gather_scatter:
+        grid.dp.gather_scatter_allreduce_sum(g, n);
+        break;
     }
   }
 
@@ -347,8 +375,10 @@ struct Trainer {
     std::memset(model.grads.data(), 0, model.grads.size() * sizeof(float));
     if (L.zero == 2) std::memset(grad_shard.data(), 0, grad_shard.size() * sizeof(float));
     GradReadyHook hook{};
-    if (L.zero == 2) hook = {on_segment_ready, &sharded};
-    else if (!buckets.ranges.empty()) hook = {on_grads_ready, &buckets};
+    if (L.zero == 2)
+      hook = {on_segment_ready, &sharded};
+    else if (!buckets.ranges.empty())
+      hook = {on_grads_ready, &buckets};
     const float dloss = 1.0f / float(int64_t(tc.batch_size) * T);
     double loss_sum = 0.0;
     for (int mb = 0; mb < tc.micro_batches; ++mb) {
@@ -475,14 +505,14 @@ struct Trainer {
       const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
       comm_bytes_before = bytes_now;
       int64_t peak = int64_t(alloc.peak_bytes);
-      MPI_CHECK(MPI_Gather(&comm_bytes, 1, MPI_INT64_T, row.rank_comm_bytes.data(), 1,
-                           MPI_INT64_T, 0, MPI_COMM_WORLD));
-      MPI_CHECK(MPI_Gather(&peak, 1, MPI_INT64_T, row.rank_peak_mem_bytes.data(), 1, MPI_INT64_T,
+      MPI_CHECK(MPI_Gather(&comm_bytes, 1, MPI_INT64_T, row.rank_comm_bytes.data(), 1, MPI_INT64_T,
                            0, MPI_COMM_WORLD));
+      MPI_CHECK(MPI_Gather(&peak, 1, MPI_INT64_T, row.rank_peak_mem_bytes.data(), 1, MPI_INT64_T, 0,
+                           MPI_COMM_WORLD));
       if (!std::isfinite(r.loss)) {
         if (is_root()) trace->flush();
-        throw UsageError(fmt::format("loss is {} at step {}: training diverged (lower --lr?)",
-                                     r.loss, s));
+        throw UsageError(
+            fmt::format("loss is {} at step {}: training diverged (lower --lr?)", r.loss, s));
       }
       if (is_root()) {
         row.step = s;
@@ -518,9 +548,10 @@ struct Trainer {
       if (stop && s < tc.steps) {
         if (is_root()) {
           trace->flush();
-          spdlog::warn("signal {} received: stopped after step {} with a checkpoint; continue "
-                       "with --resume auto",
-                       stop, s);
+          spdlog::warn(
+              "signal {} received: stopped after step {} with a checkpoint; continue "
+              "with --resume auto",
+              stop, s);
         }
         return kExitStoppedBySignal;
       }
@@ -544,9 +575,12 @@ struct Trainer {
 
 std::string dp_reduce_name(DpReduce r) {
   switch (r) {
-    case DpReduce::allreduce: return "allreduce";
-    case DpReduce::ring: return "ring";
-    case DpReduce::gather_scatter: return "gather-scatter";
+    case DpReduce::allreduce:
+      return "allreduce";
+    case DpReduce::ring:
+      return "ring";
+    case DpReduce::gather_scatter:
+      return "gather-scatter";
   }
   return "?";
 }
@@ -565,18 +599,19 @@ int run_training(TrainOptions opts) {
   const TrainConfig& tc = opts.cfg.train;
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
   if (L.tp != 1)
-    throw UsageError(fmt::format(
-        "tensor parallelism (--tp {}) is not supported yet: use --tp 1", L.tp));
+    throw UsageError(
+        fmt::format("tensor parallelism (--tp {}) is not supported yet: use --tp 1", L.tp));
   if (L.pp != 1)
-    throw UsageError(fmt::format(
-        "pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));
+    throw UsageError(
+        fmt::format("pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
     throw UsageError(e);
   if (L.bucket_mb < 0) throw UsageError("--bucket-mb must not be negative");
   if (opts.out.empty())
-    opts.out = fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
+    opts.out =
+        fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
   const int threads =
       opts.threads > 0 ? opts.threads : cpu::default_compute_threads(grid.shape.world);
   cpu::set_compute_threads(threads);
