@@ -1,5 +1,6 @@
-// Process-level MPI helpers: agreeing on failures before any collective work.
 #include "comm/world.hpp"
+
+#include "src/check.hpp"
 
 namespace mpitron::comm {
 
@@ -7,6 +8,20 @@ bool all_ok(bool ok, MPI_Comm comm) {
   int local = ok ? 1 : 0, global = 0;
   MPI_CHECK(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MIN, comm));
   return global == 1;
+}
+
+std::string broadcast_string(const std::string& s, int root, MPI_Comm comm) {
+  unsigned long long n = s.size();
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
+  std::string out = s;
+  out.resize(n);
+  if (n > 0) MPI_CHECK(MPI_Bcast(out.data(), int(n), MPI_CHAR, root, comm));
+  return out;
+}
+
+void throw_on_all_ranks(const std::string& error, int root, MPI_Comm comm) {
+  const std::string e = broadcast_string(error, root, comm);
+  if (!e.empty()) throw UsageError(e);
 }
 
 }  // namespace mpitron::comm

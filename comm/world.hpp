@@ -1,10 +1,20 @@
-// Process-level MPI helpers.
+// Process-level MPI helpers: agreeing on failures and decisions before any collective work, so a
+// problem one rank sees is reported by every rank instead of leaving the others waiting.
 #pragma once
+#include <string>
+
 #include "comm/mpi_check.hpp"
 
 namespace mpitron::comm {
 
 // True on every rank iff ok is true on every rank of comm (so all ranks fail together, no hang).
 bool all_ok(bool ok, MPI_Comm comm);
+
+// Root's string, on every rank of comm.
+std::string broadcast_string(const std::string& s, int root, MPI_Comm comm);
+
+// Throws UsageError(error) on every rank of comm when `error` is non-empty on root (the other
+// ranks' `error` is ignored): for checks only one rank can make, such as files it alone opens.
+void throw_on_all_ranks(const std::string& error, int root, MPI_Comm comm);
 
 }  // namespace mpitron::comm

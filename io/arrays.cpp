@@ -9,7 +9,15 @@ namespace mpitron::io {
 void write_int32_dataset(const std::string& path, const std::string& name,
                          const std::vector<int64_t>& shape, const std::vector<int32_t>& data) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
-  Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)));
+  hid_t created;
+  {
+    QuietErrors quiet;
+    created = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  }
+  if (created < 0)
+    throw UsageError(
+        fmt::format("cannot create {} (does its folder exist and is it writable?)", path));
+  Handle file(created);
   Handle space(H5_CHECK(H5Screate_simple(int(dims.size()), dims.data(), nullptr)));
   Handle dset(H5_CHECK(
       H5Dcreate2(file, name.c_str(), H5T_STD_I32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));

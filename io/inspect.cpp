@@ -103,32 +103,46 @@ void print_info(const std::string& path, std::ostream& out) {
   if (is_trace) print_trace_summary(path, out);
 }
 
+namespace {
+double relative_difference(double x, double y) {
+  double rel;
+  if (std::isnan(x) && std::isnan(y))
+    rel = 0;
+  else if (std::isnan(x) || std::isnan(y))
+    rel = std::numeric_limits<double>::infinity();
+  else if (x == y)  // also equal infinities
+    rel = 0;
+  else
+    rel = std::fabs(x - y) / std::max({std::fabs(x), std::fabs(y), 1e-30});
+  if (std::isnan(rel)) rel = std::numeric_limits<double>::infinity();  // inf - inf
+  return rel;
+}
+}  // namespace
+
 TraceComparison compare_traces(const std::string& a, const std::string& b) {
   const Trace ta = read_trace(a), tb = read_trace(b);
-  std::map<int64_t, double> lb;
-  for (size_t i = 0; i < tb.step.size(); ++i) lb.emplace(tb.step[i], tb.loss[i]);
-  std::map<int64_t, double> la;
-  for (size_t i = 0; i < ta.step.size(); ++i) la.emplace(ta.step[i], ta.loss[i]);
-
   TraceComparison c;
+  auto rows = [&c](const Trace& t) {
+    std::map<int64_t, size_t> by_step;
+    for (size_t i = 0; i < t.step.size(); ++i)
+      if (!by_step.emplace(t.step[i], i).second) ++c.duplicate_steps;
+    return by_step;
+  };
+  const std::map<int64_t, size_t> la = rows(ta), lb = rows(tb);
   int64_t within = 0;
-  for (const auto& [step, x] : la) {
+  for (const auto& [step, i] : la) {
     const auto it = lb.find(step);
     if (it == lb.end()) {
       ++c.steps_only_in_one;
       continue;
     }
-    const double y = it->second;
-    double rel;
-    if (std::isnan(x) && std::isnan(y))
-      rel = 0;
-    else if (std::isnan(x) || std::isnan(y))
-      rel = std::numeric_limits<double>::infinity();
-    else if (x == y)  // also equal infinities
-      rel = 0;
-    else
-      rel = std::fabs(x - y) / std::max({std::fabs(x), std::fabs(y), 1e-30});
-    if (std::isnan(rel)) rel = std::numeric_limits<double>::infinity();  // inf - inf
+    const size_t j = it->second;
+    const double rel = relative_difference(ta.loss[i], tb.loss[j]);
+    if (!std::isnan(ta.val_loss[i]) && !std::isnan(tb.val_loss[j])) {
+      ++c.val_compared;
+      c.max_val_rel_diff =
+          std::max(c.max_val_rel_diff, relative_difference(ta.val_loss[i], tb.val_loss[j]));
+    }
     ++c.steps_compared;
     if (rel <= 0.01) ++within;
     if (c.worst_step < 0 || rel > c.max_rel_diff) {

@@ -19,9 +19,13 @@ struct TraceComparison {
   int64_t worst_step = -1;        // step of max_rel_diff; -1 when none compared
   double frac_within_1pct = 0;    // fraction of compared steps with rel diff <= 0.01; 0 when none
   int64_t steps_only_in_one = 0;  // steps present in exactly one trace
+  int64_t duplicate_steps = 0;    // rows repeating a step already in the same trace
+  int64_t val_compared = 0;       // steps where both traces have a validation loss
+  double max_val_rel_diff = 0;    // over those steps
 };
 
-// Compares /trace/loss of two traces, rows matched by step number. Relative difference
+// Compares /trace/loss (and /trace/val_loss where both evaluated) of two traces, rows matched by
+// step number; repeated steps are counted, not compared. Relative difference
 // |a-b| / max(|a|, |b|, 1e-30); NaN in both counts as equal, NaN in one as +inf.
 // UsageError when either file is missing or not a trace.
 TraceComparison compare_traces(const std::string& a, const std::string& b);

@@ -103,12 +103,17 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
 int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens, double temperature,
                  int top_k, double top_p, uint64_t seed) {
   if (tokens < 0) throw UsageError("--tokens must not be negative");
-  if (top_p <= 0 || top_p > 1) throw UsageError("--top-p must be in (0, 1]");
+  if (!(top_p > 0 && top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  if (top_k < 0) throw UsageError("--top-k must not be negative (0: no limit)");
+  if (!(temperature >= 0 && std::isfinite(temperature)))
+    throw UsageError("--temperature must be a finite number >= 0 (0: greedy)");
   cpu::set_compute_threads(cpu::default_compute_threads(1));
   DeviceAllocator alloc{"cpu"};
   GptModel model;
   load_model(model, ckpt, 1, 0, alloc);
   const int T = model.T, V = model.cfg.vocab_size;
+  if (V < 256)
+    throw UsageError(fmt::format("{} has a vocabulary of {}: too small for byte tokens", ckpt, V));
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (auto& t : text) t = uint8_t(t);
   if (text.empty()) text.push_back('\n');
@@ -141,7 +146,7 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   if (!tokens_path.empty()) {
     std::vector<int64_t> shape;
     std::vector<int32_t> tokens = io::read_int32_dataset(tokens_path, "tokens", shape);
-    if (shape.size() != 2 || shape[1] < 2)
+    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
       throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
     const int B = int(shape[0]), T = int(shape[1] - 1);
     load_model(model, ckpt, B, T, alloc);
@@ -232,6 +237,9 @@ int main(int argc, char** argv) {
     CLI::App app{"mpitron: MPI-native transformer training with exact parallel layouts"};
     app.require_subcommand(1);
     app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+      return fmt::format("error: {} (see --help)\n", e.what());
+    });
 
     // ---- train
     auto* train =
@@ -310,6 +318,9 @@ int main(int argc, char** argv) {
     auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
     std::string cmp_a, cmp_b;
     double rtol = 1e-5;
+    bool allow_partial = false;
+    cmp->add_flag("--allow-partial", allow_partial,
+                  "compare the common steps even when the traces cover different ones");
     cmp->add_option("a", cmp_a, "trace.h5")->required();
     cmp->add_option("b", cmp_b, "trace.h5")->required();
     cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")
@@ -383,12 +394,22 @@ int main(int argc, char** argv) {
           "steps compared: {}\nmax relative loss difference: {:.3e} (step {})\n"
           "steps within 1%: {:.2f}%\n",
           c.steps_compared, c.max_rel_diff, c.worst_step, 100.0 * c.frac_within_1pct);
+      if (c.val_compared > 0)
+        fmt::print("max relative validation loss difference: {:.3e} ({} evaluations)\n",
+                   c.max_val_rel_diff, c.val_compared);
       if (c.steps_only_in_one > 0) fmt::print("steps in only one trace: {}\n", c.steps_only_in_one);
+      if (c.duplicate_steps > 0) fmt::print("repeated steps: {}\n", c.duplicate_steps);
       if (c.steps_compared == 0) {
         fmt::print(stderr, "error: the traces have no step in common\n");
         rc = 1;
-      } else if (c.max_rel_diff > rtol) {
-        fmt::print("DIFFERENT: {:.3e} exceeds --rtol {:.1e}\n", c.max_rel_diff, rtol);
+      } else if (std::max(c.max_rel_diff, c.max_val_rel_diff) > rtol) {
+        fmt::print("DIFFERENT: {:.3e} exceeds --rtol {:.1e}\n",
+                   std::max(c.max_rel_diff, c.max_val_rel_diff), rtol);
+        rc = 1;
+      } else if (!allow_partial && (c.steps_only_in_one > 0 || c.duplicate_steps > 0)) {
+        fmt::print(
+            "DIFFERENT: the traces do not cover the same steps once each "
+            "(--allow-partial compares the common ones)\n");
         rc = 1;
       } else {
         fmt::print("SAME within --rtol {:.1e}\n", rtol);

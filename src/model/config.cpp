@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -64,7 +65,11 @@ RunConfig load_run_config(const std::string& path) {
     if (key != "model" && key != "train" && key != "name")
       throw UsageError(
           fmt::format("{}: unknown table or key '{}' (expected [model], [train])", path, key));
-  if (root.contains("name")) cfg.name = toml::find<std::string>(root, "name");
+  if (root.contains("name")) {
+    if (!toml::find(root, "name").is_string())
+      throw UsageError(fmt::format("{}: 'name' must be a string", path));
+    cfg.name = toml::find<std::string>(root, "name");
+  }
   GptConfig& m = cfg.model;
   read_table(root, "model",
              {{"type",
@@ -127,12 +132,22 @@ void validate_config(const RunConfig& cfg) {
   if (t.seq_len > m.block_size)
     throw UsageError(
         fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len, m.block_size));
-  if (!(t.lr > 0)) throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
-  if (t.dropout < 0 || t.dropout >= 1)
+  if (!(t.lr > 0 && std::isfinite(t.lr)))
+    throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
+  if (!(t.dropout >= 0 && t.dropout < 1))
     throw UsageError(fmt::format("dropout must be in [0, 1) (got {})", t.dropout));
+  if (!(t.beta1 >= 0 && t.beta1 < 1) || !(t.beta2 >= 0 && t.beta2 < 1))
+    throw UsageError(
+        fmt::format("beta1 and beta2 must be in [0, 1) (got {}, {})", t.beta1, t.beta2));
+  if (!(t.eps > 0 && std::isfinite(t.eps))) throw UsageError("eps must be positive");
+  if (!(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1))
+    throw UsageError(fmt::format("min_lr_ratio must be in [0, 1] (got {})", t.min_lr_ratio));
+  if (!(t.weight_decay >= 0 && std::isfinite(t.weight_decay)))
+    throw UsageError("weight_decay must be a finite number >= 0");
   if (t.warmup_steps < 0 || t.eval_every < 0 || t.ckpt_every < 0 || t.log_every < 0)
     throw UsageError("warmup_steps, eval_every, ckpt_every and log_every must not be negative");
-  if (t.grad_clip < 0) throw UsageError("grad_clip must not be negative");
+  if (!(t.grad_clip >= 0 && std::isfinite(t.grad_clip)))
+    throw UsageError("grad_clip must be a finite number >= 0 (0: no clipping)");
 }
 
 int64_t gpt_parameter_count(const GptConfig& m) {

@@ -208,7 +208,8 @@ struct Trainer {
     buckets.method = L.dp_reduce;
     buckets.grads = model.grads.data();
     if (L.bucket_mb > 0 && L.zero == 0 && L.dp > 1) {
-      const size_t per = std::max<size_t>(16, size_t(L.bucket_mb * 1024 * 1024 / sizeof(float)));
+      const double wanted = L.bucket_mb * 1024 * 1024 / sizeof(float);
+      const size_t per = size_t(std::clamp(wanted, 16.0, double(model.flat_size)));
       for (size_t end = model.flat_size; end > 0;) {
         const size_t begin = end > per ? end - per : 0;
         buckets.ranges.push_back({begin, end});
@@ -461,25 +462,51 @@ struct Trainer {
     return a;
   }
 
-  int run() {
-    if (is_root()) std::filesystem::create_directories(opts.out);
-    grid.world.barrier();
-    std::string resume_from;
-    if (opts.resume == "auto") {
-      resume_from = io::latest_checkpoint(opts.out);
-      if (resume_from.empty() && is_root())
-        spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
-    } else if (!opts.resume.empty()) {
-      resume_from = opts.resume;
+  // Rank 0 looks at the run folder and decides; every rank gets its verdict (file systems may
+  // show ranks different views, and a refusal must reach every rank).
+  std::string choose_checkpoint() {
+    std::string chosen, error;
+    if (is_root()) {
+      try {
+        std::filesystem::create_directories(opts.out);
+        const std::string latest = io::latest_checkpoint(opts.out);
+        if (opts.resume == "auto") {
+          chosen = latest;
+          if (latest.empty()) spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
+        } else if (!opts.resume.empty()) {
+          chosen = opts.resume;
+        } else if (!latest.empty()) {
+          error = fmt::format(
+              "run folder {} already holds checkpoints ({}): continue it with --resume auto, or "
+              "choose another --out",
+              opts.out, latest);
+        }
+      } catch (const std::exception& e) {
+        error = fmt::format("cannot use run folder {}: {}", opts.out, e.what());
+      }
     }
+    comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
+    return comm::broadcast_string(chosen, 0, MPI_COMM_WORLD);
+  }
+
+  int run() {
+    const std::string resume_from = choose_checkpoint();
     if (!resume_from.empty()) {
       load_checkpoint(resume_from);
       if (is_root()) spdlog::info("resumed from {} at step {}", resume_from, step);
     }
+    std::string trace_error;
     if (is_root()) {
-      trace = std::make_unique<io::TraceWriter>(
-          (std::filesystem::path(opts.out) / "trace.h5").string(), run_attributes(),
-          resume_from.empty() ? -1 : step, opts.trace_flush_every);
+      try {
+        trace = std::make_unique<io::TraceWriter>(
+            (std::filesystem::path(opts.out) / "trace.h5").string(), run_attributes(),
+            resume_from.empty() ? -1 : step, opts.trace_flush_every);
+      } catch (const UsageError& e) {
+        trace_error = e.what();
+      }
+    }
+    comm::throw_on_all_ranks(trace_error, 0, MPI_COMM_WORLD);
+    if (is_root()) {
       spdlog::info(
           "{}: {} parameters, layout dp={} tp={} pp={} zero={}, global batch {}x{} "
           "({} micro-batches of {} per rank), {} steps, gemm {}, data {} ({} bytes)",
@@ -608,7 +635,15 @@ int run_training(TrainOptions opts) {
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
     throw UsageError(e);
-  if (L.bucket_mb < 0) throw UsageError("--bucket-mb must not be negative");
+  if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
+    throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
+  if (opts.threads < 0 || opts.threads > 1024)
+    throw UsageError(
+        fmt::format("--threads {} is out of range (0: default, else 1..1024)", opts.threads));
+  if (opts.cfg.model.vocab_size < 256)
+    throw UsageError(
+        fmt::format("vocab_size {} is smaller than the byte vocabulary (256) of the text data",
+                    opts.cfg.model.vocab_size));
   if (opts.out.empty())
     opts.out =
         fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);

@@ -55,4 +55,15 @@ expect_error "seq_len must be positive" "$MPITRON" train --config "$TINY" --data
 expect_error "steps must not be negative" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps -1
 expect_error "exceeds the model's block_size" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --seq-len 65
 expect_error "dropout must be in" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --dropout 1.5
+expect_error "already holds checkpoints" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --out good
+sed 's/vocab_size = 256/vocab_size = 100/' "$TINY" >smallvocab.toml
+expect_error "smaller than the byte vocabulary" "$MPITRON" train --config smallvocab.toml --data "$data" "${small[@]}"
+expect_error "--threads -1 is out of range" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --threads -1
+expect_error "--bucket-mb must be between" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --bucket-mb nan
+sed 's/^lr = 3e-3/lr = 3e-3\nbeta2 = 1.0/' "$TINY" >beta.toml
+expect_error "beta1 and beta2" "$MPITRON" train --config beta.toml --data "$data" "${small[@]}"
+expect_error "--top-k must not be negative" "$MPITRON" generate --ckpt $ckpt --top-k -1 --tokens 3
+expect_error "--temperature must be" "$MPITRON" generate --ckpt $ckpt --temperature nan --tokens 3
+expect_error "cannot create" "$MPITRON" batch --data "$data" --out missing_dir/batch.h5
+expect_error "Could not convert: --steps = lots" "$MPITRON" train --config "$TINY" --data "$data" --steps lots
 echo "bad input ok"

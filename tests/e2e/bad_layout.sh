@@ -22,4 +22,8 @@ check "not divisible by dp (3)" -n 3 "$MPITRON" train "${common[@]}" --dp 3 --ba
 check "ZeRO stage" -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 3 --batch-size 8
 check "dp-reduce" -n 2 "$MPITRON" train "${common[@]}" --dp 2 --dp-reduce tree --batch-size 8
 check "not supported yet" -n 2 "$MPITRON" train "${common[@]}" --tp 2 --batch-size 8
+# A file only rank 0 opens (the trace) is broken: every rank stops with rank 0's message.
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --batch-size 8 --out broken >/dev/null
+echo "not a trace" >broken/trace.h5
+check "trace broken/trace.h5" -n 2 "$MPITRON" train "${common[@]}" --dp 2 --batch-size 8 --steps 4 --out broken --resume auto
 echo "bad layouts ok"
