@@ -75,7 +75,8 @@ run() {
 }
 
 for ((round = 1; round <= rounds; ++round)); do
-  sfx=$( (( rounds > 1 )) && echo "_r$round" || true)
+  sfx=""
+  if ((rounds > 1)); then sfx="_r$round"; fi
   for dp in $dps; do
     if (( dp == 1 )); then
       run "dp1$sfx" 1 allreduce 0  # no communication: one baseline serves every method

@@ -1,23 +1,8 @@
 #!/usr/bin/env bash
 # Bad input gets one clear line on stderr and a non-zero exit: never a crash, a hang or a trace.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
-
-# expect_error "what it must say" command...
-expect_error() {
-  local want=$1
-  shift
-  local rc=0
-  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
-  [[ $rc != 0 ]] || fail "'$*' succeeded"
-  [[ $rc != 124 ]] || fail "'$*' hung"
-  [[ $rc -lt 128 ]] || fail "'$*' crashed (exit $rc): $(cat err.txt)"
-  grep -q -- "$want" err.txt || fail "'$*': expected '$want' in: $(cat err.txt)"
-  local lines
-  lines=$(grep -c . err.txt)
-  [[ $lines == 1 ]] || fail "'$*': expected one line of error, got $lines: $(cat err.txt)"
-  echo "ok ($rc): $(cat err.txt)"
-}
 
 small=(--steps 2 --batch-size 4 --seq-len 16 --eval-every 0)
 "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --out good

@@ -4,7 +4,9 @@
 # lr 1e-3 keeps training in a stable regime: at gpt-tiny's 3e-3 the tiny model sits at the edge of
 # stability and fp32 round-off from any change of summation order (even micro-batching in one
 # process) grows to 1e-3 within 30 steps, while here it stays near 1e-8.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
 echo "--steps 40 --batch-size 24 --seq-len 32 --dropout 0.1 --eval-every 20 --log-every 10 --warmup 5 --lr 1e-3 --ckpt-every 20" >flags
+# shellcheck disable=SC2046  # the flags are words
 mpiexec -n 1 "$MPITRON" train --config "$TINY" --data "$data" $(cat flags) --out .

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # MPITRON, REPO, TINY are for the scripts that source this
 # Shared by the end-to-end tests: $MPITRON (binary), $REPO (source tree), $WORK (fresh folder).
 set -euo pipefail
 MPITRON=$1
@@ -36,4 +37,24 @@ trace_column() {
 import sys, h5py
 with h5py.File(sys.argv[1], 'r') as f:
     for x in f['trace/' + sys.argv[2]][:]: print(repr(float(x)))" "$1" "$2"
+}
+
+# expect_error "what it must say" command...: the command must fail (no crash, no hang) with
+# exactly one "error: ..." line on stderr that contains the text. A single process prints nothing
+# else; under mpiexec (first word of the command) the launcher may add lines of its own.
+expect_error() {
+  local want=$1
+  shift
+  local rc=0
+  timeout 60 "$@" >out.txt 2>err.txt || rc=$?
+  [[ $rc != 0 ]] || fail "'$*' succeeded"
+  [[ $rc != 124 ]] || fail "'$*' hung"
+  [[ $rc -lt 128 ]] || fail "'$*' crashed (exit $rc): $(cat err.txt)"
+  local n
+  n=$(grep -c -- "^error: .*$want" err.txt || true)
+  [[ $n == 1 ]] || fail "'$*': expected one 'error: ...$want' line, got $n: $(cat err.txt)"
+  if [[ $1 != mpiexec ]]; then
+    [[ $(grep -c . err.txt) == 1 ]] || fail "'$*': expected one line on stderr: $(cat err.txt)"
+  fi
+  echo "ok ($rc): $(grep '^error' err.txt)"
 }

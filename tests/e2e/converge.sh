@@ -2,6 +2,7 @@
 # gpt-tiny with its default settings learns the Bible: the mean training loss of the last 20 of
 # 500 steps is under 2.5 (ln 256 = 5.55 at the start), validation loss is recorded, and
 # `generate` prints text from the final checkpoint.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 if [[ ! -s $REPO/data/kjv.txt ]]; then
   echo "SKIP: $REPO/data/kjv.txt is missing (make data)"

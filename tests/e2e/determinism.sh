@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Same seed, same flags -> bit-identical loss trace; another seed -> a different one.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
 args=(train --config "$TINY" --data "$data" --steps 30 --batch-size 8 --log-every 10 --eval-every 15)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA toolchain wiring: `mpitron devices` lists the GPUs of a CUDA build; without a GPU (or
 # in a CPU-only build) the test is skipped, saying why.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 "$MPITRON" devices | tee devices.txt
 if grep -q "built without CUDA" devices.txt; then

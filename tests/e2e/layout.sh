@@ -2,12 +2,14 @@
 # One cell of the equivalence matrix: train with `mpiexec -n RANKS` and the given layout flags,
 # then `mpitron compare` the trace against the 1x1x1 baseline at 1e-5 relative on every step.
 # Usage: layout.sh MPITRON REPO WORK BASELINE_TRACE RANKS [train flags...]
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 baseline=$4
 ranks=$5
 shift 5
 [[ -e $baseline ]] || fail "baseline trace $baseline is missing (run the equivalence_baseline test)"
 data=$(corpus)
+# shellcheck disable=SC2046  # the flags are words
 mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" \
   $(cat "$(dirname "$baseline")/flags") --out run "$@"
 "$MPITRON" compare "$baseline" run/trace.h5 --rtol 1e-5

@@ -2,6 +2,7 @@
 # A run killed (SIGKILL) after a checkpoint and resumed with --resume auto continues the trace
 # without gap or repeat, bit-identical to the uninterrupted run. Also: SIGUSR1 makes mpitron
 # write a checkpoint at the next step boundary and exit 3, and the resumed run is identical too.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
 args=(train --config "$TINY" --data "$data" --steps 60 --batch-size 8 --log-every 20
@@ -28,7 +29,7 @@ kill -USR1 $pid
 rc=0
 wait $pid || rc=$?
 [[ $rc == 3 ]] || fail "SIGUSR1 should stop with exit code 3, got $rc"
-last=$(ls signalled/ckpt_*.h5 | sed 's/.*ckpt_\([0-9]*\)\.h5/\1/' | sort -n | tail -n 1)
+last=$(find signalled -name 'ckpt_*.h5' | sed 's/.*ckpt_\([0-9]*\)\.h5/\1/' | sort -n | tail -n 1)
 [[ $last -lt 60 ]] || fail "the signalled run was not stopped early"
 "$MPITRON" "${args[@]}" --out signalled --resume auto
 "$MPITRON" compare full/trace.h5 signalled/trace.h5 --rtol 0 || fail "run resumed after SIGUSR1 differs"

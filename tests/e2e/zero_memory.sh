@@ -2,6 +2,7 @@
 # ZeRO shards the AdamW moments (stage 1) and the reduced gradients (stage 2) over dp: at a fixed
 # per-rank micro-batch, each rank's peak memory falls as dp grows (further at stage 2 than at
 # stage 1); at stage 0 it does not.
+# shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
 run() {  # run NAME RANKS ZERO
