@@ -9,7 +9,7 @@ TP ?= 1
 PP ?= 1
 ZERO ?= 1
 CONFIG ?= configs/gpt-tiny.toml
-STEPS ?= 300
+STEPS ?= 500
 RUN ?= runs/main
 CTEST_ARGS ?=
 
@@ -19,8 +19,11 @@ PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-
   python3-matplotlib python3-torch slurm-wlm slurmctld slurmd slurm-client munge bible-kjv \
   shellcheck
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+# Open MPI on a small machine: root allowed, more ranks than cores, ranks that yield when idle.
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_rmaps_base_oversubscribe := 1
+export OMPI_MCA_mpi_yield_when_idle := 1
 
 .PHONY: help deps build data main test clean
 
@@ -55,7 +58,7 @@ main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
 	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --steps $(STEPS) --out $(RUN) --resume auto
 	/usr/bin/python3 validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
-	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8
+	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
 
 test: build data
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
