@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,38 @@ struct ShardRange {
   size_t size() const { return end - begin; }
 };
 
+// Sums buf[0, n) over the group in place with the chosen method (blocking).
+void allreduce_by(comm::Group& g, DpReduce method, float* buf, size_t n) {
+  switch (method) {
+    case DpReduce::allreduce:
+      g.allreduce_sum(buf, n);
+      break;
+    case DpReduce::ring:
+      g.ring_allreduce_sum(buf, n);
+      break;
+    case DpReduce::gather_scatter:
+      g.gather_scatter_allreduce_sum(buf, n);
+      break;
+  }
+}
+
+// In place: afterwards buf[bounds[r], bounds[r+1]) holds the group's sum on rank r (the rest of
+// buf is unspecified). gather-scatter sums everything, on purpose the naive way.
+void reduce_scatter_by(comm::Group& g, DpReduce method, float* buf,
+                       std::span<const size_t> bounds) {
+  switch (method) {
+    case DpReduce::allreduce:
+      g.reduce_scatter_sum_v(buf, bounds);
+      break;
+    case DpReduce::ring:
+      g.ring_reduce_scatter_sum_v(buf, bounds);
+      break;
+    case DpReduce::gather_scatter:
+      g.gather_scatter_allreduce_sum(buf, bounds.back());
+      break;
+  }
+}
+
 // Reduces gradient buckets while backward runs: a bucket is launched as soon as the backward hook
 // reports its whole range final.
 struct GradBuckets {
@@ -81,17 +114,10 @@ struct GradBuckets {
     if (!active) return;
     while (next < ranges.size() && ranges[next].first >= ready_begin) {
       auto [b, e] = ranges[next++];
-      switch (method) {
-        case DpReduce::allreduce:
-          pending.push_back(group->iallreduce_sum(grads + b, e - b));
-          break;
-        case DpReduce::ring:
-          group->ring_allreduce_sum(grads + b, e - b);
-          break;
-        case DpReduce::gather_scatter:
-          group->gather_scatter_allreduce_sum(grads + b, e - b);
-          break;
-      }
+      if (method == DpReduce::allreduce)  // the one method with a non-blocking form
+        pending.push_back(group->iallreduce_sum(grads + b, e - b));
+      else
+        allreduce_by(*group, method, grads + b, e - b);
     }
   }
   void wait_all() {
@@ -112,7 +138,7 @@ struct ShardedGradReducer {
   GptModel* model = nullptr;
   comm::Group* group = nullptr;
   DpReduce method = DpReduce::allreduce;
-  size_t chunk = 0;  // shard k is [k * chunk, (k + 1) * chunk)
+  std::span<const size_t> shard_bounds;  // shard k is [shard_bounds[k], shard_bounds[k + 1])
   ShardRange shard;
   float* grad_shard = nullptr;  // (shard.size()) summed gradients of the owned range
   std::vector<size_t> bounds;   // dp + 1 cut points of the current segment, sized once
@@ -121,18 +147,8 @@ struct ShardedGradReducer {
     const GradSegment seg = gpt_grad_segment(*model, flat_begin);
     const size_t n = seg.end - seg.begin;
     for (size_t k = 0; k < bounds.size(); ++k)
-      bounds[k] = std::clamp(k * chunk, seg.begin, seg.end) - seg.begin;
-    switch (method) {
-      case DpReduce::allreduce:
-        group->reduce_scatter_sum_v(seg.data, bounds);
-        break;
-      case DpReduce::ring:
-        group->ring_reduce_scatter_sum_v(seg.data, bounds);
-        break;
-      case DpReduce::gather_scatter:
-        group->gather_scatter_allreduce_sum(seg.data, n);
-        break;
-    }
+      bounds[k] = std::clamp(shard_bounds[k], seg.begin, seg.end) - seg.begin;
+    reduce_scatter_by(*group, method, seg.data, bounds);
     const size_t b = std::max(seg.begin, shard.begin), e = std::min(seg.end, shard.end);
     for (size_t i = b; i < e; ++i) grad_shard[i - shard.begin] += seg.data[i - seg.begin];
     std::memset(seg.data, 0, n * sizeof(float));
@@ -156,9 +172,10 @@ struct Trainer {
   int64_t local_rows = 0;  // sequences of the global batch on this rank
   Buffer<int32_t> batch;   // (local_rows, T+1)
   ShardRange shard;
-  Buffer<float> m, v;           // AdamW moments of the shard
-  Buffer<float> shard_scratch;  // reduce-scatter target (ZeRO 1) and all-gather source
-  Buffer<float> grad_shard;     // ZeRO 2: the summed gradients of the owned shard
+  Buffer<float> m, v;                // AdamW moments of the shard
+  std::vector<size_t> shard_bounds;  // dp + 1 cut points of the ZeRO shards in the flat buffer
+  Buffer<float> shard_scratch;       // all-gather source (ZeRO)
+  Buffer<float> grad_shard;          // ZeRO 2: the summed gradients of the owned shard
   GradBuckets buckets;
   ShardedGradReducer sharded;
   int64_t step = 0;  // completed optimizer steps
@@ -189,7 +206,8 @@ struct Trainer {
       shard = {0, model.flat_size};
     } else {
       const size_t chunk = model.flat_size / size_t(L.dp);
-      shard = {chunk * size_t(grid.coords.dp_rank), chunk * size_t(grid.coords.dp_rank + 1)};
+      for (int k = 0; k <= L.dp; ++k) shard_bounds.push_back(chunk * size_t(k));
+      shard = {shard_bounds[grid.coords.dp_rank], shard_bounds[grid.coords.dp_rank + 1]};
       shard_scratch = Buffer<float>(alloc, shard.size());
     }
     if (L.zero == 2) {
@@ -197,10 +215,10 @@ struct Trainer {
       sharded = {&model,
                  &grid.dp,
                  L.dp_reduce,
-                 model.flat_size / size_t(L.dp),
+                 shard_bounds,
                  shard,
                  grad_shard.data(),
-                 std::vector<size_t>(size_t(L.dp) + 1)};
+                 std::vector<size_t>(shard_bounds.size())};
     }
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
@@ -337,32 +355,10 @@ struct Trainer {
     if (L.dp == 1) return;
     if (L.zero == 0) {
       if (!buckets.ranges.empty()) return buckets.wait_all();
-      switch (L.dp_reduce) {
-        case DpReduce::allreduce:
-          grid.dp.allreduce_sum(g, n);
-          break;
-        case DpReduce::ring:
-          grid.dp.ring_allreduce_sum(g, n);
-          break;
-        case DpReduce::gather_scatter:
-          grid.dp.gather_scatter_allreduce_sum(g, n);
-          break;
-      }
-      return;
+      return allreduce_by(grid.dp, L.dp_reduce, g, n);
     }
     // ZeRO 1: only the owned shard of the summed gradient is needed.
-    switch (L.dp_reduce) {
-      case DpReduce::allreduce:
-        grid.dp.reduce_scatter_sum(g, shard_scratch.data(), shard.size());
-        std::memcpy(g + shard.begin, shard_scratch.data(), shard.size() * sizeof(float));
-        break;
-      case DpReduce::ring:
-        grid.dp.ring_reduce_scatter_sum(g, n);
-        break;
-      case DpReduce::gather_scatter:
-        grid.dp.gather_scatter_allreduce_sum(g, n);
-        break;
-    }
+    reduce_scatter_by(grid.dp, L.dp_reduce, g, shard_bounds);
   }
 
   struct StepResult {
