@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "comm/mpi_check.hpp"
+#include "comm/world.hpp"
 
 namespace mpitron::io {
 
@@ -180,22 +181,6 @@ std::vector<int64_t> agree_on_tensors(const std::vector<TensorPiece>& tensors, M
   return std::vector<int64_t>(v.begin() + 2, v.end());
 }
 
-// True on every rank iff ok on every rank.
-bool all_ok(bool ok, MPI_Comm comm) {
-  int v = ok ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, comm));
-  return v == 1;
-}
-
-// Rank 0's error message (empty: success), known on every rank.
-std::string broadcast_error(std::string err, MPI_Comm comm) {
-  int len = static_cast<int>(err.size());
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
-  err.resize(len);
-  if (len > 0) MPI_CHECK(MPI_Bcast(err.data(), len, MPI_CHAR, 0, comm));
-  return err;
-}
-
 void create_parent_folder(const std::string& path) {
   const fs::path parent = fs::path(path).parent_path();
   std::error_code ec;
@@ -258,7 +243,7 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
     f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   }
   Handle file(f);
-  if (!all_ok(f >= 0, comm))
+  if (!comm::all_ok(f >= 0, comm))
     throw UsageError("cannot create checkpoint " + tmp + " (is its folder writable?)");
   write_groups(file, root_attrs, group_attrs);
 
@@ -299,7 +284,7 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
     QuietErrors quiet;
     file = Handle(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
   }
-  if (!all_ok(rank != 0 || file.valid(), comm))
+  if (!comm::all_ok(rank != 0 || file.valid(), comm))
     throw UsageError("cannot create checkpoint " + tmp + " (is its folder writable?)");
   if (rank == 0) write_groups(file, root_attrs, group_attrs);
 
@@ -406,8 +391,7 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
   } else {
     write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
   }
-  const std::string err = broadcast_error(rank == 0 ? publish(tmp, path) : "", comm);
-  if (!err.empty()) throw UsageError(err);
+  comm::throw_on_all_ranks(rank == 0 ? publish(tmp, path) : "", 0, comm);
 }
 
 // ---- reading ------------------------------------------------------------------------------------
