@@ -39,6 +39,19 @@ cluster_logs() {
   done >&2
 }
 
+# Prints the cluster's jobs and steps and this machine's processes (for a session that hangs).
+cluster_state() {
+  {
+    echo "---- squeue; squeue --steps"
+    squeue 2>&1 || true
+    squeue --steps 2>&1 || true
+    echo "---- scontrol show job"
+    scontrol show job 2>&1 || true
+    echo "---- processes"
+    ps -eo pid,ppid,pgid,stat,etimes,args --forest 2>&1 || true
+  } >&2
+}
+
 # pid_of FILE: the pid written in a daemon's pid file, if any.
 pid_of() { [[ -s $1 ]] && tr -dc '0-9' <"$1"; }
 
