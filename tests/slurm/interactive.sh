@@ -17,6 +17,8 @@ export STEPS=$steps BATCH_SIZE=8 SEQ_LEN=32 CKPT_EVERY=6 EVAL_EVERY=0 LOG_EVERY=
 # No oversubscription here: mpirun must find the job's two slots by itself.
 export SITE_ENV=none OMPI_MCA_rmaps_base_oversubscribe=0
 
+SESSION_LIMIT=60 # seconds; a session takes 2-5 s
+
 # session NAME SALLOC_OPTIONS -- COMMAND...: COMMAND in an allocation, output in NAME.log. A session
 # that hangs is killed (salloc, its steps and its processes) and the test fails with what was left.
 session() {
@@ -40,7 +42,6 @@ session() {
     fail "$name: exit $rc"
   fi
 }
-SESSION_LIMIT=60
 
 # ran NAME SCRIPT LAUNCH...: the session trained on 2 ranks with the command LAUNCH... and left
 # its record.
