@@ -21,6 +21,8 @@
 #include "src/model/config.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/grad_sync.hpp"
+#include "src/train/step_backend.hpp"
 
 using namespace mpitron;
 
@@ -62,7 +64,7 @@ int main(int argc, char** argv) {
   std::string name = "small";
   if (!config_path.empty()) {
     const RunConfig rc = load_run_config(config_path);
-    cfg = rc.model;
+    cfg = gpt_config(rc.model);
     name = rc.name;
     if (o_layers->count()) cfg.n_layer = layers;
     if (o_embd->count()) cfg.n_embd = embd;
@@ -79,8 +81,14 @@ int main(int argc, char** argv) {
 
   cpu::set_compute_threads(threads);
   DeviceAllocator alloc{"cpu"};
-  GptModel model;
-  gpt_build(model, cfg, batch, seq, seed, alloc);
+  ModelBuild how;
+  how.micro_rows = batch;
+  how.seq_len = seq;
+  how.seed = seed;
+  how.alloc = &alloc;
+  GptModel model(cfg, how);
+  GradStorage grads = GradStorage::full(model, alloc);
+  const StepBackend& ops = step_backend("cpu");
   Buffer<float> m(alloc, model.flat_size), v(alloc, model.flat_size);
   std::vector<int32_t> tokens(size_t(batch) * (seq + 1));
   std::mt19937_64 rng(seed);
@@ -93,14 +101,16 @@ int main(int argc, char** argv) {
   int64_t t = 0;
   double last_loss = 0;
   auto step = [&] {
-    std::memset(model.grads.data(), 0, model.flat_size * sizeof(float));
-    last_loss = gpt_forward(model, tokens.data(), batch, DropoutContext{}) / double(batch * seq);
-    gpt_backward(model, batch, dloss, DropoutContext{});
-    const double norm = std::sqrt(sum_of_squares(model.grads.data(), model.flat_size));
+    MicroBatch mb;
+    mb.samples = {tokens.data(), nullptr, nullptr, batch};
+    ops.zero(grads.data.data(), model.flat_size);
+    last_loss = model.forward(mb) / double(batch * seq);
+    model.backward(mb, dloss, {});
+    const double norm = std::sqrt(ops.sum_of_squares(grads.data.data(), model.flat_size));
     const float scale = norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
-    adamw_update(
+    ops.adamw_update(
         model.registry,
-        {0, model.flat_size, model.params.data(), 0, model.grads.data(), 0, m.data(), v.data(), 0},
+        {0, model.flat_size, model.params.data(), 0, grads.data.data(), 0, m.data(), v.data(), 0},
         acfg, lr, scale, ++t);
   };
 

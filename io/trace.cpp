@@ -24,6 +24,7 @@ constexpr Column kColumns[] = {
     {"step", &TraceRow::step, nullptr},
     {"loss", nullptr, &TraceRow::loss},
     {"val_loss", nullptr, &TraceRow::val_loss},
+    {"val_accuracy", nullptr, &TraceRow::val_accuracy},
     {"lr", nullptr, &TraceRow::lr},
     {"grad_norm", nullptr, &TraceRow::grad_norm},
     {"tokens_per_s", nullptr, &TraceRow::tokens_per_s},
@@ -272,6 +273,7 @@ Trace read_trace(const std::string& path) {
   const int64_t n = static_cast<int64_t>(t.step.size());
   t.loss = read_column<double>(group, path, "loss", n, kNaN);
   t.val_loss = read_column<double>(group, path, "val_loss", n, kNaN);
+  t.val_accuracy = read_column<double>(group, path, "val_accuracy", n, kNaN);
   t.lr = read_column<double>(group, path, "lr", n, kNaN);
   t.grad_norm = read_column<double>(group, path, "grad_norm", n, kNaN);
   t.tokens_per_s = read_column<double>(group, path, "tokens_per_s", n, kNaN);

@@ -13,7 +13,8 @@ namespace mpitron::io {
 struct TraceRow {
   int64_t step = 0;
   double loss = 0;
-  double val_loss = 0;  // NaN when not evaluated at this step
+  double val_loss = 0;      // NaN when not evaluated at this step
+  double val_accuracy = 0;  // classifiers: fraction of validation samples right; NaN otherwise
   double lr = 0, grad_norm = 0, tokens_per_s = 0, step_s = 0;
   int64_t comm_bytes = 0;
   int64_t peak_mem_bytes = 0;
@@ -21,10 +22,11 @@ struct TraceRow {
   std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes;
 };
 
-// Layout: /trace/{step,comm_bytes,peak_mem_bytes} int64 and /trace/{loss,val_loss,lr,grad_norm,
-// tokens_per_s,step_s} float64, 1-D chunked with unlimited length; /trace/rank_comm_bytes and
-// /trace/rank_peak_mem_bytes int64 (steps, world), both dimensions unlimited, created at the first
-// row that carries them (earlier rows and absent ranks read -1). Steps strictly increase.
+// Layout: /trace/{step,comm_bytes,peak_mem_bytes} int64 and
+// /trace/{loss,val_loss,val_accuracy,lr,grad_norm, tokens_per_s,step_s} float64, 1-D chunked with
+// unlimited length; /trace/rank_comm_bytes and /trace/rank_peak_mem_bytes int64 (steps, world),
+// both dimensions unlimited, created at the first row that carries them (earlier rows and absent
+// ranks read -1). Steps strictly increase.
 //
 // Used by rank 0 only, with plain (non-MPI) file access. Crash safety: HDF5 is touched only inside
 // flush(), which ends with H5Fflush, so a process killed between flushes leaves the file exactly
@@ -65,7 +67,7 @@ class TraceWriter {
 // missing, e.g. from an older writer, is padded with NaN / -1), and the root attributes.
 struct Trace {
   std::vector<int64_t> step;
-  std::vector<double> loss, val_loss, lr, grad_norm, tokens_per_s, step_s;
+  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s;
   std::vector<int64_t> comm_bytes, peak_mem_bytes;
   Attributes attrs;
 };

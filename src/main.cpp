@@ -20,8 +20,11 @@
 #include "io/inspect.hpp"
 #include "src/check.hpp"
 #include "src/cpu/gemm.hpp"
-#include "src/model/gpt.hpp"
+#include "src/model/family.hpp"
 #include "src/philox.hpp"
+#include "src/train/batch_source.hpp"
+#include "src/train/grad_sync.hpp"
+#include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
 
 #ifdef MPITRON_HAVE_CUDA
@@ -32,7 +35,7 @@ using namespace mpitron;
 
 namespace {
 
-constexpr const char* kDefaultData = "data/kjv.txt";
+constexpr const char* kDefaultText = "data/kjv.txt";  // `batch` reads text only
 
 int world_rank() {
   int r = 0;
@@ -40,35 +43,15 @@ int world_rank() {
   return r;
 }
 
-// The model shape recorded in a checkpoint.
-GptConfig checkpoint_model(const io::CheckpointHeader& h, const std::string& path) {
-  auto get = [&](const char* key) -> int {
-    auto it = h.root.find(key);
-    if (it == h.root.end() || !std::holds_alternative<int64_t>(it->second))
-      throw UsageError(
-          fmt::format("{} lacks attribute '{}': not an mpitron checkpoint", path, key));
-    return int(std::get<int64_t>(it->second));
-  };
-  GptConfig m;
-  m.n_layer = get("model.n_layer");
-  m.n_head = get("model.n_head");
-  m.n_embd = get("model.n_embd");
-  m.block_size = get("model.block_size");
-  m.vocab_size = get("model.vocab_size");
-  return m;
-}
-
-// Loads the parameters of a checkpoint into a model planned for B sequences of T tokens.
-void load_model(GptModel& model, const std::string& ckpt, int B, int T, DeviceAllocator& alloc) {
-  io::CheckpointHeader h = io::read_checkpoint_header(ckpt);
-  const GptConfig cfg = checkpoint_model(h, ckpt);
-  gpt_build(model, cfg, B, T == 0 ? cfg.block_size : T, 0, alloc);
-  std::vector<io::TensorPiece> pieces;
-  for (const ParamInfo& p : model.registry.params())
-    pieces.push_back({"params/" + p.name, p.global_shape,
-                      io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
-                      model.params.data() + p.offset});
-  io::read_checkpoint_tensors(ckpt, pieces);
+// A model from a checkpoint, planned for micro-batches of `rows` samples of seq_len tokens
+// (0: the model's longest).
+std::unique_ptr<Model> load_for_inference(const std::string& ckpt, int rows, int seq_len,
+                                          DeviceAllocator& alloc) {
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = seq_len;
+  how.alloc = &alloc;
+  return load_model(ckpt, how);
 }
 
 // Draws the next token from logits with temperature, top-k and top-p (nucleus) filtering.
@@ -108,25 +91,32 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
   if (!(temperature >= 0 && std::isfinite(temperature)))
     throw UsageError("--temperature must be a finite number >= 0 (0: greedy)");
   cpu::set_compute_threads(cpu::default_compute_threads(1));
-  DeviceAllocator alloc{"cpu"};
-  GptModel model;
-  load_model(model, ckpt, 1, 0, alloc);
-  const int T = model.T, V = model.cfg.vocab_size;
+  const CheckpointRecord rec = read_checkpoint_record(ckpt);
+  const ModelFamily& family = model_family(rec.model.type);
+  if (family.data != DataKind::text)
+    throw UsageError(fmt::format("{} holds a '{}' model, which does not generate text (use eval)",
+                                 ckpt, rec.model.type));
+  const int T = int(family.sample_size(rec.model)), V = int(family.classes(rec.model));
   if (V < 256)
     throw UsageError(fmt::format("{} has a vocabulary of {}: too small for byte tokens", ckpt, V));
+  DeviceAllocator alloc{"cpu"};
+  std::unique_ptr<Model> model = load_for_inference(ckpt, 1, T, alloc);
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (auto& t : text) t = uint8_t(t);
   if (text.empty()) text.push_back('\n');
   std::fputs(prompt.c_str(), stdout);
   std::vector<int32_t> window(T + 1, 0);
   const PhiloxStream rng{seed, fnv1a64("generate")};
+  MicroBatch mb;
+  mb.samples = {window.data(), nullptr, nullptr, 1};
   for (int i = 0; i < tokens; ++i) {
     const int len = std::min<int>(int(text.size()), T);
     std::fill(window.begin(), window.end(), 0);
     std::copy(text.end() - len, text.end(), window.begin());
-    gpt_forward(model, window.data(), 1, DropoutContext{});  // causal: padding cannot leak back
-    const int next = sample_token(gpt_logits(model, 0, len - 1), V, temperature, top_k, top_p,
-                                  rng.uniform(uint64_t(i)));
+    model->forward(mb);  // causal: padding cannot leak back
+    const ModelOutput out = model->output(0);
+    const int next = sample_token(out.logits + size_t(len - 1) * out.classes, V, temperature, top_k,
+                                  top_p, rng.uniform(uint64_t(i)));
     text.push_back(next);
     std::fputc(next < 256 ? next : '?', stdout);
     std::fflush(stdout);
@@ -137,63 +127,102 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
 
 // Logits, loss and every parameter gradient of a checkpoint on a batch of tokens (B, T+1), with
 // dropout off: what the PyTorch oracle in validate/ checks.
-int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
-             const std::string& data_path, int batches, int batch_size, int seq_len,
-             uint64_t seed) {
-  cpu::set_compute_threads(cpu::default_compute_threads(1));
+int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
+                     const std::string& dump) {
   DeviceAllocator alloc{"cpu"};
-  GptModel model;
-  if (!tokens_path.empty()) {
-    std::vector<int64_t> shape;
-    std::vector<int32_t> tokens = io::read_int32_dataset(tokens_path, "tokens", shape);
-    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
-      throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
-    const int B = int(shape[0]), T = int(shape[1] - 1);
-    load_model(model, ckpt, B, T, alloc);
-    if (T > model.cfg.block_size)
-      throw UsageError(
-          fmt::format("sequence length {} exceeds block size {}", T, model.cfg.block_size));
-    for (int32_t t : tokens)
-      if (t < 0 || t >= model.cfg.vocab_size)
-        throw UsageError(fmt::format("token {} is outside the vocabulary", t));
-    const double sum = gpt_forward(model, tokens.data(), B, DropoutContext{});
-    const double loss = sum / double(B * T);
-    fmt::print("loss {:.8f}\n", loss);
-    if (!dump.empty()) {
-      std::vector<float> loss_buf{float(loss)};
-      std::vector<float> logits(model.logits, model.logits + size_t(B) * T * model.cfg.vocab_size);
-      gpt_backward(model, B, 1.0f / float(B * T), DropoutContext{});
-      std::vector<io::TensorPiece> out;
-      out.push_back({"loss", {1}, {io::Block{{0}, {1}}}, loss_buf.data()});
-      std::vector<int64_t> lshape{B, T, model.cfg.vocab_size};
-      out.push_back({"logits", lshape, io::flat_range_blocks(lshape, 0, int64_t(logits.size())),
-                     logits.data()});
-      for (const ParamInfo& p : model.registry.params())
-        out.push_back({"grads/" + p.name, p.global_shape,
-                       io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
-                       model.grads.data() + p.offset});
-      io::write_checkpoint(dump, {{"loss", loss}}, {}, out, MPI_COMM_SELF);
-    }
-    return 0;
-  }
-  // Validation loss on a data file.
-  io::CheckpointHeader h = io::read_checkpoint_header(ckpt);
-  const GptConfig cfg = checkpoint_model(h, ckpt);
-  const int T = seq_len > 0 ? seq_len : cfg.block_size;
-  if (T > cfg.block_size)
-    throw UsageError(fmt::format("--seq-len {} exceeds block size {}", T, cfg.block_size));
+  const CheckpointRecord rec = read_checkpoint_record(ckpt);
+  const ModelFamily& family = model_family(rec.model.type);
+  if (family.data != DataKind::text)
+    throw UsageError(fmt::format("--tokens needs a language model; {} holds a '{}' model", ckpt,
+                                 rec.model.type));
+  std::vector<int64_t> shape;
+  std::vector<int32_t> tokens = io::read_int32_dataset(tokens_path, "tokens", shape);
+  if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
+    throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
+  const int B = int(shape[0]), T = int(shape[1] - 1);
+  if (T > family.sample_size(rec.model))
+    throw UsageError(
+        fmt::format("sequence length {} exceeds block size {}", T, family.sample_size(rec.model)));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= family.classes(rec.model))
+      throw UsageError(fmt::format("token {} is outside the vocabulary", t));
+  std::unique_ptr<Model> model = load_for_inference(ckpt, B, T, alloc);
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples = {tokens.data(), nullptr, nullptr, B};
+  const double terms = double(B) * model->loss_terms_per_sample();
+  const double loss = model->forward(mb) / terms;
+  fmt::print("loss {:.8f}\n", loss);
+  if (dump.empty()) return 0;
+  const ModelOutput out = model->output(0);
+  std::vector<float> loss_buf{float(loss)};
+  std::vector<float> logits(out.logits, out.logits + size_t(B) * out.positions * out.classes);
+  model->backward(mb, float(1.0 / terms), {});
+  std::vector<io::TensorPiece> pieces;
+  pieces.push_back({"loss", {1}, {io::Block{{0}, {1}}}, loss_buf.data()});
+  std::vector<int64_t> lshape{B, out.positions, out.classes};
+  pieces.push_back(
+      {"logits", lshape, io::flat_range_blocks(lshape, 0, int64_t(logits.size())), logits.data()});
+  for (const ParamInfo& p : model->registry.params())
+    pieces.push_back({"grads/" + p.name, p.global_shape,
+                      io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
+                      grads.data.data() + p.offset});
+  io::write_checkpoint(dump, {{"loss", loss}}, {}, pieces, MPI_COMM_SELF);
+  return 0;
+}
+
+// Validation loss (and accuracy and confusion matrix for classifiers) of a checkpoint on data.
+int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
+             std::string data_path, int batches, int batch_size, int seq_len, uint64_t seed) {
+  cpu::set_compute_threads(cpu::default_compute_threads(1));
+  if (!tokens_path.empty()) return eval_token_batch(ckpt, tokens_path, dump);
+  const CheckpointRecord rec = read_checkpoint_record(ckpt);
+  const ModelFamily& family = model_family(rec.model.type);
+  if (data_path.empty()) data_path = family.default_data;
+  const bool text = family.data == DataKind::text;
+  const int T = text ? (seq_len > 0 ? seq_len : int(family.sample_size(rec.model))) : 0;
+  if (text && T > family.sample_size(rec.model))
+    throw UsageError(
+        fmt::format("--seq-len {} exceeds block size {}", T, family.sample_size(rec.model)));
   if (batch_size <= 0 || batches <= 0)
     throw UsageError("--batch-size and --batches must be positive");
-  io::TextDataset data = io::load_text_dataset(data_path, T);
-  load_model(model, ckpt, batch_size, T, alloc);
-  std::vector<int32_t> batch(size_t(batch_size) * (T + 1));
+  DeviceAllocator alloc{"cpu"};
+  BatchSource data = BatchSource::load(family.data, data_path, T, batch_size, alloc);
+  std::unique_ptr<Model> model = load_for_inference(ckpt, batch_size, T, alloc);
+  const int K = int(family.classes(rec.model));
+  std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
+  int64_t correct = 0;
   for (int b = 0; b < batches; ++b) {
-    io::fill_batch(data, io::Split::val, seed, b, 0, batch_size, T, batch.data());
-    sum += gpt_forward(model, batch.data(), batch_size, DropoutContext{});
+    data.fill(io::Split::val, seed, b, 0, batch_size);
+    MicroBatch mb;
+    mb.samples = data.view(0, batch_size);
+    sum += model->forward(mb);
+    if (text) continue;
+    correct += model->count_correct(mb);
+    const ModelOutput out = model->output(0);
+    for (int r = 0; r < batch_size; ++r) {
+      const float* row = out.logits + size_t(r) * K;
+      const int pred = int(std::max_element(row, row + K) - row);
+      confusion[size_t(mb.samples.labels[r]) * K + pred] += 1;
+    }
   }
-  fmt::print("val_loss {:.6f} ({} batches of {}x{})\n", sum / (double(batches) * batch_size * T),
-             batches, batch_size, T);
+  const double samples = double(batches) * batch_size;
+  if (text) {
+    fmt::print("val_loss {:.6f} ({} batches of {}x{})\n",
+               sum / (samples * model->loss_terms_per_sample()), batches, batch_size, T);
+    return 0;
+  }
+  fmt::print("val_loss {:.6f} ({} batches of {})\nval_accuracy {:.4f}\n", sum / samples, batches,
+             batch_size, double(correct) / samples);
+  fmt::print("confusion matrix (rows: label, columns: prediction)\n     ");
+  for (int k = 0; k < K; ++k) fmt::print("{:>6}", k);
+  fmt::print("\n");
+  for (int l = 0; l < K; ++l) {
+    fmt::print("{:>5}", l);
+    for (int k = 0; k < K; ++k) fmt::print("{:>6}", confusion[size_t(l) * K + k]);
+    fmt::print("\n");
+  }
   return 0;
 }
 
@@ -244,7 +273,7 @@ int main(int argc, char** argv) {
     // ---- train
     auto* train =
         app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
-    std::string config_path, data_path = kDefaultData;
+    std::string config_path, data_path;
     TrainOptions opts;
     std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
         warmup, eval_batches;
@@ -252,7 +281,9 @@ int main(int argc, char** argv) {
     std::optional<uint64_t> seed;
     std::string dp_reduce = "allreduce";
     train->add_option("--config", config_path, "model and run preset (TOML)")->required();
-    train->add_option("--data", data_path, "text file (byte tokens)")->capture_default_str();
+    train->add_option("--data", data_path,
+                      "text file (byte tokens) or image folder (default: the model family's)");
+    train->add_option("--device", opts.device, "cpu")->capture_default_str();
     train->add_option("--steps", steps, "optimizer steps");
     train->add_option("--batch-size", batch_size, "global batch, in sequences");
     train->add_option("--seq-len", seq_len, "tokens per sequence (<= block size)");
@@ -286,13 +317,14 @@ int main(int argc, char** argv) {
     auto* eval = app.add_subcommand("eval",
                                     "loss of a checkpoint: on a token batch (with --dump: logits "
                                     "and gradients), or validation loss on --data");
-    std::string eval_ckpt, eval_tokens, eval_dump, eval_data = kDefaultData;
+    std::string eval_ckpt, eval_tokens, eval_dump, eval_data;
     int eval_nb = 4, eval_bs = 8, eval_T = 0;
     uint64_t eval_seed = 1337;
     eval->add_option("--ckpt", eval_ckpt, "checkpoint")->required();
     eval->add_option("--tokens", eval_tokens, "HDF5 file with /tokens (B, T+1) int32");
     eval->add_option("--dump", eval_dump, "write /loss, /logits, /grads/<name> here");
-    eval->add_option("--data", eval_data, "text file for validation loss")->capture_default_str();
+    eval->add_option("--data", eval_data,
+                     "validation data: text file or image folder (default: the family's)");
     eval->add_option("--batches", eval_nb, "validation batches")->capture_default_str();
     eval->add_option("--batch-size", eval_bs, "sequences per batch")->capture_default_str();
     eval->add_option("--seq-len", eval_T, "tokens per sequence (0: block size)");
@@ -333,7 +365,7 @@ int main(int argc, char** argv) {
 
     // ---- batch
     auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
-    std::string bat_data = kDefaultData, bat_out;
+    std::string bat_data = kDefaultText, bat_out;
     uint64_t bat_seed = 1337;
     int64_t bat_first = 1;
     int bat_steps = 1, bat_bs = 8, bat_T = 64;
@@ -376,10 +408,13 @@ int main(int argc, char** argv) {
       if (eval_every) t.eval_every = *eval_every;
       if (eval_batches) t.eval_batches = *eval_batches;
       if (log_every) t.log_every = *log_every;
-      if (data_path == kDefaultData && !std::filesystem::exists(data_path))
-        throw UsageError(fmt::format(
-            "default data file {} does not exist: create it with io/get_bible.sh, or pass --data",
-            kDefaultData));
+      const ModelFamily& family = model_family(opts.cfg.model.type);
+      if (data_path.empty()) {
+        data_path = family.default_data;
+        if (!std::filesystem::exists(data_path))
+          throw UsageError(
+              fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
+      }
       opts.data = data_path;
       opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);
       rc = run_training(opts);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/cpu/gemm.hpp"
+#include "src/cpu/step_ops.hpp"
 #include "src/train/adamw.hpp"
 
 using namespace mpitron;
@@ -32,9 +33,9 @@ TEST(SumOfSquares, MatchesPlainSumAndIgnoresThreadCount) {
     double ref = 0;
     for (float x : g) ref += double(x) * double(x);
     cpu::set_compute_threads(1);
-    const double one = sum_of_squares(g.data(), n);
+    const double one = cpu::sum_of_squares(g.data(), n);
     cpu::set_compute_threads(2);
-    const double two = sum_of_squares(g.data(), n);
+    const double two = cpu::sum_of_squares(g.data(), n);
     EXPECT_NEAR(one, ref, 1e-12 * std::max(1.0, ref)) << n;
     EXPECT_EQ(one, two) << "thread count changed the bits, n=" << n;
   }
@@ -69,13 +70,14 @@ TEST(AdamW, MatchesReferenceAndShardsMatchTheWhole) {
         const double decay = info.weight_decay ? cfg.weight_decay : 0.0;
         rp[i] = rp[i] * (1 - lr * decay) - lr * mhat / (std::sqrt(vhat) + cfg.eps);
       }
-    adamw_update(reg, {0, n, p.data(), 0, g.data(), 0, m.data(), v.data(), 0}, cfg, lr, scale, t);
+    cpu::adamw_update(reg, {0, n, p.data(), 0, g.data(), 0, m.data(), v.data(), 0}, cfg, lr, scale,
+                      t);
     // Three uneven shards, each with moments starting at its own first element.
     const size_t cuts[] = {0, 13, 40, n};
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
-      adamw_update(reg, {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b}, cfg,
-                   lr, scale, t);
+      cpu::adamw_update(reg, {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b},
+                        cfg, lr, scale, t);
     }
   }
   for (const ParamInfo& info : reg.params())

@@ -1,6 +1,6 @@
 // Gradient checks of every CPU layer against central finite differences in double precision, with
 // L = sum(G * out) for a random upstream gradient G, plus the gradient rule (+= / =), aliasing,
-// the dropout mask and thread-count determinism.
+// the dropout mask, the attention padding mask and thread-count determinism.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
+#include "layers/relu.hpp"
 #include "layers/residual.hpp"
 
 namespace mpitron::cpu {
@@ -195,6 +196,50 @@ TEST(LayerGradCheck, AttentionBidirectional) {
   check_attention(false);
 }
 
+// Keys j >= L (the sequence's length) get probability 0 for every query, causal or not; queries at
+// padded positions still attend over the valid keys.
+int visible_keys(int i, int L, bool causal) {
+  return causal ? std::min(i + 1, L) : L;
+}
+
+void check_attention_padded(bool causal) {
+  std::mt19937 g(causal ? 15 : 16);
+  const std::vector<int32_t> lengths = {3, T};  // one padded sequence, one full
+  Vec qkv = randn(N * 3 * C, g), G = randn(N * C, g), out(N * C), att(B * NH * T * T, kNaN);
+  auto loss = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, causal, lengths.data());
+    return dot(G, out);
+  };
+  loss();
+  for (int r = 0; r < B * NH * T; ++r) {
+    const int i = r % T, b = r / (NH * T), len = visible_keys(i, lengths[b], causal);
+    double sum = 0;
+    for (int j = 0; j < T; ++j) {
+      const double p = att[r * T + j];
+      if (j < len) {
+        EXPECT_GT(p, 0.0);
+      } else {
+        EXPECT_EQ(p, 0.0) << "b " << b << " i " << i << " j " << j;
+      }
+      sum += p;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+  }
+  Vec dqkv(N * 3 * C, kNaN), datt(B * NH * T * T, kNaN);
+  attention_backward(dqkv.data(), datt.data(), G.data(), qkv.data(), att.data(), B, T, C, NH,
+                     causal, lengths.data());
+  EXPECT_LT(grad_error(loss, qkv, dqkv), kTol);
+  for (int t = lengths[0]; t < T; ++t)  // padded keys and values: no gradient
+    for (int c = C; c < 3 * C; ++c) EXPECT_EQ(dqkv[t * 3 * C + c], 0.0);
+}
+
+TEST(LayerGradCheck, AttentionCausalPadded) {
+  check_attention_padded(true);
+}
+TEST(LayerGradCheck, AttentionBidirectionalPadded) {
+  check_attention_padded(false);
+}
+
 TEST(LayerGradCheck, Gelu) {
   std::mt19937 g(6);
   Vec inp = randn(N * C, g, 2.0), G = randn(N * C, g), out(N * C);
@@ -210,6 +255,27 @@ TEST(LayerGradCheck, Gelu) {
   }
   Vec dinp(N * C, kNaN);
   gelu_backward(dinp.data(), G.data(), inp.data(), inp.size());
+  EXPECT_LT(grad_error(loss, inp, dinp), kTol);
+}
+
+TEST(LayerGradCheck, Relu) {
+  std::mt19937 g(17);
+  Vec inp = randn(N * C, g), G = randn(N * C, g), out(N * C);
+  for (double& x : inp) x += std::copysign(0.1, x);  // |x| >= 0.1: no finite difference at the kink
+  auto loss = [&] {
+    relu_forward(out.data(), inp.data(), inp.size());
+    return dot(G, out);
+  };
+  loss();
+  int negative = 0;
+  for (size_t i = 0; i < inp.size(); ++i) {
+    EXPECT_EQ(out[i], std::max(inp[i], 0.0));
+    negative += inp[i] < 0;
+  }
+  EXPECT_GT(negative, 0);  // the check below covers both sides of the kink
+  EXPECT_LT(negative, N * C);
+  Vec dinp(N * C, kNaN);
+  relu_backward(dinp.data(), G.data(), inp.data(), inp.size());
   EXPECT_LT(grad_error(loss, inp, dinp), kTol);
 }
 
@@ -355,6 +421,83 @@ TEST(LayerRule, DropoutMaskIsKeyedAndKeepsOneMinusP) {
   EXPECT_EQ(0, std::memcmp(shard.data(), y1.data() + 16 * cols, shard.size() * sizeof(float)));
 }
 
+// relu_backward assigns dinp (a prefilled buffer is overwritten) and works in place on dout.
+TEST(LayerRule, ReluBackwardAssignsAndWorksInPlace) {
+  std::mt19937 g(18);
+  Vec x = randn(N * C, g), G = randn(N * C, g), dx(N * C, kPrefill);
+  relu_backward(dx.data(), G.data(), x.data(), x.size());
+  for (int i = 0; i < N * C; ++i) EXPECT_EQ(dx[i], x[i] > 0 ? G[i] : 0.0);
+  relu_backward(dx.data(), G.data(), x.data(), x.size());  // again: same values, not doubled
+  for (int i = 0; i < N * C; ++i) EXPECT_EQ(dx[i], x[i] > 0 ? G[i] : 0.0);
+  Vec z = G;
+  relu_backward(z.data(), z.data(), x.data(), x.size());
+  EXPECT_EQ(z, dx);
+}
+
+// Attention with lengths: the q/k/v of padded positions do not reach the valid queries' outputs or
+// probabilities (padded keys/values are not even read: NaN there stays out of every result), and
+// lengths of all T give the bits of lengths == nullptr.
+TEST(LayerRule, AttentionPaddingIsolatesValidQueries) {
+  for (bool causal : {true, false}) {
+    std::mt19937 g(causal ? 19 : 20);
+    const std::vector<int32_t> lengths = {2, 4};
+    Vec qkv = randn(N * 3 * C, g), G = randn(N * C, g), out(N * C), att(B * NH * T * T);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, causal, lengths.data());
+    Vec qkv2 = qkv;
+    std::normal_distribution<double> d(0.0, 3.0);
+    for (int b = 0; b < B; ++b) {
+      for (int t = lengths[b]; t < T; ++t) {
+        double* row = qkv2.data() + (b * T + t) * 3 * C;
+        for (int c = 0; c < C; ++c) row[c] = d(g);      // q: other values
+        for (int c = C; c < 3 * C; ++c) row[c] = kNaN;  // k, v: never read
+      }
+    }
+    Vec out2(N * C), att2(B * NH * T * T);
+    attention_forward(out2.data(), att2.data(), qkv2.data(), B, T, C, NH, causal, lengths.data());
+    for (double x : out2) EXPECT_FALSE(std::isnan(x));  // padded queries too
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < lengths[b]; ++t) {  // valid queries: the same bits
+        for (int c = 0; c < C; ++c) EXPECT_EQ(out2[(b * T + t) * C + c], out[(b * T + t) * C + c]);
+        for (int h = 0; h < NH; ++h) {
+          for (int j = 0; j < T; ++j) {
+            const int i = ((b * NH + h) * T + t) * T + j;
+            EXPECT_EQ(att2[i], att[i]);
+          }
+        }
+      }
+    }
+    Vec dqkv(N * 3 * C), datt(att.size());
+    attention_backward(dqkv.data(), datt.data(), G.data(), qkv2.data(), att2.data(), B, T, C, NH,
+                       causal, lengths.data());
+    for (double x : dqkv) EXPECT_FALSE(std::isnan(x));
+
+    const std::vector<int32_t> full = {T, T};
+    Vec o1(N * C), a1(att.size()), d1(N * 3 * C), s1(att.size());
+    Vec o2(N * C), a2(att.size()), d2(N * 3 * C), s2(att.size());
+    attention_forward(o1.data(), a1.data(), qkv.data(), B, T, C, NH, causal);
+    attention_backward(d1.data(), s1.data(), G.data(), qkv.data(), a1.data(), B, T, C, NH, causal);
+    attention_forward(o2.data(), a2.data(), qkv.data(), B, T, C, NH, causal, full.data());
+    attention_backward(d2.data(), s2.data(), G.data(), qkv.data(), a2.data(), B, T, C, NH, causal,
+                       full.data());
+    EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(double)));
+    EXPECT_EQ(0, std::memcmp(a1.data(), a2.data(), a1.size() * sizeof(double)));
+    EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(double)));
+  }
+}
+
+// A length outside [1, T] stops the job with a message instead of computing garbage.
+TEST(LayerRuleDeathTest, AttentionRejectsBadLengths) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Vec qkv(N * 3 * C, 0.5), out(N * C), att(B * NH * T * T), dqkv(N * 3 * C), datt(att.size());
+  const std::vector<int32_t> zero = {0, T}, over = {T, T + 1};
+  EXPECT_DEATH(
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, false, zero.data()),
+      "lengths\\[0\\] = 0");
+  EXPECT_DEATH(attention_backward(dqkv.data(), datt.data(), out.data(), qkv.data(), att.data(), B,
+                                  T, C, NH, true, over.data()),
+               "lengths\\[1\\] = 6");
+}
+
 // ---- float instantiations and thread-count determinism ------------------------------------------
 
 // Forward and backward of the float layers, outputs concatenated; sizes big enough for every
@@ -429,6 +572,39 @@ TEST(LayerDeterminism, FloatBitIdenticalForOneAndTwoThreads) {
     const std::vector<float> one = run_float_layers(causal);
     omp_set_num_threads(2);
     const std::vector<float> two = run_float_layers(causal);
+    ASSERT_EQ(one.size(), two.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+  }
+  omp_set_num_threads(saved);
+#else
+  GTEST_SKIP() << "built without OpenMP";
+#endif
+}
+
+TEST(LayerDeterminism, PaddedAttentionBitIdenticalForOneAndTwoThreads) {
+#ifdef _OPENMP
+  const int b = 3, t = 37, c = 96, nh = 4, n = b * t;
+  const std::vector<int32_t> lengths = {20, t, 1};
+  std::mt19937 g(21);
+  std::normal_distribution<float> nd;
+  std::vector<float> qkv(n * 3 * c), dout(n * c);
+  for (float& e : qkv) e = nd(g);
+  for (float& e : dout) e = nd(g);
+  auto run = [&](bool causal) {
+    std::vector<float> out(n * c), att(b * nh * t * t), dqkv(n * 3 * c), datt(att.size());
+    attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh, causal, lengths.data());
+    attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), b, t, c, nh,
+                       causal, lengths.data());
+    out.insert(out.end(), att.begin(), att.end());
+    out.insert(out.end(), dqkv.begin(), dqkv.end());
+    return out;
+  };
+  const int saved = omp_get_max_threads();
+  for (bool causal : {true, false}) {
+    omp_set_num_threads(1);
+    const std::vector<float> one = run(causal);
+    omp_set_num_threads(2);
+    const std::vector<float> two = run(causal);
     ASSERT_EQ(one.size(), two.size());
     EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
   }

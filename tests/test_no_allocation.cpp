@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "src/cpu/gemm.hpp"
+#include "src/cpu/step_ops.hpp"
+#include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/grad_sync.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define MPITRON_COUNT_MALLOC 0
@@ -61,22 +64,32 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
   GTEST_SKIP() << "malloc cannot be interposed under AddressSanitizer";
 #else
   cpu::set_compute_threads(1);
-  GptConfig cfg;  // gpt-tiny's shape
   const int B = 4, T = 32;
   DeviceAllocator alloc;
-  GptModel m;
-  gpt_build(m, cfg, B, T, 1, alloc);
+  ModelBuild how;
+  how.micro_rows = B;
+  how.seq_len = T;
+  how.seed = 1;
+  how.alloc = &alloc;
+  std::unique_ptr<Model> m = build_model(default_model_config("gpt"), how);  // gpt-tiny's shape
+  GradStorage grads = GradStorage::full(*m, alloc);
   std::vector<int32_t> tokens(B * (T + 1));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % 256);
-  Buffer<float> mom(alloc, m.flat_size), vel(alloc, m.flat_size);
+  Buffer<float> mom(alloc, m->flat_size), vel(alloc, m->flat_size);
   auto step = [&](int64_t s) {
-    const DropoutContext drop{0.1f, 1, s, 0};
-    gpt_forward(m, tokens.data(), B, drop);
-    gpt_backward(m, B, 1.0f / (B * T), drop);
-    const double norm = std::sqrt(sum_of_squares(m.grads.data(), m.flat_size));
-    adamw_update(m.registry,
-                 {0, m.flat_size, m.params.data(), 0, m.grads.data(), 0, mom.data(), vel.data(), 0},
-                 AdamWConfig{}, 1e-3, float(1.0 / std::max(1.0, norm)), s);
+    MicroBatch mb;
+    mb.samples = {tokens.data(), nullptr, nullptr, B};
+    mb.step = s;
+    mb.dropout = 0.1f;
+    mb.seed = 1;
+    cpu::zero(grads.data.data(), grads.data.size());
+    m->forward(mb);
+    m->backward(mb, 1.0f / (B * T), {});
+    const double norm = std::sqrt(cpu::sum_of_squares(grads.data.data(), m->flat_size));
+    cpu::adamw_update(
+        m->registry,
+        {0, m->flat_size, m->params.data(), 0, grads.data.data(), 0, mom.data(), vel.data(), 0},
+        AdamWConfig{}, 1e-3, float(1.0 / std::max(1.0, norm)), s);
   };
   step(1);  // first touch: thread pools and library buffers come up here
   const long mallocs_before = g_mallocs.load();

@@ -2,8 +2,9 @@
 // into the rows of dwte/dwpe the forward read.
 #include "layers/encoder.hpp"
 
-#include <algorithm>
 #include <cstddef>
+
+#include "layers/cpu/column_blocks.hpp"
 
 namespace mpitron::cpu {
 
@@ -25,11 +26,7 @@ void encoder_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, 
 // thread count.
 template <class F>
 void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T, int C) {
-  constexpr int kBlock = 64;
-  const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; ++blk) {
-    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+  for_each_column_block(C, [&](int c0, int c1) {
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
         const ptrdiff_t i = ptrdiff_t(b) * T + t;
@@ -42,7 +39,7 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, in
         }
       }
     }
-  }
+  });
 }
 
 template void encoder_forward<float>(float*, const int32_t*, const float*, const float*, int, int,

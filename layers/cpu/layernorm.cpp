@@ -2,9 +2,10 @@
 // dx = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)), accumulated into the residual stream.
 #include "layers/layernorm.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
+
+#include "layers/cpu/column_blocks.hpp"
 
 namespace mpitron::cpu {
 
@@ -56,13 +57,8 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
       dx[c] += (dy[c] * weight[c] - dnorm_mean - xhat * dnorm_xhat_mean) * s;
     }
   }
-  // Parameter sums over the N rows: threads own channel blocks and add rows in order, so the
-  // result does not depend on the thread count.
-  constexpr int kBlock = 64;
-  const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; ++blk) {
-    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
+  // Parameter sums over the N rows, column blocks in parallel (bits independent of thread count).
+  for_each_column_block(C, [&](int c0, int c1) {
     for (int n = 0; n < N; ++n) {
       const F* x = inp + ptrdiff_t(n) * C;
       const F* dy = dout + ptrdiff_t(n) * C;
@@ -72,7 +68,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
         dbias[c] += dy[c];
       }
     }
-  }
+  });
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "layers/cpu/column_blocks.hpp"
 #include "src/cpu/gemm.hpp"
 
 namespace mpitron::cpu {
@@ -27,18 +28,13 @@ void linear_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   if (N <= 0) return;
   if (dinp) gemm<F>(false, false, N, IC, OC, F(1), dout, OC, weight, IC, F(0), dinp, IC);
   gemm<F>(true, false, OC, IC, N, F(1), dout, OC, inp, IC, F(1), dweight, IC);
-  if (dbias) {
-    // Threads own column blocks and add rows in order: deterministic for any thread count.
-    constexpr int kBlock = 64;
-    const int nblocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nblocks; ++blk) {
-      const int o0 = blk * kBlock, o1 = std::min(OC, o0 + kBlock);
+  if (dbias) {  // column sums, blocks in parallel (bits independent of thread count)
+    for_each_column_block(OC, [&](int o0, int o1) {
       for (int n = 0; n < N; ++n) {
         const F* d = dout + ptrdiff_t(n) * OC;
         for (int o = o0; o < o1; ++o) dbias[o] += d[o];
       }
-    }
+    });
   }
 }
 

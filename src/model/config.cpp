@@ -9,6 +9,7 @@
 #include <toml.hpp>
 
 #include "src/check.hpp"
+#include "src/model/family.hpp"
 
 namespace mpitron {
 
@@ -70,20 +71,22 @@ RunConfig load_run_config(const std::string& path) {
       throw UsageError(fmt::format("{}: 'name' must be a string", path));
     cfg.name = toml::find<std::string>(root, "name");
   }
-  GptConfig& m = cfg.model;
-  read_table(root, "model",
-             {{"type",
-               [&](const toml::value& v) {
-                 if (toml::get<std::string>(v) != "gpt")
-                   throw UsageError(fmt::format("{}: model.type '{}' is not supported (gpt)", path,
-                                                toml::get<std::string>(v)));
-               }},
-              {"n_layer", setter(m.n_layer)},
-              {"n_head", setter(m.n_head)},
-              {"n_embd", setter(m.n_embd)},
-              {"block_size", setter(m.block_size)},
-              {"vocab_size", setter(m.vocab_size)}},
-             path);
+  std::string type = "gpt";
+  if (root.contains("model") && toml::find(root, "model").is_table() &&
+      toml::find(root, "model").contains("type")) {
+    const auto& v = toml::find(root, "model", "type");
+    if (!v.is_string()) throw UsageError(fmt::format("{}: 'model.type' must be a string", path));
+    type = v.as_string();
+  }
+  try {
+    cfg.model = default_model_config(type);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}: {}", path, e.what()));
+  }
+  std::map<std::string, std::function<void(const toml::value&)>> model_keys{
+      {"type", [](const toml::value&) {}}};
+  for (auto& [key, value] : cfg.model.dims) model_keys[key] = setter(value);
+  read_table(root, "model", model_keys, path);
   TrainConfig& t = cfg.train;
   int64_t seed = int64_t(t.seed);
   read_table(root, "train",
@@ -110,28 +113,33 @@ RunConfig load_run_config(const std::string& path) {
   return cfg;
 }
 
+int64_t ModelConfig::get(const std::string& key) const {
+  auto it = dims.find(key);
+  if (it == dims.end())
+    throw UsageError(fmt::format("model of type '{}' has no key '{}'", type, key));
+  return it->second;
+}
+
+ModelConfig default_model_config(const std::string& type) {
+  const ModelFamily& f = model_family(type);
+  ModelConfig m{type, {}};
+  for (const ModelKey& k : f.keys) m.dims[k.name] = k.default_value;
+  return m;
+}
+
 void validate_config(const RunConfig& cfg) {
-  auto positive = [](const char* name, int64_t v) {
+  auto positive = [](const std::string& name, int64_t v) {
     if (v <= 0) throw UsageError(fmt::format("{} must be positive (got {})", name, v));
   };
-  const GptConfig& m = cfg.model;
   const TrainConfig& t = cfg.train;
-  positive("n_layer", m.n_layer);
-  positive("n_head", m.n_head);
-  positive("n_embd", m.n_embd);
-  positive("block_size", m.block_size);
-  positive("vocab_size", m.vocab_size);
-  if (m.n_embd % m.n_head != 0)
-    throw UsageError(
-        fmt::format("n_embd ({}) must be divisible by n_head ({})", m.n_embd, m.n_head));
+  const ModelFamily& family = model_family(cfg.model.type);
+  for (const ModelKey& k : family.keys)
+    if (k.must_be_positive) positive(k.name, cfg.model.get(k.name));
   positive("batch_size", t.batch_size);
   positive("seq_len", t.seq_len);
   positive("micro_batches", t.micro_batches);
   positive("eval_batches", t.eval_batches);
   if (t.steps < 0) throw UsageError(fmt::format("steps must not be negative (got {})", t.steps));
-  if (t.seq_len > m.block_size)
-    throw UsageError(
-        fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len, m.block_size));
   if (!(t.lr > 0 && std::isfinite(t.lr)))
     throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
   if (!(t.dropout >= 0 && t.dropout < 1))
@@ -148,13 +156,7 @@ void validate_config(const RunConfig& cfg) {
     throw UsageError("warmup_steps, eval_every, ckpt_every and log_every must not be negative");
   if (!(t.grad_clip >= 0 && std::isfinite(t.grad_clip)))
     throw UsageError("grad_clip must be a finite number >= 0 (0: no clipping)");
-}
-
-int64_t gpt_parameter_count(const GptConfig& m) {
-  int64_t C = m.n_embd;
-  int64_t per_block =
-      2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
-  return int64_t(m.vocab_size) * C + int64_t(m.block_size) * C + m.n_layer * per_block + 2 * C;
+  family.validate(cfg.model, t);
 }
 
 }  // namespace mpitron

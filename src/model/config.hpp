@@ -1,18 +1,23 @@
-// Run presets: a TOML file with a [model] table (the GPT shape) and a [train] table (defaults of
-// the training flags). Unknown keys and impossible values are refused with one clear line.
+// Run presets: a TOML file with a [model] table (the family's `type` and its shape keys) and a
+// [train] table (defaults of the training flags). Unknown keys and impossible values are refused
+// with one clear line.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace mpitron {
 
-struct GptConfig {
-  int n_layer = 4;
-  int n_head = 4;
-  int n_embd = 128;
-  int block_size = 64;   // longest sequence the position embedding covers
-  int vocab_size = 256;  // byte-level by default
+// A model's shape as every family states it: its type and integer keys (n_layer, hidden, ...),
+// each family's keys all present. Checkpoints store it as model.type and model.<key>.
+struct ModelConfig {
+  std::string type = "gpt";
+  std::map<std::string, int64_t> dims;
+  int64_t get(const std::string& key) const;  // UsageError when the key is missing
 };
+
+// The family's keys at their defaults (UsageError for an unknown type).
+ModelConfig default_model_config(const std::string& type);
 
 struct TrainConfig {
   int batch_size = 16;  // global, in sequences
@@ -37,18 +42,15 @@ struct TrainConfig {
 
 struct RunConfig {
   std::string name = "gpt";  // preset name, for run folder names
-  GptConfig model;
+  ModelConfig model = default_model_config("gpt");
   TrainConfig train;
 };
 
 // Reads a preset; throws UsageError for a missing file, bad TOML, unknown keys or wrong types.
 RunConfig load_run_config(const std::string& path);
 
-// Throws UsageError naming the first impossible value (non-positive sizes, n_embd % n_head,
-// seq_len > block_size, ...).
+// Throws UsageError naming the first impossible value (non-positive sizes, then the family's own
+// checks: n_embd % n_head, seq_len > block_size, ...).
 void validate_config(const RunConfig& cfg);
-
-// Number of parameters of a GPT of this shape (tied LM head counted once).
-int64_t gpt_parameter_count(const GptConfig& m);
 
 }  // namespace mpitron

@@ -7,58 +7,11 @@
 
 namespace mpitron {
 
-size_t ParamInfo::global_numel() const {
-  size_t n = 1;
-  for (auto d : global_shape) n *= size_t(d);
-  return n;
-}
+namespace {
 
-uint64_t ParamInfo::global_index(size_t i) const {
-  // Unravel i over the local shape, offset by local_start, ravel over the global shape.
-  uint64_t g = 0, stride = 1;
-  for (int d = int(local_shape.size()) - 1; d >= 0; --d) {
-    uint64_t coord = i % uint64_t(local_shape[d]) + uint64_t(local_start[d]);
-    i /= uint64_t(local_shape[d]);
-    g += coord * stride;
-    stride *= uint64_t(global_shape[d]);
-  }
-  return g;
-}
-
-size_t ParamRegistry::add(std::string name, std::vector<int64_t> shape, InitKind init,
-                          float init_std, bool weight_decay, ShardSpec shard) {
-  ParamInfo p;
-  p.name = std::move(name);
-  p.global_shape = shape;
-  p.local_shape = shape;
-  p.local_start.assign(shape.size(), 0);
-  p.shard = shard;
-  p.numel = 1;
-  for (auto d : shape) p.numel *= size_t(d);
-  p.offset = total_;
-  p.init = init;
-  p.init_std = init_std;
-  p.weight_decay = weight_decay;
-  total_ += (p.numel + 15) / 16 * 16;
-  params_.push_back(std::move(p));
-  return params_.size() - 1;
-}
-
-const ParamInfo* ParamRegistry::find(const std::string& name) const {
-  for (const auto& p : params_)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
-const ParamInfo& ParamRegistry::at(const std::string& name) const {
-  const ParamInfo* p = find(name);
-  if (!p) throw UsageError(fmt::format("no parameter named '{}'", name));
-  return *p;
-}
-
-void ParamRegistry::initialize(float* params, uint64_t seed) const {
-  for (const auto& p : params_) {
-    float* w = params + p.offset;
+void fill(const std::vector<ParamInfo>& tensors, float* flat, uint64_t seed) {
+  for (const auto& p : tensors) {
+    float* w = flat + p.offset;
     const PhiloxStream rng{seed, fnv1a64(p.name)};
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
@@ -75,6 +28,123 @@ void ParamRegistry::initialize(float* params, uint64_t seed) const {
       }
     }
   }
+}
+
+}  // namespace
+
+bool RegistrySlice::holds(const ShardSpec& s) const {
+  switch (s.stage) {
+    case StageOwner::every:
+      return true;
+    case StageOwner::first:
+      return stage == 0;
+    case StageOwner::last:
+      return stage == stages - 1;
+    case StageOwner::first_and_last:
+      return stage == 0 || stage == stages - 1;
+    case StageOwner::block:
+      return s.block >= first_block && s.block < end_block;
+  }
+  return false;
+}
+
+size_t ParamInfo::global_numel() const {
+  size_t n = 1;
+  for (auto d : global_shape) n *= size_t(d);
+  return n;
+}
+
+uint64_t ParamInfo::global_index(size_t i) const {
+  // Unravel i over the local shape, map each coordinate to the global one, ravel globally.
+  uint64_t g = 0, stride = 1;
+  for (int d = int(local_shape.size()) - 1; d >= 0; --d) {
+    const uint64_t local = uint64_t(local_shape[d]);
+    uint64_t coord = i % local;
+    i /= local;
+    if (d == shard.tp_dim && tp > 1) {
+      const uint64_t part = local / uint64_t(shard.tp_stride);  // D / (stride * tp)
+      const uint64_t whole_part = uint64_t(global_shape[d]) / uint64_t(shard.tp_stride);
+      coord = coord / part * whole_part + uint64_t(tp_rank) * part + coord % part;
+    }
+    g += coord * stride;
+    stride *= uint64_t(global_shape[d]);
+  }
+  return g;
+}
+
+ParamInfo ParamRegistry::make(std::string name, std::vector<int64_t> shape, ShardSpec shard) const {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.global_shape = shape;
+  p.local_shape = shape;
+  p.shard = shard;
+  p.tp = slice_.tp;
+  p.tp_rank = slice_.tp_rank;
+  if (shard.tp_dim >= 0 && slice_.tp > 1) {
+    MPITRON_REQUIRE(shard.tp_dim < int(shape.size()) && shard.tp_stride >= 1,
+                    "shard spec names a dimension the tensor does not have");
+    const int64_t parts = int64_t(shard.tp_stride) * slice_.tp;
+    if (shape[shard.tp_dim] % parts != 0)
+      throw UsageError(fmt::format(
+          "{}: dimension {} ({}) does not split into {} x {} equal parts (tensor parallelism)",
+          p.name, shard.tp_dim, shape[shard.tp_dim], shard.tp_stride, slice_.tp));
+    p.local_shape[shard.tp_dim] = shape[shard.tp_dim] / slice_.tp;
+  }
+  p.numel = 1;
+  for (auto d : p.local_shape) p.numel *= size_t(d);
+  return p;
+}
+
+bool ParamRegistry::add(std::string name, std::vector<int64_t> shape, InitKind init, float init_std,
+                        bool weight_decay, ShardSpec shard) {
+  if (!slice_.holds(shard)) return false;
+  ParamInfo p = make(std::move(name), std::move(shape), shard);
+  p.offset = total_;
+  p.init = init;
+  p.init_std = init_std;
+  p.weight_decay = weight_decay;
+  total_ += (p.numel + 15) / 16 * 16;
+  params_.push_back(std::move(p));
+  return true;
+}
+
+bool ParamRegistry::add_buffer(std::string name, std::vector<int64_t> shape, InitKind init,
+                               ShardSpec shard) {
+  if (!slice_.holds(shard)) return false;
+  ParamInfo p = make(std::move(name), std::move(shape), shard);
+  p.kind = TensorKind::buffer;
+  p.offset = buffer_total_;
+  p.init = init;
+  buffer_total_ += (p.numel + 15) / 16 * 16;
+  buffers_.push_back(std::move(p));
+  return true;
+}
+
+const ParamInfo* ParamRegistry::find(const std::string& name) const {
+  for (const auto* list : {&params_, &buffers_})
+    for (const auto& p : *list)
+      if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParamRegistry::at(const std::string& name) const {
+  const ParamInfo* p = find(name);
+  if (!p) throw UsageError(fmt::format("no parameter named '{}'", name));
+  return *p;
+}
+
+int64_t ParamRegistry::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += int64_t(p.global_numel());
+  return n;
+}
+
+void ParamRegistry::initialize(float* params, uint64_t seed) const {
+  fill(params_, params, seed);
+}
+
+void ParamRegistry::initialize_buffers(float* buffers, uint64_t seed) const {
+  fill(buffers_, buffers, seed);
 }
 
 }  // namespace mpitron

@@ -1,7 +1,10 @@
-// Parameter registry: every parameter is registered once with its global name, global shape and
+// Parameter registry: every tensor is registered once with its global name, global shape and
 // shard spec, and carved out of one flat allocation. Checkpoints, gradient sync, ZeRO partitioning
-// and the memory planner all read this table (DESIGN.md §2.2).
+// and the memory planner all read this table (ARCHITECTURE.md, "Invariants").
+// Two kinds: parameters (trained: gradients and optimizer state follow the flat layout) and
+// buffers (checkpointed, not trained: batch-norm running statistics), in two flat allocations.
 #pragma once
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -9,47 +12,87 @@
 
 namespace mpitron {
 
-// How a parameter is split over the parallel layout.
+// Which pipeline stages hold a tensor.
+enum class StageOwner {
+  every,           // replicated on every stage
+  first,           // the stage with the input (position embedding)
+  last,            // the stage with the loss (final LayerNorm, classifier)
+  first_and_last,  // tied: the token embedding, which the last stage uses as its LM head
+  block,           // the stage that owns transformer (or residual) block `block`
+};
+
+// How a tensor splits over the parallel layout.
 struct ShardSpec {
   int tp_dim = -1;  // dimension split over tensor parallelism, -1: replicated over TP
-  int stage = -1;   // pipeline stage owning it, -1: every stage
+  // Fused tensors: tp_dim holds tp_stride equal parts that split over TP each on its own, so a
+  // rank holds its slice of every part (c_attn: the q, k and v rows of its own heads).
+  int tp_stride = 1;
+  StageOwner stage = StageOwner::every;
+  int block = -1;  // with StageOwner::block
+};
+
+// The part of the model this process holds: its TP slice and its pipeline stage.
+struct RegistrySlice {
+  int tp = 1, tp_rank = 0;
+  int stage = 0, stages = 1;
+  int first_block = 0, end_block = INT_MAX;  // blocks [first_block, end_block) live on this stage
+  bool holds(const ShardSpec& s) const;
 };
 
 enum class InitKind { normal, zeros, ones };
+enum class TensorKind { parameter, buffer };
 
 struct ParamInfo {
   std::string name;                   // global name, e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> global_shape;  // shape of the whole tensor
   std::vector<int64_t> local_shape;   // shape of this rank's shard
-  std::vector<int64_t> local_start;   // where the shard starts in the global tensor, per dim
   ShardSpec shard;
-  size_t offset = 0;  // of the shard in the flat local allocation, in elements
+  int tp = 1, tp_rank = 0;  // the TP slice local_shape was cut for
+  TensorKind kind = TensorKind::parameter;
+  size_t offset = 0;  // of the shard in its flat local allocation, in elements
   size_t numel = 0;   // elements of the shard
   InitKind init = InitKind::normal;
   float init_std = 0.0f;
   bool weight_decay = false;  // AdamW decays matrices, not biases, LayerNorm or embeddings
 
   size_t global_numel() const;
-  // Global row-major index of local element i (for RNG keys and checkpoint hyperslabs).
+  // Global row-major index of local element i (for RNG keys and checkpoint hyperslabs). Along a
+  // strided tp_dim, local coordinate c is part c / (D/(stride*tp)) of the global dimension D.
   uint64_t global_index(size_t i) const;
 };
 
 class ParamRegistry {
  public:
-  // Registers a whole (unsharded) parameter; returns its index. Offsets are 16-element aligned.
-  size_t add(std::string name, std::vector<int64_t> shape, InitKind init, float init_std,
-             bool weight_decay, ShardSpec shard = {});
+  explicit ParamRegistry(RegistrySlice slice = {}) : slice_(slice) {}
+
+  // Registers a parameter at its global shape; false (and nothing registered) when this slice's
+  // stage does not hold it. Offsets are 16-element aligned. UsageError when tp does
+  // not divide the split dimension (by parts, for strided tensors).
+  bool add(std::string name, std::vector<int64_t> shape, InitKind init, float init_std,
+           bool weight_decay, ShardSpec shard = {});
+  // Registers a buffer: checkpointed and initialised like a parameter, never trained.
+  bool add_buffer(std::string name, std::vector<int64_t> shape, InitKind init,
+                  ShardSpec shard = {});
+
   const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ParamInfo>& buffers() const { return buffers_; }
   const ParamInfo& at(const std::string& name) const;  // throws UsageError naming the parameter
   const ParamInfo* find(const std::string& name) const;
-  size_t size() const { return total_; }  // elements of the flat allocation
+  size_t size() const { return total_; }                // elements of the parameters' allocation
+  size_t buffer_size() const { return buffer_total_; }  // elements of the buffers' allocation
+  int64_t parameter_count() const;                      // global elements of all parameters
+  const RegistrySlice& slice() const { return slice_; }
 
-  // Fills params (the flat allocation) from Philox keyed by (seed, hash(name), global index).
+  // Fills a flat allocation (params or buffers) from Philox keyed by (seed, hash(name), global
+  // index), so a shard is exactly its slice of the baseline's tensor.
   void initialize(float* params, uint64_t seed) const;
+  void initialize_buffers(float* buffers, uint64_t seed) const;
 
  private:
-  std::vector<ParamInfo> params_;
-  size_t total_ = 0;
+  ParamInfo make(std::string name, std::vector<int64_t> shape, ShardSpec shard) const;
+  RegistrySlice slice_;
+  std::vector<ParamInfo> params_, buffers_;
+  size_t total_ = 0, buffer_total_ = 0;
 };
 
 }  // namespace mpitron

@@ -1,6 +1,7 @@
 // AdamW (Loshchilov & Hutter 2019) with linear warm-up then cosine decay, and clipping by global
-// gradient norm. Works on flat ranges of the registry's allocation, so a ZeRO shard is updated
-// exactly as the same elements of the unsharded baseline.
+// gradient norm. The update works on flat ranges of the registry's allocation, so a ZeRO shard is
+// updated exactly as the same elements of the unsharded baseline; its math is a backend function
+// (cpu::adamw_update, with a CUDA twin) reached through StepBackend.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,16 +14,18 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
 
+// Storage types. Master weights, moments and statistics are always fp32; mixed precision keeps
+// a bf16/fp16 copy of the weights for forward and backward, refreshed by the update.
+enum class DType { f32, bf16, f16 };
+
 // Learning rate of 1-based step s: lr * s / warmup during warm-up, then cosine from lr to
 // lr * min_ratio at total_steps (and min afterwards).
 double learning_rate(int64_t step, double lr, int warmup, int64_t total_steps, double min_ratio);
 
-// Sum of squares of g[0, n) in double, in a fixed order (deterministic for any thread count).
-double sum_of_squares(const float* g, size_t n);
-
-// Updates the elements [begin, end) of the flat allocation. params and grads are indexed by flat
-// position minus p_offset/g_offset, moments by flat position minus m_offset (their allocation
-// starts at that flat position). grad_scale multiplies every gradient (clipping). t is 1-based.
+// The elements [begin, end) of the flat allocation to update. params (fp32 master weights) and
+// grads are indexed by flat position minus p_offset/g_offset, moments by flat position minus
+// m_offset (their allocation starts at that flat position). With mixed precision, weights (of
+// weight_type, indexed like params) receives the updated weights rounded; nullptr in fp32 runs.
 struct AdamWRange {
   size_t begin, end;
   float* params;
@@ -31,8 +34,8 @@ struct AdamWRange {
   size_t g_offset;
   float *m, *v;
   size_t m_offset;
+  void* weights = nullptr;
+  DType weight_type = DType::f32;
 };
-void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg, double lr,
-                  float grad_scale, int64_t t);
 
 }  // namespace mpitron

@@ -1,15 +1,19 @@
-// The training loop: one global batch per step, sliced over data-parallel ranks and
-// micro-batches, gradients reduced over the DP group (optionally in buckets while backward runs,
-// optionally ZeRO-sharded), AdamW, evaluation, HDF5 trace and checkpoints, exact resume.
+// The training loop for every model family: one global batch per step, sliced over data-parallel
+// ranks and micro-batches; forward and backward through the Model interface; gradients reduced by
+// GradSync (buckets, ZeRO 0/1/2); AdamW through the step backend; evaluation, HDF5 trace and
+// checkpoints, exact resume. It names no model family.
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "comm/dp_reduce.hpp"
 #include "src/model/config.hpp"
 
 namespace mpitron {
 
-enum class DpReduce { allreduce, ring, gather_scatter };
+using comm::dp_reduce_name;
+using comm::DpReduce;
+using comm::parse_dp_reduce;
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
@@ -21,18 +25,16 @@ struct Layout {
 struct TrainOptions {
   RunConfig cfg;
   Layout layout;
-  std::string data;    // text file
+  std::string data;    // text file or image folder; "" picks the family's default
   std::string out;     // run folder; "" picks runs/<config>_DP<dp>_TP<tp>_PP<pp>_zero<z>
   std::string resume;  // "", "auto" (latest checkpoint in out, if any) or a checkpoint path
-  int threads = 0;     // compute threads per rank; 0: all cores for one rank, else 1
+  std::string device = "cpu";
+  int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;
 };
 
 // Runs training on MPI_COMM_WORLD. Throws UsageError for bad input (every rank agrees before any
 // collective work); returns the process exit code.
 int run_training(TrainOptions opts);
-
-std::string dp_reduce_name(DpReduce r);
-DpReduce parse_dp_reduce(const std::string& s);  // UsageError when unknown
 
 }  // namespace mpitron

@@ -1,0 +1,65 @@
+#include "src/model/family.hpp"
+
+#include <fmt/format.h>
+
+#include "src/check.hpp"
+#include "src/model/gpt.hpp"
+#include "src/model/mlp.hpp"
+
+namespace mpitron {
+
+namespace {
+
+void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
+  const GptConfig g = gpt_config(m);
+  if (g.n_embd % g.n_head != 0)
+    throw UsageError(
+        fmt::format("n_embd ({}) must be divisible by n_head ({})", g.n_embd, g.n_head));
+  if (t.seq_len > g.block_size)
+    throw UsageError(
+        fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len, g.block_size));
+  if (g.vocab_size < 256)
+    throw UsageError(fmt::format(
+        "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
+}
+
+const ModelFamily kFamilies[] = {
+    {"gpt",
+     "GPT-2 decoder (causal language model)",
+     DataKind::text,
+     "data/kjv.txt",
+     "create it with io/get_bible.sh, or pass --data",
+     {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"block_size", 64}, {"vocab_size", 256}},
+     validate_gpt,
+     build_gpt,
+     [](const ModelConfig& m) { return m.get("block_size"); },
+     [](const ModelConfig& m) { return m.get("vocab_size"); }},
+    {"mlp",
+     "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",
+     DataKind::images,
+     "/usr/share/datasets/fashion-mnist",
+     "install Debian's dataset-fashion-mnist, or pass --data",
+     {{"input", 784}, {"hidden", 256}, {"classes", 10}, {"layernorm", 0, false}},
+     validate_mlp,
+     build_mlp,
+     [](const ModelConfig& m) { return m.get("input"); },
+     [](const ModelConfig& m) { return m.get("classes"); }},
+};
+
+}  // namespace
+
+const ModelFamily& model_family(const std::string& type) {
+  std::string known;
+  for (const ModelFamily& f : kFamilies) {
+    if (type == f.type) return f;
+    known += (known.empty() ? "" : ", ") + std::string(f.type);
+  }
+  throw UsageError(fmt::format("model.type '{}' is not supported (known: {})", type, known));
+}
+
+std::unique_ptr<Model> build_model(const ModelConfig& model, const ModelBuild& how) {
+  MPITRON_REQUIRE(how.alloc != nullptr, "ModelBuild needs an allocator");
+  return model_family(model.type).build(model, how);
+}
+
+}  // namespace mpitron

@@ -1,0 +1,48 @@
+// Model families, picked by the config's model.type: each states its shape keys, checks a config,
+// builds a model (or a pipeline stage of it) and names the data it reads. Adding a family is one
+// model file pair and one entry in the table in family.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/model/config.hpp"
+#include "src/model/model.hpp"
+
+namespace mpitron {
+
+struct ModelKey {
+  const char* name;
+  int64_t default_value;
+  bool must_be_positive = true;
+};
+
+enum class DataKind {
+  text,    // a text file, byte tokens; a sample is seq_len + 1 tokens
+  images,  // a folder of IDX files; a sample is an image and its label
+};
+
+struct ModelFamily {
+  const char* type;
+  const char* description;
+  DataKind data;
+  const char* default_data;  // --data when none is given
+  const char* data_hint;     // how to get the default data
+  std::vector<ModelKey> keys;
+  // UsageError naming the first impossible value of the model and the train settings it limits
+  // (keys are already checked for being positive where they must be).
+  void (*validate)(const ModelConfig& model, const TrainConfig& train);
+  std::unique_ptr<Model> (*build)(const ModelConfig& model, const ModelBuild& how);
+  // What one sample may be: text, the most tokens (block size); images, the input features.
+  int64_t (*sample_size)(const ModelConfig& model);
+  // Classes the model predicts: the vocabulary of a language model, the labels of a classifier.
+  int64_t (*classes)(const ModelConfig& model);
+};
+
+// The family of a type; UsageError naming the known types when there is none.
+const ModelFamily& model_family(const std::string& type);
+
+// Builds a model of any family.
+std::unique_ptr<Model> build_model(const ModelConfig& model, const ModelBuild& how);
+
+}  // namespace mpitron

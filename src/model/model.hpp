@@ -1,0 +1,98 @@
+// The model-family interface (after torchtitan's TrainSpec and Megatron's forward_step): what the
+// trainer, `eval`, `generate` and checkpoints need of any model, so none of them names a family.
+// A Model is one pipeline stage of a family's network (the whole network at pp = 1): its
+// registry and flat parameters, activations planned for every micro-batch in flight, and forward
+// and backward over one micro-batch. Gradients live where gradient synchronisation puts them
+// (bind_gradients); a model only announces which of its segments became final (GradReadyHook).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "src/allocator.hpp"
+#include "src/model/config.hpp"
+#include "src/model/registry.hpp"
+
+namespace mpitron {
+
+// Samples of one micro-batch. Language models read tokens (rows, T+1): inputs [0,T), targets
+// [1,T]. Classifiers read features (rows, D) and labels (rows).
+struct SampleView {
+  const int32_t* tokens = nullptr;
+  const float* features = nullptr;
+  const int32_t* labels = nullptr;
+  int rows = 0;
+};
+
+// One micro-batch and where it sits in the global batch: dropout masks are keyed by (seed, step,
+// global sample), so every layout draws the baseline's masks (ARCHITECTURE.md, "Invariants").
+struct MicroBatch {
+  SampleView samples;
+  int slot = 0;              // which planned activation set holds it (micro-batches in flight)
+  int64_t first_sample = 0;  // global index of samples.rows' first row in the step's batch
+  int64_t step = 0;
+  float dropout = 0.0f;  // 0 in evaluation
+  uint64_t seed = 0;
+};
+
+// How to build a model (or one pipeline stage of it).
+struct ModelBuild {
+  int micro_rows = 1;      // largest micro-batch, in samples
+  int seq_len = 0;         // tokens per sample (language models; 0: the model's longest)
+  int slots = 1;           // micro-batches in flight whose activations are kept
+  uint64_t seed = 0;       // parameter initialisation
+  size_t flat_align = 16;  // the flat parameter allocation is padded to a multiple of this
+  RegistrySlice slice;     // TP slice and pipeline stage
+  DeviceAllocator* alloc = nullptr;
+};
+
+// A flat range of parameters whose gradients become final together in backward, in flat order.
+// Segments marked `window` have one parameter layout each (transformer blocks), so gradient
+// storage may give them one shared window that is reduced and cleared after each (ZeRO 2).
+struct GradSegment {
+  size_t begin = 0, end = 0;
+  bool window = false;
+};
+
+// Called by backward with the index of each segment whose gradients are final for this
+// micro-batch, last segment first.
+struct GradReadyHook {
+  void (*fn)(void* ctx, size_t segment) = nullptr;
+  void* ctx = nullptr;
+  void operator()(size_t segment) const {
+    if (fn) fn(ctx, segment);
+  }
+};
+
+// Output of the last forward of a slot: (rows, positions, classes) logits.
+struct ModelOutput {
+  const float* logits = nullptr;
+  int positions = 0, classes = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  ModelConfig config;
+  ParamRegistry registry;
+  size_t flat_size = 0;           // elements of params (the registry's, padded to flat_align)
+  Buffer<float> params, buffers;  // flat parameters and non-trained buffers
+  std::vector<GradSegment> segments;
+
+  // Points the model's gradient views at their storage: address(flat offset) for every parameter.
+  // Called once after building, before the first backward.
+  virtual void bind_gradients(const std::function<float*(size_t)>& address) = 0;
+  // Returns the sum of the micro-batch's losses (the caller normalises by the global count).
+  virtual double forward(const MicroBatch& mb) = 0;
+  // Backward of the slot's last forward; parameter gradients accumulate. dloss: gradient of the
+  // objective with respect to each loss term (1 / global loss terms for the mean).
+  virtual void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) = 0;
+  virtual ModelOutput output(int slot) const = 0;
+  // Loss terms per sample: T for a language model, 1 for a classifier.
+  virtual int loss_terms_per_sample() const = 0;
+  // Samples of the slot's last forward whose arg-max prediction is the label (classifiers).
+  virtual int64_t count_correct(const MicroBatch& mb) const;
+};
+
+}  // namespace mpitron

@@ -1,0 +1,153 @@
+#include "src/train/grad_sync.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/check.hpp"
+
+namespace mpitron {
+
+GradStorage GradStorage::full(Model& model, DeviceAllocator& alloc) {
+  GradStorage s;
+  s.data = Buffer<float>(alloc, model.flat_size);
+  for (const GradSegment& seg : model.segments) s.segment_data.push_back(s.data.data() + seg.begin);
+  float* g = s.data.data();
+  model.bind_gradients([g](size_t offset) { return g + offset; });
+  return s;
+}
+
+GradStorage GradStorage::windowed(Model& model, DeviceAllocator& alloc) {
+  size_t window = 0;
+  for (const GradSegment& seg : model.segments)
+    if (seg.window) window = std::max(window, seg.end - seg.begin);
+  // Layout: the segments in flat order, all window segments at the first one's place.
+  std::vector<size_t> at;
+  size_t used = 0, window_at = SIZE_MAX;
+  for (const GradSegment& seg : model.segments) {
+    if (!seg.window) {
+      at.push_back(used);
+      used += seg.end - seg.begin;
+    } else {
+      if (window_at == SIZE_MAX) window_at = used, used += window;
+      at.push_back(window_at);
+    }
+  }
+  GradStorage s;
+  s.data = Buffer<float>(alloc, used);
+  for (size_t a : at) s.segment_data.push_back(s.data.data() + a);
+  const std::vector<GradSegment>& segs = model.segments;
+  const std::vector<float*>& base = s.segment_data;
+  model.bind_gradients([&segs, &base](size_t offset) {
+    auto it = std::upper_bound(segs.begin(), segs.end(), offset,
+                               [](size_t o, const GradSegment& g) { return o < g.end; });
+    MPITRON_REQUIRE(it != segs.end() && it->begin <= offset, "parameter outside every segment");
+    return base[size_t(it - segs.begin())] + (offset - it->begin);
+  });
+  return s;
+}
+
+GradSync::GradSync(Model& model, comm::Group& dp, const GradSyncOptions& opts,
+                   const StepBackend& ops, DeviceAllocator& alloc)
+    : model_(model), dp_(dp), opts_(opts), ops_(ops) {
+  const size_t flat = model.flat_size;
+  const int p = dp.size();
+  grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
+  if (opts.zero == 0) {
+    shard_ = {0, flat};
+  } else {
+    MPITRON_REQUIRE(flat % size_t(p) == 0, "flat parameters not padded to a multiple of dp");
+    const size_t chunk = flat / size_t(p);
+    for (int k = 0; k <= p; ++k) shard_bounds_.push_back(chunk * size_t(k));
+    shard_ = {shard_bounds_[dp.rank()], shard_bounds_[dp.rank() + 1]};
+    gather_scratch_ = Buffer<float>(alloc, shard_.size());
+  }
+  if (opts.zero == 2) {
+    grad_shard_ = Buffer<float>(alloc, shard_.size());
+    segment_bounds_.resize(shard_bounds_.size());
+  }
+  if (opts.bucket_mb > 0 && opts.zero == 0 && p > 1) {
+    const double wanted = opts.bucket_mb * 1024 * 1024 / sizeof(float);
+    const size_t per = size_t(std::clamp(wanted, 16.0, double(flat)));
+    for (size_t end = flat; end > 0;) {
+      const size_t begin = end > per ? end - per : 0;
+      buckets_.push_back({begin, end});
+      end = begin;
+    }
+    pending_.reserve(buckets_.size());
+  }
+}
+
+void GradSync::begin_step() {
+  ops_.zero(grads_.data.data(), grads_.data.size());
+  if (opts_.zero == 2) ops_.zero(grad_shard_.data(), grad_shard_.size());
+}
+
+GradReadyHook GradSync::hook(bool last_micro_batch) {
+  buckets_active_ = !buckets_.empty() && last_micro_batch;
+  if (opts_.zero == 2 || buckets_active_) return {on_segment_ready, this};
+  return {};
+}
+
+void GradSync::on_segment_ready(void* ctx, size_t segment) {
+  static_cast<GradSync*>(ctx)->on_segment(segment);
+}
+
+void GradSync::on_segment(size_t segment) {
+  if (opts_.zero == 2) return reduce_segment_sharded(segment);
+  // ZeRO 0 buckets: launch every bucket whose range is now final.
+  const size_t ready_begin = model_.segments[segment].begin;
+  float* g = grads_.data.data();
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first >= ready_begin) {
+    auto [b, e] = buckets_[next_bucket_++];
+    if (opts_.method == comm::DpReduce::allreduce)  // the one method with a non-blocking form
+      pending_.push_back(dp_.iallreduce_sum(g + b, e - b));
+    else
+      comm::allreduce_by(dp_, opts_.method, g + b, e - b);
+  }
+}
+
+// The segment's gradients are reduce-scattered over dp, the owned part added to this rank's
+// gradient shard, and the segment cleared for the next block or micro-batch.
+void GradSync::reduce_segment_sharded(size_t segment) {
+  const GradSegment& seg = model_.segments[segment];
+  float* data = grads_.segment_data[segment];
+  for (size_t k = 0; k < segment_bounds_.size(); ++k)
+    segment_bounds_[k] = std::clamp(shard_bounds_[k], seg.begin, seg.end) - seg.begin;
+  comm::reduce_scatter_by(dp_, opts_.method, data, segment_bounds_);
+  const size_t b = std::max(seg.begin, shard_.begin), e = std::min(seg.end, shard_.end);
+  float* shard = grad_shard_.data();
+  for (size_t i = b; i < e; ++i) shard[i - shard_.begin] += data[i - seg.begin];
+  ops_.zero(data, seg.end - seg.begin);
+}
+
+void GradSync::finish_backward() {
+  if (dp_.size() == 1 || opts_.zero == 2) return;
+  float* g = grads_.data.data();
+  if (opts_.zero == 1) return comm::reduce_scatter_by(dp_, opts_.method, g, shard_bounds_);
+  if (!buckets_.empty()) {
+    for (auto& r : pending_) r.wait();
+    pending_.clear();
+    next_bucket_ = 0;
+    return;
+  }
+  comm::allreduce_by(dp_, opts_.method, g, model_.flat_size);
+}
+
+const float* GradSync::owned_grads() const {
+  return opts_.zero == 2 ? grad_shard_.data() : grads_.data.data() + shard_.begin;
+}
+
+double GradSync::grad_norm() {
+  double sq = ops_.sum_of_squares(owned_grads(), shard_.size());
+  if (opts_.zero > 0) sq = dp_.allreduce_sum(sq);
+  return std::sqrt(sq);
+}
+
+void GradSync::gather_params(float* params) {
+  if (opts_.zero == 0) return;
+  if (opts_.method == comm::DpReduce::ring) return dp_.ring_all_gather(params, model_.flat_size);
+  ops_.copy(gather_scratch_.data(), params + shard_.begin, shard_.size());
+  dp_.all_gather(gather_scratch_.data(), params, shard_.size());
+}
+
+}  // namespace mpitron

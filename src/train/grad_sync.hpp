@@ -1,0 +1,90 @@
+// Data-parallel gradient synchronisation over the model's gradient segments, driven by the
+// backward hook: ZeRO 0 (every rank sums everything; optionally in buckets launched while
+// backward still runs), ZeRO 1 (gradients reduce-scattered after backward, each rank updating its
+// 1/dp shard; parameters all-gathered after the update) and ZeRO 2 (each segment reduce-scattered
+// as soon as backward leaves it, so no rank holds the whole summed gradient). Models know none of
+// this: they declare segments and announce them (src/model/model.hpp).
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "comm/dp_reduce.hpp"
+#include "comm/group.hpp"
+#include "src/allocator.hpp"
+#include "src/model/model.hpp"
+#include "src/train/step_backend.hpp"
+
+namespace mpitron {
+
+// A flat range [begin, end) of the parameter allocation.
+struct ShardRange {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// Where a model's gradients live. full: a flat copy of the parameters. windowed: every segment
+// not marked `window` in place, and one window shared by all window segments (their gradients
+// must be reduced and cleared before the next one is written).
+struct GradStorage {
+  Buffer<float> data;
+  std::vector<float*> segment_data;  // gradient of segment i's first parameter
+  static GradStorage full(Model& model, DeviceAllocator& alloc);
+  static GradStorage windowed(Model& model, DeviceAllocator& alloc);
+};
+
+struct GradSyncOptions {
+  int zero = 0;  // ZeRO stage 0, 1 or 2
+  comm::DpReduce method = comm::DpReduce::allreduce;
+  double bucket_mb = 0;  // ZeRO 0: > 0 reduces buckets of this size while backward runs
+};
+
+class GradSync {
+ public:
+  // Allocates the gradients (and, with ZeRO, the shard buffers) and binds them to the model.
+  // model.flat_size must be a multiple of dp (ModelBuild::flat_align).
+  GradSync(Model& model, comm::Group& dp, const GradSyncOptions& opts, const StepBackend& ops,
+           DeviceAllocator& alloc);
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  // Clears the gradients before a step's first micro-batch.
+  void begin_step();
+  // The hook to pass to the backward of a micro-batch (the last one launches buckets).
+  GradReadyHook hook(bool last_micro_batch);
+  // After the last micro-batch: completes the reduction of owned().
+  void finish_backward();
+  // The flat range whose optimizer state this rank holds and whose parameters it updates.
+  ShardRange owned() const { return shard_; }
+  // Summed gradients of owned(), indexed from owned().begin.
+  const float* owned_grads() const;
+  // Global gradient norm (after finish_backward), the same on every rank.
+  double grad_norm();
+  // After the update of owned(): every rank gets every parameter (ZeRO 1 and 2).
+  void gather_params(float* params);
+  // dp + 1 cut points of the ZeRO shards (empty at ZeRO 0).
+  const std::vector<size_t>& shard_bounds() const { return shard_bounds_; }
+
+ private:
+  void on_segment(size_t segment);
+  static void on_segment_ready(void* ctx, size_t segment);
+  void reduce_segment_sharded(size_t segment);
+
+  Model& model_;
+  comm::Group& dp_;
+  GradSyncOptions opts_;
+  const StepBackend& ops_;
+  GradStorage grads_;
+  ShardRange shard_;
+  std::vector<size_t> shard_bounds_;
+  std::vector<size_t> segment_bounds_;  // ZeRO 2: the shard cut points of one segment
+  Buffer<float> grad_shard_;            // ZeRO 2: summed gradients of the owned shard
+  Buffer<float> gather_scratch_;        // ZeRO 1/2: all-gather source
+  // ZeRO 0 buckets: contiguous ranges covering [0, flat_size), last first.
+  std::vector<std::pair<size_t, size_t>> buckets_;
+  std::vector<comm::Request> pending_;
+  size_t next_bucket_ = 0;
+  bool buckets_active_ = false;
+};
+
+}  // namespace mpitron

@@ -1,0 +1,149 @@
+#include "src/train/model_checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "src/check.hpp"
+#include "src/model/family.hpp"
+
+namespace mpitron {
+
+io::Attributes model_attributes(const ModelConfig& m) {
+  io::Attributes a{{"model.type", m.type}};
+  for (const auto& [key, value] : m.dims) a["model." + key] = value;
+  return a;
+}
+
+io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
+  io::Attributes a = model_attributes(r.model);
+  a["format_version"] = kCheckpointFormat;
+  a["step"] = r.step;
+  a["tokens_seen"] = r.tokens_seen;
+  a["seed"] = r.seed;
+  a["layout.dp"] = r.dp;
+  a["layout.tp"] = r.tp;
+  a["layout.pp"] = r.pp;
+  a["layout.zero"] = r.zero;
+  a["train.lr"] = r.lr;
+  a["train.steps"] = r.steps;
+  a["train.batch_size"] = r.batch_size;
+  a["train.seq_len"] = r.seq_len;
+  return a;
+}
+
+std::map<std::string, io::Attributes> checkpoint_groups(const CheckpointRecord& r) {
+  io::Attributes data = r.data;
+  data["next_step"] = r.step + 1;
+  return {{"rng",
+           {{"seed", r.seed},
+            {"kind", std::string("philox4x32-10, keyed by (seed, name|step, index)")}}},
+          {"data", data}};
+}
+
+CheckpointRecord read_checkpoint_record(const std::string& path) {
+  const io::CheckpointHeader h = io::read_checkpoint_header(path);
+  auto get = [&](const std::string& key) -> const io::AttrValue& {
+    auto it = h.root.find(key);
+    if (it == h.root.end())
+      throw UsageError(
+          fmt::format("checkpoint {} lacks attribute '{}': not an mpitron checkpoint", path, key));
+    return it->second;
+  };
+  auto get_int = [&](const std::string& key) {
+    const io::AttrValue& v = get(key);
+    if (!std::holds_alternative<int64_t>(v))
+      throw UsageError(fmt::format("checkpoint {}: attribute '{}' is not an integer", path, key));
+    return std::get<int64_t>(v);
+  };
+  if (get_int("format_version") != kCheckpointFormat)
+    throw UsageError(fmt::format("checkpoint {} has format version {}, this build reads {}", path,
+                                 get_int("format_version"), kCheckpointFormat));
+  CheckpointRecord r;
+  const io::AttrValue& type = get("model.type");
+  if (!std::holds_alternative<std::string>(type))
+    throw UsageError(fmt::format("checkpoint {}: model.type is not a string", path));
+  try {
+    r.model = default_model_config(std::get<std::string>(type));
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("checkpoint {}: {}", path, e.what()));
+  }
+  for (auto& [key, value] : r.model.dims) value = get_int("model." + key);
+  r.step = get_int("step");
+  r.seed = get_int("seed");
+  auto optional_int = [&](const std::string& key, int64_t& out) {
+    auto it = h.root.find(key);
+    if (it != h.root.end() && std::holds_alternative<int64_t>(it->second))
+      out = std::get<int64_t>(it->second);
+  };
+  optional_int("tokens_seen", r.tokens_seen);
+  optional_int("layout.dp", r.dp);
+  optional_int("layout.tp", r.tp);
+  optional_int("layout.pp", r.pp);
+  optional_int("layout.zero", r.zero);
+  optional_int("train.steps", r.steps);
+  optional_int("train.batch_size", r.batch_size);
+  optional_int("train.seq_len", r.seq_len);
+  if (auto it = h.root.find("train.lr");
+      it != h.root.end() && std::holds_alternative<double>(it->second))
+    r.lr = std::get<double>(it->second);
+  if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
+  return r;
+}
+
+void check_same_model(const CheckpointRecord& r, const ModelConfig& m, const std::string& path) {
+  if (r.model.type != m.type)
+    throw UsageError(fmt::format(
+        "checkpoint {} holds a '{}' model, this run trains a '{}' model (use the config it was "
+        "trained with)",
+        path, r.model.type, m.type));
+  for (const auto& [key, value] : m.dims)
+    if (r.model.get(key) != value)
+      throw UsageError(fmt::format(
+          "checkpoint {} is of another model shape: model.{} = {}, this model has {} (use the "
+          "config it was trained with)",
+          path, key, r.model.get(key), value));
+}
+
+std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks) {
+  std::vector<io::TensorPiece> pieces;
+  auto add = [&](const std::vector<ParamInfo>& list, const char* group, float* base) {
+    for (const ParamInfo& p : list) {
+      io::TensorPiece t{std::string(group) + "/" + p.name, p.global_shape, {}, base + p.offset};
+      if (with_blocks) t.blocks = io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel));
+      pieces.push_back(std::move(t));
+    }
+  };
+  add(model.registry.params(), "params", model.params.data());
+  add(model.registry.buffers(), "buffers", model.buffers.data());
+  return pieces;
+}
+
+std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
+                                           float* v, bool with_blocks) {
+  std::vector<io::TensorPiece> pieces;
+  for (const char* which : {"m", "v"}) {
+    float* base = which[0] == 'm' ? m : v;
+    for (const ParamInfo& p : reg.params()) {
+      const size_t b = std::max(shard.begin, p.offset);
+      const size_t e = std::min(shard.end, p.offset + p.numel);
+      io::TensorPiece t{"optim/" + p.name + "/" + which, p.global_shape, {}, base};
+      if (b < e && with_blocks) {
+        t.blocks =
+            io::flat_range_blocks(p.global_shape, int64_t(b - p.offset), int64_t(e - p.offset));
+        t.data = base + (b - shard.begin);
+      }
+      pieces.push_back(std::move(t));
+    }
+  }
+  return pieces;
+}
+
+std::unique_ptr<Model> load_model(const std::string& path, ModelBuild how) {
+  const CheckpointRecord r = read_checkpoint_record(path);
+  std::unique_ptr<Model> model = build_model(r.model, how);
+  io::read_checkpoint_tensors(path, parameter_pieces(*model, true));
+  return model;
+}
+
+}  // namespace mpitron

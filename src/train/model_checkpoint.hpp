@@ -1,0 +1,55 @@
+// What a checkpoint says about its run, written and parsed in this one place: the model (type and
+// shape keys), the step, the seed, the layout that wrote it and the schedule settings; and the
+// tensors: /params/<name> and /buffers/<name> at global shapes, /optim/<name>/{m,v} from each
+// rank's ZeRO shard. Used by the trainer, `eval` and `generate`.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "src/model/model.hpp"
+#include "src/train/grad_sync.hpp"
+
+namespace mpitron {
+
+inline constexpr int64_t kCheckpointFormat = 1;
+
+struct CheckpointRecord {
+  ModelConfig model;
+  int64_t step = 0;
+  int64_t tokens_seen = 0;  // loss terms seen: tokens for text, samples for images
+  int64_t seed = 0;
+  int64_t dp = 1, tp = 1, pp = 1, zero = 0;
+  double lr = 0;
+  int64_t steps = 0, batch_size = 0, seq_len = 0;
+  io::Attributes data;  // the /data group: path, size, checksum, next_step
+};
+
+// model.type and model.<key>, as checkpoints and traces carry them.
+io::Attributes model_attributes(const ModelConfig& m);
+
+// Root attributes and groups of a checkpoint.
+io::Attributes checkpoint_root_attributes(const CheckpointRecord& r);
+std::map<std::string, io::Attributes> checkpoint_groups(const CheckpointRecord& r);
+
+// UsageError naming the file when it is missing, not HDF5, or not an mpitron checkpoint of this
+// format.
+CheckpointRecord read_checkpoint_record(const std::string& path);
+
+// UsageError ("another model shape") when the checkpoint's model differs from m.
+void check_same_model(const CheckpointRecord& r, const ModelConfig& m, const std::string& path);
+
+// Parameters and buffers at global shapes, with this rank's blocks when with_blocks (reading:
+// every rank; writing: one DP replica, so each element is written once).
+std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks);
+// AdamW moments of the shard this rank holds (m and v indexed from shard.begin); blocks as above.
+std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
+                                           float* v, bool with_blocks);
+
+// A model built from a checkpoint's shape, its parameters and buffers loaded (eval, generate).
+std::unique_ptr<Model> load_model(const std::string& path, ModelBuild how);
+
+}  // namespace mpitron
