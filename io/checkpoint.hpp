@@ -1,6 +1,6 @@
 // Checkpoints, ckpt_<step>.h5: every tensor at its global name and global shape, each rank
 // writing its hyperslab blocks (parallel HDF5) or sending them to rank 0 (serial HDF5), so a
-// checkpoint written by one layout loads in any other (DESIGN.md §2.2, §7).
+// checkpoint written by one layout loads in any other (ARCHITECTURE.md, "Invariants" and "Files").
 #pragma once
 #include <mpi.h>
 

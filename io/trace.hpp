@@ -1,6 +1,6 @@
 // The loss trace, DIR/trace.h5: one row per optimizer step in extendible datasets under /trace and
-// the run's configuration as root attributes (DESIGN.md §7). Flushed every N steps so a killed job
-// keeps its history; a resumed run truncates to the checkpoint's step and continues (§2.4).
+// the run's configuration as root attributes (ARCHITECTURE.md, "Files"). Flushed every N steps so a
+// killed job keeps its history; a resumed run truncates to the checkpoint's step and continues.
 #pragma once
 #include <cstdint>
 #include <string>

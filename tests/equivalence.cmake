@@ -1,5 +1,5 @@
 # The loss-equivalence matrix: every data-parallel layout reproduces the 1x1x1 baseline's loss
-# trace to 1e-5 relative on every step (DESIGN.md §2.1). The baseline is a CTest fixture.
+# trace to 1e-5 relative on every step (ARCHITECTURE.md, "Invariants"). The baseline is a CTest fixture.
 set(MPITRON_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_baseline)
 add_test(NAME equivalence_baseline
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/baseline.sh $<TARGET_FILE:mpitron>
@@ -60,3 +60,21 @@ add_test(NAME zero_memory_falls_with_dp
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/zero_memory)
 set_tests_properties(zero_memory_falls_with_dp PROPERTIES LABELS mpi TIMEOUT 300
                      ENVIRONMENT "${MPITRON_MPI_ENV}")
+
+# The MLP family through the same trainer: dp 2 and dp 2 with ZeRO 2 reproduce its 1x1x1 baseline.
+set(MPITRON_MLP_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_mlp_baseline)
+add_test(NAME equivalence_mlp_baseline
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/mlp_baseline.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${MPITRON_MLP_BASELINE_DIR})
+set_tests_properties(equivalence_mlp_baseline PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
+                     ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_SETUP equivalence_mlp_baseline
+                     SKIP_RETURN_CODE 77)
+foreach(row "dp2;2;--dp;2" "dp2_zero2;2;--dp;2;--zero;2" "dp2_zero1_ring;2;--dp;2;--zero;1;--dp-reduce;ring")
+  list(POP_FRONT row name ranks)
+  add_test(NAME equivalence_mlp_${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/layout.sh $<TARGET_FILE:mpitron>
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/equivalence_mlp_${name}
+                   ${MPITRON_MLP_BASELINE_DIR}/trace.h5 ${ranks} ${row})
+  set_tests_properties(equivalence_mlp_${name} PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
+                       ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_REQUIRED equivalence_mlp_baseline)
+endforeach()

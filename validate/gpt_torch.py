@@ -4,7 +4,7 @@ The reference the oracle test and the step benchmark compare mpitron against: th
 (token + position embedding, pre-LN blocks with fused causal attention and a tanh-GELU MLP, final
 LayerNorm, LM head tied to wte, mean cross-entropy), written with ordinary torch modules and
 autograd so that it shares no code with the hand-written C++ forward and backward passes.
-Parameter names are exactly the checkpoint's (/params/<name>, DESIGN.md section 7), linear weights
+Parameter names are exactly the checkpoint's (/params/<name>, ARCHITECTURE.md, "Files"), linear weights
 (out, in) as nn.Linear stores them. The optimizer is torch.optim.AdamW with mpitron's parameter
 groups, learning-rate schedule and global-norm clipping (src/train/adamw.cpp, trainer.cpp).
 """

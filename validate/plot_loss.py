@@ -4,7 +4,7 @@ One line per trace (/trace/loss against /trace/step), its validation losses (/tr
 NaN where not evaluated) as markers of the same colour, the legend naming each trace by its run
 folder and layout attributes. With --diff a second panel shows each trace's relative
 difference to the first one at their common steps, |loss - ref| / |ref| on a log axis (steps
-that are bitwise equal sit on a dotted floor line): the picture of DESIGN.md's layout-invariance
+that are bitwise equal sit on a dotted floor line): the picture of ARCHITECTURE.md's layout-invariance
 claim.
 Usage: plot_loss.py -o out.png a/trace.h5 b/trace.h5 ... [--diff] [--title T] [--logy]
 """

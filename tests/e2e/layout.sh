@@ -8,8 +8,12 @@ baseline=$4
 ranks=$5
 shift 5
 [[ -e $baseline ]] || fail "baseline trace $baseline is missing (run the equivalence_baseline test)"
-data=$(corpus)
+# The baseline's model and data: WORK/model where it wrote one, else gpt-tiny on the corpus.
+if [[ -e $(dirname "$baseline")/model ]]; then
+  read -ra model <"$(dirname "$baseline")/model"
+else
+  model=(--config "$TINY" --data "$(corpus)")
+fi
 # shellcheck disable=SC2046  # the flags are words
-mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" \
-  $(cat "$(dirname "$baseline")/flags") --out run "$@"
+mpiexec -n "$ranks" "$MPITRON" train "${model[@]}" $(cat "$(dirname "$baseline")/flags") --out run "$@"
 "$MPITRON" compare "$baseline" run/trace.h5 --rtol 1e-5
