@@ -6,27 +6,32 @@
 #   byte vocab, batch 8, seq 128.
 # Both use OpenBLAS, openmp flavour (selected with update-alternatives when run as root), with
 # OMP_PROC_BIND=true OMP_PLACES=cores.
-# Usage: bench/bench_step.sh [-r rounds] [-t threads] [-b build_dir] [-o out_dir]
+# With -p OTHER_BUILD, that build's bench_step runs in the same rounds as "previous" (a commit
+# before a change, measured side by side with it) and the table adds its ms/step and ratio.
+# Usage: bench/bench_step.sh [-r rounds] [-t threads] [-b build_dir] [-p other_build] [-o out_dir]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-rounds=3 threads=2 build="$repo/build" out=""
-while getopts "r:t:b:o:h" opt; do
+rounds=3 threads=2 build="$repo/build" out="" previous=""
+while getopts "r:t:b:p:o:h" opt; do
   case $opt in
     r) rounds=$OPTARG ;;
     t) threads=$OPTARG ;;
     b) build=$OPTARG ;;
+    p) previous=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,10p' "$0"; exit 2 ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
   esac
 done
 python=/usr/bin/python3
 bench="$build/bench/bench_step"
-if [[ ! -x $bench ]]; then
-  echo "error: $bench is missing: cmake --build $build --target bench_step" >&2
-  exit 1
-fi
+for b in "$bench" ${previous:+"$previous/bench/bench_step"}; do
+  if [[ ! -x $b ]]; then
+    echo "error: $b is missing: cmake --build $(dirname "$(dirname "$b")") --target bench_step" >&2
+    exit 1
+  fi
+done
 if ! $python -c "import torch" 2>/dev/null; then
   echo "error: $python cannot import torch (apt-get install python3-torch)" >&2
   exit 1
@@ -73,6 +78,10 @@ run_one() {  # impl, case name, args
   if [[ $impl == mpitron ]]; then
     # shellcheck disable=SC2086
     line=$("$bench" $args --threads "$threads" --json | tail -n 1)
+  elif [[ $impl == previous ]]; then
+    # shellcheck disable=SC2086
+    line=$("$previous/bench/bench_step" $args --threads "$threads" --json | tail -n 1 |
+      sed 's/"impl": "mpitron"/"impl": "previous"/')
   else
     # shellcheck disable=SC2086
     line=$($python "$here/torch_step.py" $args --threads "$threads" | tail -n 1)
@@ -88,7 +97,8 @@ for c in "${cases[@]}"; do
   name=${c%%|*} args=${c#*|}
   echo "$name: $args"
   for ((r = 1; r <= rounds; r++)); do
-    if ((r % 2)); then order=(mpitron torch); else order=(torch mpitron); fi
+    if ((r % 2)); then order=(mpitron torch ${previous:+previous}); else
+      order=(${previous:+previous} torch mpitron); fi
     for impl in "${order[@]}"; do run_one "$impl" "$name" "$args"; done
   done
 done
@@ -112,6 +122,13 @@ for c in configs:
           f"{med('torch', c, 'tokens_per_s'):>8.0f} {med('mpitron', c, 'gflops'):>9.1f} "
           f"{med('torch', c, 'gflops'):>9.1f} {med('mpitron', c, 'allocations_per_step'):>11g} "
           f"{med('mpitron', c, 'ms_per_step', min) / med('torch', c, 'ms_per_step', min):>8.2f}")
+if any(r["impl"] == "previous" for r in rows):
+    print()
+    print(f"{'config':<10} {'mpitron ms':>11} {'previous ms':>12} {'ratio m/p':>9} {'best m/p':>8}")
+    for c in configs:
+        m, p = med("mpitron", c, "ms_per_step"), med("previous", c, "ms_per_step")
+        best = med("mpitron", c, "ms_per_step", min) / med("previous", c, "ms_per_step", min)
+        print(f"{c:<10} {m:>11.1f} {p:>12.1f} {m / p:>9.3f} {best:>8.3f}")
 print("medians over rounds of each run's median ms/step; best m/t: ratio of the fastest runs")
 print("GFLOP/s from model FLOPs 6*(params-wpe)*B*T + 6*L*B*T^2*C")
 EOF

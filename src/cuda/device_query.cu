@@ -1,19 +1,7 @@
 #include <cuda_runtime.h>
 
-#include <cstdio>
-#include <cstdlib>
-
+#include "src/cuda/cuda_check.hpp"
 #include "src/cuda/device_query.hpp"
-
-// CUDA_CHECK for calls whose failure is fatal: "[rank r] file:line call: reason", then abort.
-#define CUDA_CHECK(call)                                                                         \
-  do {                                                                                           \
-    cudaError_t err_ = (call);                                                                   \
-    if (err_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::abort();                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace mpitron::cuda {
 

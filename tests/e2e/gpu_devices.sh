@@ -12,4 +12,4 @@ if grep -q "no CUDA devices" devices.txt; then
   echo "SKIP: no GPU on this machine"
   exit 77
 fi
-grep -q "^cuda:0 .*sm_[0-9]*, [0-9.]* GiB" devices.txt || fail "no device line"
+grep -q "^cuda:0 .*(sm_[0-9]*), [0-9.]* GiB" devices.txt || fail "no device line"

@@ -1,0 +1,181 @@
+// CUDA twins of the CPU step ops (src/cpu/step_ops.cpp): same contracts, same AdamW operation
+// order, deterministic gradient norm. Contracts are documented in src/cuda/step_ops.cuh.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "src/cuda/cuda_check.hpp"
+#include "src/cuda/step_ops.cuh"
+
+namespace mpitron::cuda {
+
+void zero(float* p, size_t n, cudaStream_t s) {
+  if (n == 0) return;  // p may be null for an empty range
+  CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(float), s));
+}
+
+void copy(float* dst, const float* src, size_t n, cudaStream_t s) {
+  if (n == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+namespace {
+
+// The CPU's chunk count (the partials are added in this order on the host).
+constexpr int kChunks = 64;
+// Threads per chunk: a power of two, for the tree below.
+constexpr int kSumThreads = 512;
+
+// Block c sums chunk c: each thread a strided slice in order, then a fixed pairwise tree. No
+// atomics, so the bits do not depend on scheduling.
+__global__ void chunk_sums_of_squares(const float* __restrict__ g, size_t n, size_t per,
+                                      double* __restrict__ partial) {
+  __shared__ double sums[kSumThreads];
+  const size_t begin = min(n, size_t(blockIdx.x) * per), end = min(n, begin + per);
+  double acc = 0.0;
+  for (size_t i = begin + threadIdx.x; i < end; i += kSumThreads) {
+    const double x = g[i];
+    acc += x * x;
+  }
+  sums[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = kSumThreads / 2; width > 0; width /= 2) {
+    if (int(threadIdx.x) < width) sums[threadIdx.x] += sums[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+}
+
+// The partials buffer of this host thread: thread_local so that concurrent callers on different
+// threads never share it; tied to the device current when it was allocated and reallocated if the
+// thread moves to another device. Freed at thread exit (errors ignored: the runtime may already be
+// shutting down at process exit).
+struct PartialsBuffer {
+  int device = -1;
+  double* data = nullptr;
+  ~PartialsBuffer() {
+    if (data) cudaFree(data);
+  }
+};
+
+double* partials_on_current_device() {
+  thread_local PartialsBuffer buffer;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (buffer.data == nullptr || buffer.device != device) {
+    if (buffer.data) CUDA_CHECK(cudaFree(buffer.data));
+    buffer.data = nullptr;
+    CUDA_CHECK(cudaMalloc(&buffer.data, kChunks * sizeof(double)));
+    buffer.device = device;
+  }
+  return buffer.data;
+}
+
+}  // namespace
+
+double sum_of_squares(const float* g, size_t n, cudaStream_t s) {
+  if (n == 0) return 0.0;
+  double* partial = partials_on_current_device();
+  const size_t per = (n + kChunks - 1) / kChunks;
+  chunk_sums_of_squares<<<kChunks, kSumThreads, 0, s>>>(g, n, per, partial);
+  CUDA_CHECK(cudaGetLastError());
+  double host[kChunks];
+  CUDA_CHECK(cudaMemcpyAsync(host, partial, sizeof(host), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  double total = 0.0;
+  for (double x : host) total += x;
+  return total;
+}
+
+namespace {
+
+// The float scalars of one AdamW step, computed on the host exactly as cpu::adamw_update does.
+struct AdamWScalars {
+  float b1, b2, one_minus_b1, one_minus_b2, eps, bc1, bc2, lr, decay, grad_scale;
+};
+
+// Output type tag for fp32 runs: no low-precision weights copy.
+struct NoWeights {};
+
+__device__ inline void store_rounded(NoWeights*, size_t, float) {}
+__device__ inline void store_rounded(__nv_bfloat16* out, size_t i, float x) {
+  out[i] = __float2bfloat16(x);  // round to nearest even
+}
+__device__ inline void store_rounded(__half* out, size_t i, float x) {
+  out[i] = __float2half(x);  // round to nearest even
+}
+
+// cpu::adamw_update's loop body with every operation written as its own correctly rounded
+// intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the rounding, so
+// this is the CPU formula in the CPU order, operation for operation.
+template <class W>
+__global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g,
+                             float* __restrict__ m, float* __restrict__ v, W* __restrict__ out,
+                             size_t n, AdamWScalars k) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const float gi = __fmul_rn(g[i], k.grad_scale);
+    const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_minus_b1, gi));
+    const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, gi), gi));
+    const float mhat = __fdiv_rn(mi, k.bc1), vhat = __fdiv_rn(vi, k.bc2);
+    const float wi = w[i];
+    const float step =
+        __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps)), __fmul_rn(k.decay, wi));
+    const float updated = __fsub_rn(wi, __fmul_rn(k.lr, step));
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = updated;
+    store_rounded(out, i, updated);
+  }
+}
+
+template <class W>
+void launch_adamw(float* w, const float* g, float* m, float* v, W* out, size_t n,
+                  const AdamWScalars& k, cudaStream_t s) {
+  constexpr int kThreads = 256;
+  // Grid-stride loop: the block count is capped, any n is covered.
+  const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, size_t(1) << 16);
+  adamw_kernel<W><<<unsigned(blocks), kThreads, 0, s>>>(w, g, m, v, out, n, k);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg, double lr,
+                  float grad_scale, int64_t t, cudaStream_t s) {
+  MPITRON_REQUIRE(r.weights == nullptr || r.weight_type != DType::f32,
+                  "a weights copy is bf16 or f16; fp32 runs pass weights = nullptr");
+  AdamWScalars k{};
+  k.b1 = float(cfg.beta1);
+  k.b2 = float(cfg.beta2);
+  k.one_minus_b1 = 1.0f - k.b1;  // in float, as the CPU loop computes it
+  k.one_minus_b2 = 1.0f - k.b2;
+  k.eps = float(cfg.eps);
+  k.bc1 = float(1.0 - std::pow(cfg.beta1, double(t)));
+  k.bc2 = float(1.0 - std::pow(cfg.beta2, double(t)));
+  k.lr = float(lr);
+  k.grad_scale = grad_scale;
+  for (const ParamInfo& p : reg.params()) {
+    const size_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel);
+    if (begin >= end) continue;
+    k.decay = p.weight_decay ? float(cfg.weight_decay) : 0.0f;
+    float* w = r.params + (begin - r.p_offset);
+    const float* g = r.grads + (begin - r.g_offset);
+    float* m = r.m + (begin - r.m_offset);
+    float* v = r.v + (begin - r.m_offset);
+    const size_t n = end - begin;
+    if (r.weights == nullptr) {
+      launch_adamw(w, g, m, v, static_cast<NoWeights*>(nullptr), n, k, s);
+    } else if (r.weight_type == DType::bf16) {
+      launch_adamw(w, g, m, v, static_cast<__nv_bfloat16*>(r.weights) + (begin - r.p_offset), n, k,
+                   s);
+    } else {
+      launch_adamw(w, g, m, v, static_cast<__half*>(r.weights) + (begin - r.p_offset), n, k, s);
+    }
+  }
+}
+
+}  // namespace mpitron::cuda

@@ -1,0 +1,228 @@
+// The CUDA step ops against their CPU twins on random data: zero and copy exactly, the gradient
+// norm within 1e-12 and bitwise repeatable, AdamW over cut shards within 1e-6 with its bf16/f16
+// weights copy equal to the rounded fp32 result. Skips (GTEST_SKIP) on a machine with no device.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/cpu/step_ops.hpp"
+#include "src/cuda/cuda_check.hpp"
+#include "src/cuda/step_ops.cuh"
+
+using namespace mpitron;
+
+namespace {
+
+// Empty when a device is usable, else why not (the runtime's own words).
+std::string no_device_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return cudaGetErrorString(err);
+  if (count == 0) return "cudaGetDeviceCount found 0 devices";
+  return "";
+}
+
+#define SKIP_WITHOUT_DEVICE()                                      \
+  do {                                                             \
+    const std::string why_ = no_device_reason();                   \
+    if (!why_.empty()) GTEST_SKIP() << "no CUDA device: " << why_; \
+  } while (0)
+
+// A device array of T, freed on scope exit.
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(size_t count) : n(count) {
+    if (n) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T)));
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() {
+    if (ptr) CUDA_CHECK(cudaFree(ptr));
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  void upload(const std::vector<T>& host) {
+    if (n) CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n);
+    if (n) CUDA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { CUDA_CHECK(cudaStreamDestroy(s)); }
+  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s)); }
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> x(n);
+  for (auto& e : x) e = dist(gen);
+  return x;
+}
+
+uint64_t bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+uint16_t bits16(const void* p) {
+  uint16_t b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
+
+}  // namespace
+
+TEST(CudaStepOps, ZeroAndCopyAreExact) {
+  SKIP_WITHOUT_DEVICE();
+  Stream stream;
+  const size_t n = 100003;
+  const std::vector<float> a = random_floats(n, 1), b = random_floats(n, 2);
+  DeviceArray<float> da(a), db(b);
+  // Interior ranges, so writes past either end would show.
+  cuda::zero(da.ptr + 5, n - 12, stream.s);
+  cuda::copy(db.ptr + 3, da.ptr + 1, n - 9, stream.s);
+  cuda::zero(da.ptr, 0, stream.s);  // empty ranges are no-ops
+  cuda::copy(db.ptr, da.ptr, 0, stream.s);
+  stream.sync();
+
+  std::vector<float> ra = a, rb = b;
+  cpu::zero(ra.data() + 5, n - 12);
+  cpu::copy(rb.data() + 3, ra.data() + 1, n - 9);
+  const std::vector<float> ga = da.download(), gb = db.download();
+  EXPECT_EQ(std::memcmp(ga.data(), ra.data(), n * sizeof(float)), 0) << "zero";
+  EXPECT_EQ(std::memcmp(gb.data(), rb.data(), n * sizeof(float)), 0) << "copy";
+}
+
+TEST(CudaStepOps, SumOfSquaresMatchesCpuAndRepeatsBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  Stream stream;
+  for (size_t n : {0ul, 1ul, 63ul, 64ul, 65ul, 1000ul, 123457ul, (1ul << 22) + 7}) {
+    const std::vector<float> g = random_floats(n, uint32_t(n) + 11);
+    DeviceArray<float> dg(g);
+    const double ref = cpu::sum_of_squares(g.data(), n);
+    const double first = cuda::sum_of_squares(dg.ptr, n, stream.s);
+    EXPECT_NEAR(first, ref, 1e-12 * std::max(1.0, std::abs(ref))) << "n=" << n;
+    for (int call = 0; call < 2; ++call)
+      EXPECT_EQ(bits(cuda::sum_of_squares(dg.ptr, n, stream.s)), bits(first))
+          << "not bitwise repeatable, n=" << n;
+    // The default stream too (the partials buffer is per thread, not per stream).
+    EXPECT_EQ(bits(cuda::sum_of_squares(dg.ptr, n, nullptr)), bits(first)) << "n=" << n;
+  }
+}
+
+TEST(CudaStepOps, AdamWMatchesCpuOverCutShardsWithLowPrecisionCopies) {
+  SKIP_WITHOUT_DEVICE();
+  Stream stream;
+  ParamRegistry reg;
+  reg.add("w", {37, 29}, InitKind::normal, 0.02f, true);  // matrix: decayed
+  reg.add("b", {29}, InitKind::zeros, 0, false);          // bias: not decayed
+  reg.add("e", {11, 13}, InitKind::normal, 0.02f, false);
+  const size_t n = reg.size();
+  // Shard boundaries inside "w" and inside "b" (as ZeRO cuts the flat allocation).
+  const size_t cuts[] = {0, 500, reg.at("b").offset + 10, n};
+  const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  const float grad_scale = 0.5f;
+
+  std::vector<float> p(n, 0.f), m(n, 0.f), v(n, 0.f);
+  reg.initialize(p.data(), 7);
+  // Three device runs of the same steps: fp32, with a bf16 copy, with an f16 copy.
+  DeviceArray<float> p32(p), m32(m), v32(v), pb(p), mb(m), vb(v), ph(p), mh(m), vh(v);
+  DeviceArray<float> dg(n);
+  DeviceArray<__nv_bfloat16> wb(n);
+  DeviceArray<__half> wh(n);
+  CUDA_CHECK(cudaMemset(wb.ptr, 0, n * sizeof(__nv_bfloat16)));
+  CUDA_CHECK(cudaMemset(wh.ptr, 0, n * sizeof(__half)));
+
+  double total_lr = 0;
+  for (int64_t t = 1; t <= 5; ++t) {
+    const std::vector<float> g = random_floats(n, uint32_t(100 + t));
+    dg.upload(g);
+    const double lr = 1e-3 * double(t);
+    total_lr += lr;
+    for (int k = 0; k < 3; ++k) {
+      const size_t b = cuts[k], e = cuts[k + 1];
+      // Moments of each shard start at its first element (m_offset = b), grads at 0.
+      cpu::adamw_update(reg, {b, e, p.data(), 0, g.data(), 0, m.data() + b, v.data() + b, b}, cfg,
+                        lr, grad_scale, t);
+      cuda::adamw_update(reg, {b, e, p32.ptr, 0, dg.ptr, 0, m32.ptr + b, v32.ptr + b, b}, cfg, lr,
+                         grad_scale, t, stream.s);
+      cuda::adamw_update(
+          reg, {b, e, pb.ptr, 0, dg.ptr, 0, mb.ptr + b, vb.ptr + b, b, wb.ptr, DType::bf16}, cfg,
+          lr, grad_scale, t, stream.s);
+      cuda::adamw_update(
+          reg, {b, e, ph.ptr, 0, dg.ptr, 0, mh.ptr + b, vh.ptr + b, b, wh.ptr, DType::f16}, cfg, lr,
+          grad_scale, t, stream.s);
+    }
+    stream.sync();  // dg is overwritten next step
+  }
+
+  // fp32 run against the CPU: 1e-6 relative. The CPU build contracts multiply-adds into FMAs and
+  // the kernel does not, so the bits may differ by ulps; an element that cancels to ~0 is judged
+  // against its array's scale (weights: the total learning rate, the most any weight moved;
+  // moments: their largest magnitude), where those ulps of its terms show.
+  const std::vector<float> gp = p32.download(), gm = m32.download(), gv = v32.download();
+  const auto max_abs = [](const std::vector<float>& x) {
+    double r = 0;
+    for (float e : x) r = std::max(r, double(std::abs(e)));
+    return r;
+  };
+  const struct {
+    const char* name;
+    const std::vector<float>&gpu, &cpu;
+    double scale;
+  } arrays[] = {{"weights", gp, p, total_lr}, {"m", gm, m, max_abs(m)}, {"v", gv, v, max_abs(v)}};
+  for (const auto& a : arrays) {
+    size_t bitwise = 0, bad = 0, first_bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double ref = a.cpu[i],
+                   rel = std::abs(a.gpu[i] - ref) / std::max(std::abs(ref), a.scale);
+      if (!(rel <= 1e-6) && bad++ == 0) first_bad = i;
+      worst = std::max(worst, rel);
+      bitwise += a.gpu[i] == a.cpu[i];
+    }
+    std::printf("adamw %s: %zu of %zu bitwise equal to the CPU, worst relative difference %.3g\n",
+                a.name, bitwise, n, worst);
+    EXPECT_EQ(bad, 0u) << a.name << ": " << bad << " elements off by more than 1e-6, first "
+                       << first_bad << ": gpu " << a.gpu[first_bad] << " cpu " << a.cpu[first_bad];
+  }
+
+  // The weights copy changes nothing in the fp32 math: masters and moments as in the fp32 run.
+  const std::pair<const DeviceArray<float>*, const std::vector<float>*> same[] = {
+      {&pb, &gp}, {&mb, &gm}, {&vb, &gv}, {&ph, &gp}, {&mh, &gm}, {&vh, &gv}};
+  for (const auto& [device, expected] : same)
+    EXPECT_EQ(std::memcmp(device->download().data(), expected->data(), n * sizeof(float)), 0);
+
+  // Each copy is its type's round-to-nearest of the fp32 result, inside every parameter.
+  const std::vector<__nv_bfloat16> cb = wb.download();
+  const std::vector<__half> ch = wh.download();
+  size_t bad_bf16 = 0, bad_f16 = 0;
+  for (const ParamInfo& info : reg.params())
+    for (size_t i = info.offset; i < info.offset + info.numel; ++i) {
+      const __nv_bfloat16 eb = __float2bfloat16(gp[i]);
+      const __half eh = __float2half(gp[i]);
+      bad_bf16 += bits16(&cb[i]) != bits16(&eb);
+      bad_f16 += bits16(&ch[i]) != bits16(&eh);
+    }
+  EXPECT_EQ(bad_bf16, 0u) << "bf16 copy elements differing from __float2bfloat16(fp32 result)";
+  EXPECT_EQ(bad_f16, 0u) << "f16 copy elements differing from __float2half(fp32 result)";
+}
