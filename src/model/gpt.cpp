@@ -107,9 +107,7 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how) : cfg(c), B(how.mi
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   DeviceAllocator& alloc = *how.alloc;
   registry = gpt_registry(cfg, how.slice);
-  flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
-  params = Buffer<float>(alloc, flat_size);
-  registry.initialize(params.data(), how.seed);
+  allocate_tensors(how);
   float* p = params.data();
   w = gpt_weights(registry, cfg, [p](size_t offset) { return p + offset; });
 

@@ -42,9 +42,7 @@ MlpModel::MlpModel(const ModelConfig& m, const ModelBuild& how)
   }
   registry.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
   registry.add("fc2.bias", {K}, InitKind::zeros, 0, false);
-  flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
-  params = Buffer<float>(alloc, flat_size);
-  registry.initialize(params.data(), how.seed);
+  allocate_tensors(how);
   float* p = params.data();
   bind_gradients([p](size_t o) { return p + o; });
   w = dw;

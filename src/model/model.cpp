@@ -4,6 +4,14 @@
 
 namespace mpitron {
 
+void Model::allocate_tensors(const ModelBuild& how) {
+  flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
+  params = Buffer<float>(*how.alloc, flat_size);
+  registry.initialize(params.data(), how.seed);
+  buffers = Buffer<float>(*how.alloc, registry.buffer_size());
+  registry.initialize_buffers(buffers.data(), how.seed);
+}
+
 int64_t Model::count_correct(const MicroBatch& mb) const {
   const ModelOutput out = output(mb.slot);
   MPITRON_REQUIRE(out.positions == 1 && mb.samples.labels, "accuracy needs a classifier");

@@ -93,6 +93,11 @@ class Model {
   virtual int loss_terms_per_sample() const = 0;
   // Samples of the slot's last forward whose arg-max prediction is the label (classifiers).
   virtual int64_t count_correct(const MicroBatch& mb) const;
+
+ protected:
+  // After the registry is filled: pads flat_size to how.flat_align, allocates and initialises
+  // params and buffers from how.seed.
+  void allocate_tensors(const ModelBuild& how);
 };
 
 }  // namespace mpitron
