@@ -564,18 +564,26 @@ std::vector<float> run_float_layers(bool causal) {
   return result;
 }
 
-TEST(LayerDeterminism, FloatBitIdenticalForOneAndTwoThreads) {
 #ifdef _OPENMP
+// run(causal) for causal and bidirectional attention, at 1 and at 2 threads: the same bits.
+void expect_same_bits_for_one_and_two_threads(
+    const std::function<std::vector<float>(bool causal)>& run) {
   const int saved = omp_get_max_threads();
   for (bool causal : {true, false}) {
     omp_set_num_threads(1);
-    const std::vector<float> one = run_float_layers(causal);
+    const std::vector<float> one = run(causal);
     omp_set_num_threads(2);
-    const std::vector<float> two = run_float_layers(causal);
+    const std::vector<float> two = run(causal);
     ASSERT_EQ(one.size(), two.size());
     EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
   }
   omp_set_num_threads(saved);
+}
+#endif
+
+TEST(LayerDeterminism, FloatBitIdenticalForOneAndTwoThreads) {
+#ifdef _OPENMP
+  expect_same_bits_for_one_and_two_threads(run_float_layers);
 #else
   GTEST_SKIP() << "built without OpenMP";
 #endif
@@ -599,16 +607,7 @@ TEST(LayerDeterminism, PaddedAttentionBitIdenticalForOneAndTwoThreads) {
     out.insert(out.end(), dqkv.begin(), dqkv.end());
     return out;
   };
-  const int saved = omp_get_max_threads();
-  for (bool causal : {true, false}) {
-    omp_set_num_threads(1);
-    const std::vector<float> one = run(causal);
-    omp_set_num_threads(2);
-    const std::vector<float> two = run(causal);
-    ASSERT_EQ(one.size(), two.size());
-    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
-  }
-  omp_set_num_threads(saved);
+  expect_same_bits_for_one_and_two_threads(run);
 #else
   GTEST_SKIP() << "built without OpenMP";
 #endif
