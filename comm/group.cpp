@@ -119,6 +119,14 @@ Group::Group(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   if (owned_) MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
 }
 
+Group Group::solo() {
+  Group g;
+  g.comm_ = MPI_COMM_SELF;
+  g.size_ = 1;
+  g.rank_ = 0;
+  return g;
+}
+
 Group::Group(Group&& o) noexcept
     : bytes_sent(o.bytes_sent),
       comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
@@ -158,6 +166,12 @@ namespace {
 template <class T>
 void allreduce_sum_t(Group& g, T* buf, size_t n) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), mpi_type<T>(), MPI_SUM, g.comm()));
+  g.bytes_sent += allreduce_bytes_sent(n, sizeof(T), g.size(), g.rank());
+}
+
+template <class T>
+void allreduce_max_t(Group& g, T* buf, size_t n) {
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), mpi_type<T>(), MPI_MAX, g.comm()));
   g.bytes_sent += allreduce_bytes_sent(n, sizeof(T), g.size(), g.rank());
 }
 
@@ -266,6 +280,12 @@ void Group::allreduce_sum(float* buf, size_t n) {
 }
 void Group::allreduce_sum(double* buf, size_t n) {
   allreduce_sum_t(*this, buf, n);
+}
+void Group::allreduce_max(float* buf, size_t n) {
+  allreduce_max_t(*this, buf, n);
+}
+void Group::allreduce_max(double* buf, size_t n) {
+  allreduce_max_t(*this, buf, n);
 }
 Request Group::iallreduce_sum(float* buf, size_t n) {
   return iallreduce_sum_t(*this, buf, n);

@@ -75,6 +75,9 @@ class Group {
   Group(MPI_Comm comm, bool owned);
   // The world group: MPI_COMM_WORLD, not owned.
   static Group world() { return Group(MPI_COMM_WORLD, false); }
+  // This process alone (MPI_COMM_SELF, size 1), made without any MPI call, so it also serves
+  // code that runs before MPI_Init or without it (single-process tools, unit tests).
+  static Group solo();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
   Group(Group&& o) noexcept;
@@ -98,6 +101,9 @@ class Group {
   int64_t allreduce_sum(int64_t v);
   double allreduce_max(double v);
   int64_t allreduce_max(int64_t v);
+  // Element-wise maximum, in place; bytes counted as allreduce_sum of the same buffer.
+  void allreduce_max(float* buf, size_t n);
+  void allreduce_max(double* buf, size_t n);
 
   // ---- reduce-scatter / all-gather ----
   // reduce_scatter: send has size()*recv_count elements, block r goes to rank r.

@@ -31,6 +31,7 @@ constexpr Column kColumns[] = {
     {"step_s", nullptr, &TraceRow::step_s},
     {"comm_bytes", &TraceRow::comm_bytes, nullptr},
     {"peak_mem_bytes", &TraceRow::peak_mem_bytes, nullptr},
+    {"param_bytes", &TraceRow::param_bytes, nullptr},
 };
 
 struct MatrixColumn {
@@ -41,6 +42,7 @@ struct MatrixColumn {
 constexpr MatrixColumn kMatrices[] = {
     {"rank_comm_bytes", &TraceRow::rank_comm_bytes},
     {"rank_peak_mem_bytes", &TraceRow::rank_peak_mem_bytes},
+    {"rank_param_bytes", &TraceRow::rank_param_bytes},
 };
 
 // Creates an extendible 1-D column of `rows` fill values.
@@ -280,6 +282,7 @@ Trace read_trace(const std::string& path) {
   t.step_s = read_column<double>(group, path, "step_s", n, kNaN);
   t.comm_bytes = read_column<int64_t>(group, path, "comm_bytes", n, kMissing);
   t.peak_mem_bytes = read_column<int64_t>(group, path, "peak_mem_bytes", n, kMissing);
+  t.param_bytes = read_column<int64_t>(group, path, "param_bytes", n, kMissing);
   t.attrs = read_attributes(file);
   return t;
 }

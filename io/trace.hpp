@@ -18,14 +18,15 @@ struct TraceRow {
   double lr = 0, grad_norm = 0, tokens_per_s = 0, step_s = 0;
   int64_t comm_bytes = 0;
   int64_t peak_mem_bytes = 0;
+  int64_t param_bytes = 0;  // this rank's parameters (its TP shard), bytes
   // One entry per world rank; empty => not written for this row (stored as -1).
-  std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes;
+  std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes, rank_param_bytes;
 };
 
-// Layout: /trace/{step,comm_bytes,peak_mem_bytes} int64 and
-// /trace/{loss,val_loss,val_accuracy,lr,grad_norm, tokens_per_s,step_s} float64, 1-D chunked with
-// unlimited length; /trace/rank_comm_bytes and /trace/rank_peak_mem_bytes int64 (steps, world),
-// both dimensions unlimited, created at the first row that carries them (earlier rows and absent
+// Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
+// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s} float64, 1-D chunked with
+// unlimited length; /trace/rank_comm_bytes, rank_peak_mem_bytes and rank_param_bytes int64
+// (steps, world), both dimensions unlimited, created at the first row that carries them (earlier rows and absent
 // ranks read -1). Steps strictly increase.
 //
 // Used by rank 0 only, with plain (non-MPI) file access. Crash safety: HDF5 is touched only inside
@@ -68,7 +69,7 @@ class TraceWriter {
 struct Trace {
   std::vector<int64_t> step;
   std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s;
-  std::vector<int64_t> comm_bytes, peak_mem_bytes;
+  std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes;
   Attributes attrs;
 };
 

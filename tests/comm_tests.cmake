@@ -9,3 +9,27 @@ foreach(n 1 2 3 4)
   set_tests_properties(mpi_group_test_np${n} PROPERTIES LABELS mpi ENVIRONMENT "${MPITRON_MPI_ENV}"
                                                         TIMEOUT 120)
 endforeach()
+
+# Tensor-parallel layers (src/model/tensor_parallel) against the serial layers, tp = 1 to 4 ranks.
+add_executable(mpi_tensor_parallel ${CMAKE_CURRENT_SOURCE_DIR}/mpi_tensor_parallel.cpp)
+target_link_libraries(mpi_tensor_parallel PRIVATE mpitron_train)
+foreach(n 1 2 3 4)
+  add_test(NAME mpi_tensor_parallel_np${n}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:mpi_tensor_parallel> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi_tensor_parallel_np${n} PROPERTIES LABELS mpi
+                                                             ENVIRONMENT "${MPITRON_MPI_ENV}"
+                                                             TIMEOUT 120)
+endforeach()
+
+# The tensor-parallel GPT: TP traffic of a step against the formula, replicated tensors bitwise
+# equal on every TP rank after training steps, losses equal to the unsharded model's.
+add_executable(mpi_tp_gpt ${CMAKE_CURRENT_SOURCE_DIR}/mpi_tp_gpt.cpp)
+target_link_libraries(mpi_tp_gpt PRIVATE mpitron_train)
+foreach(n 1 2 4)
+  add_test(NAME mpi_tp_gpt_np${n}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:mpi_tp_gpt> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi_tp_gpt_np${n} PROPERTIES LABELS mpi ENVIRONMENT "${MPITRON_MPI_ENV}"
+                                                    TIMEOUT 120)
+endforeach()

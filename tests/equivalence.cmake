@@ -42,6 +42,42 @@ mpitron_layout_test(dp4_zero2_micro2 4 --dp 4 --zero 2 --micro-batches 2)
 mpitron_layout_test(dp4_zero2_ring 4 --dp 4 --zero 2 --dp-reduce ring)
 mpitron_layout_test(dp3_zero2_micro2 3 --dp 3 --zero 2 --micro-batches 2)
 
+# Tensor parallelism (Megatron-style), dropout on, against the same baseline.
+mpitron_layout_test(tp2 2 --tp 2)
+mpitron_layout_test(tp4 4 --tp 4)
+mpitron_layout_test(dp2_tp2 4 --dp 2 --tp 2)
+mpitron_layout_test(dp2_tp2_zero1 4 --dp 2 --tp 2 --zero 1)
+mpitron_layout_test(dp2_tp2_zero2 4 --dp 2 --tp 2 --zero 2)
+mpitron_layout_test(dp2_tp2_zero2_ring 4 --dp 2 --tp 2 --zero 2 --dp-reduce ring)
+mpitron_layout_test(tp2_micro2 2 --tp 2 --micro-batches 2)
+
+add_test(NAME equivalence_resume_across_tp_layouts
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_tp.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_tp_layouts
+                 ${MPITRON_BASELINE_DIR}/trace.h5)
+set_tests_properties(equivalence_resume_across_tp_layouts PROPERTIES LABELS "equivalence;mpi"
+                     TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
+                     FIXTURES_REQUIRED equivalence_baseline)
+
+# A vocabulary tp does not divide (257): padded to 258 at tp 2 and 260 at tp 4, never changing
+# the loss, against its own 1x1x1 baseline.
+set(MPITRON_ODD_VOCAB_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_odd_vocab_baseline)
+add_test(NAME equivalence_odd_vocab_baseline
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/odd_vocab_baseline.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${MPITRON_ODD_VOCAB_BASELINE_DIR})
+set_tests_properties(equivalence_odd_vocab_baseline PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
+                     ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_SETUP equivalence_odd_vocab_baseline)
+foreach(row "tp2;2;--tp;2" "tp4;4;--tp;4")
+  list(POP_FRONT row name ranks)
+  add_test(NAME equivalence_odd_vocab_${name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/layout.sh $<TARGET_FILE:mpitron>
+                   ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/equivalence_odd_vocab_${name}
+                   ${MPITRON_ODD_VOCAB_BASELINE_DIR}/trace.h5 ${ranks} ${row})
+  set_tests_properties(equivalence_odd_vocab_${name} PROPERTIES LABELS "equivalence;mpi"
+                       TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
+                       FIXTURES_REQUIRED equivalence_odd_vocab_baseline)
+endforeach()
+
 add_test(NAME equivalence_resume_across_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_layout.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_layouts

@@ -10,3 +10,16 @@ foreach(n 1 2 3 4)
   set_tests_properties(mpi_checkpoint_roundtrip_np${n} PROPERTIES LABELS mpi
                        ENVIRONMENT "${MPITRON_MPI_ENV}" TIMEOUT 120)
 endforeach()
+
+# MPI test of checkpoints of TP shards (strided, column-split, replicated, padded vocabulary):
+# written at one TP degree (with DP replicas writing nothing), read back at another.
+add_executable(mpi_tp_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/mpi_tp_checkpoint.cpp)
+target_link_libraries(mpi_tp_checkpoint PRIVATE mpitron_train)
+foreach(n 2 4)
+  add_test(NAME mpi_tp_checkpoint_np${n}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:mpi_tp_checkpoint> ${MPIEXEC_POSTFLAGS}
+                   ${CMAKE_CURRENT_BINARY_DIR}/mpi_tp_checkpoint_work)
+  set_tests_properties(mpi_tp_checkpoint_np${n} PROPERTIES LABELS mpi
+                       ENVIRONMENT "${MPITRON_MPI_ENV}" TIMEOUT 120)
+endforeach()

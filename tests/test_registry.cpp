@@ -12,6 +12,7 @@
 #include "src/model/gpt.hpp"
 #include "src/model/registry.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/model_checkpoint.hpp"
 
 using namespace mpitron;
 
@@ -141,4 +142,151 @@ TEST(GradStorage, WindowedLayoutMatchesFullGradientsBlockByBlock) {
   win_model->forward(mb);
   win_model->backward(mb, 0.1f, hook);
   EXPECT_EQ(check.announced, int(win_model->segments.size()));
+}
+
+// ---- checkpoint blocks of TP shards (shard_blocks) and vocabulary padding
+// ------------------------
+
+namespace {
+
+// Global row-major indices of the blocks' elements, one block after another, each row-major.
+std::vector<uint64_t> block_elements(const std::vector<int64_t>& shape,
+                                     const std::vector<io::Block>& blocks) {
+  std::vector<uint64_t> out;
+  for (const io::Block& b : blocks) {
+    int64_t n = 1;
+    for (int64_t c : b.count) n *= c;
+    std::vector<int64_t> idx(shape.size(), 0);
+    for (int64_t e = 0; e < n; ++e) {
+      uint64_t f = 0;
+      for (size_t k = 0; k < shape.size(); ++k) {
+        EXPECT_LT(b.start[k] + idx[k], shape[k]);
+        f = f * uint64_t(shape[k]) + uint64_t(b.start[k] + idx[k]);
+      }
+      out.push_back(f);
+      for (size_t k = shape.size(); k-- > 0;) {
+        if (++idx[k] < b.count[k]) break;
+        idx[k] = 0;
+      }
+    }
+  }
+  return out;
+}
+
+bool same_blocks(const std::vector<io::Block>& a, const std::vector<io::Block>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].start != b[i].start || a[i].count != b[i].count) return false;
+  return true;
+}
+
+// For every local range [b, e) of every rank's shard: the blocks hold exactly the real local
+// elements of the range, in local order (the global tensor's element values are their indices).
+void check_shard_blocks(const std::vector<int64_t>& shape, ShardSpec spec, int tp) {
+  for (int r = 0; r < tp; ++r) {
+    ParamRegistry reg(RegistrySlice{tp, r});
+    reg.add("w", shape, InitKind::normal, 1, true, spec);
+    const ParamInfo& p = reg.at("w");
+    for (size_t b = 0; b <= p.numel; ++b)
+      for (size_t e = b; e <= p.numel; ++e) {
+        const std::vector<io::Block> blocks = shard_blocks(p, b, e);
+        std::vector<uint64_t> want;
+        for (size_t i = b; i < e; ++i)
+          if (!p.is_padding(i)) want.push_back(p.global_index(i));
+        ASSERT_EQ(block_elements(shape, blocks), want)
+            << "tp " << tp << " rank " << r << " range [" << b << ", " << e << ")";
+        if (tp == 1 || spec.tp_dim < 0) {
+          ASSERT_TRUE(same_blocks(blocks, io::flat_range_blocks(shape, int64_t(b), int64_t(e))));
+        }
+      }
+  }
+}
+
+}  // namespace
+
+TEST(ShardBlocks, StridedRowsSplitAtPartBoundaries) {
+  // (12, 4), q|k|v parts of 4 rows each; at tp 2 a rank holds 2 rows of each part.
+  for (int tp : {1, 2}) check_shard_blocks({12, 4}, {0, 3}, tp);
+  ParamRegistry reg(RegistrySlice{2, 1});
+  reg.add("w", {12, 4}, InitKind::normal, 1, true, {0, 3});
+  const auto blocks = shard_blocks(reg.at("w"), 0, 24);  // whole shard: rows 2-3, 6-7, 10-11
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[1].start, (std::vector<int64_t>{6, 0}));
+  EXPECT_EQ(blocks[1].count, (std::vector<int64_t>{2, 4}));
+  // From inside row 0 to inside row 5: a partial row, whole rows 1-4 cut at the part boundaries
+  // (row 1 | rows 2-3 | row 4), a partial row.
+  EXPECT_EQ(shard_blocks(reg.at("w"), 3, 21).size(), 5u);
+}
+
+TEST(ShardBlocks, ColumnSplit) {
+  for (int tp : {1, 2, 4}) check_shard_blocks({4, 8}, {1}, tp);
+  ParamRegistry reg(RegistrySlice{4, 2});
+  reg.add("w", {4, 8}, InitKind::normal, 1, true, {1});
+  const auto blocks = shard_blocks(reg.at("w"), 0, 8);  // whole shard: columns 4-5, one block
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].start, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(blocks[0].count, (std::vector<int64_t>{4, 2}));
+}
+
+TEST(ShardBlocks, StridedInnerDimensionsAndReplicated) {
+  for (int tp : {1, 2}) {
+    check_shard_blocks({3, 12}, {1, 3}, tp);     // strided columns: rows cut one by one
+    check_shard_blocks({2, 6, 2}, {1, 3}, tp);   // strided middle dimension
+    check_shard_blocks({5, 3}, {}, tp);          // replicated: the global flat range
+    check_shard_blocks({4, 6}, {1, 1}, tp * 3);  // tp 3 and 6
+  }
+}
+
+TEST(ShardBlocks, PaddedVocabularyDropsPadding) {
+  ShardSpec vocab;
+  vocab.tp_dim = 0;
+  vocab.tp_pad = true;
+  for (int tp : {1, 2, 3, 4}) check_shard_blocks({11, 3}, vocab, tp);
+  ParamRegistry reg(RegistrySlice{4, 3});
+  reg.add("wte", {11, 3}, InitKind::normal, 1, false, vocab);
+  const ParamInfo& p = reg.at("wte");
+  EXPECT_EQ(p.local_shape, (std::vector<int64_t>{3, 3}));  // ceil(11 / 4) rows, the last padding
+  EXPECT_EQ(p.real_numel(), 6u);
+  EXPECT_FALSE(p.is_padding(5));
+  EXPECT_TRUE(p.is_padding(6));
+  const auto blocks = shard_blocks(p, 0, 9);
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].start, (std::vector<int64_t>{9, 0}));
+  EXPECT_EQ(blocks[0].count, (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(shard_blocks(p, 6, 9).empty());
+  // A divisible vocabulary pads nothing; an unpadded indivisible one is still refused.
+  ParamRegistry even(RegistrySlice{2, 1});
+  even.add("wte", {12, 3}, InitKind::normal, 1, false, vocab);
+  EXPECT_EQ(even.at("wte").real_numel(), even.at("wte").numel);
+  EXPECT_THROW(even.add("v", {11, 3}, InitKind::normal, 1, false, {0}), UsageError);
+}
+
+TEST(ShardBlocks, PaddingInitialisesToZeroRealElementsToTheBaseline) {
+  ShardSpec vocab;
+  vocab.tp_dim = 0;
+  vocab.tp_pad = true;
+  ParamRegistry whole;
+  whole.add("wte", {11, 3}, InitKind::normal, 0.02f, false, vocab);
+  whole.add("one", {11, 3}, InitKind::ones, 0, false, vocab);
+  std::vector<float> base(whole.size());
+  whole.initialize(base.data(), 9);
+  for (int tp : {2, 3, 4})
+    for (int r = 0; r < tp; ++r) {
+      ParamRegistry part(RegistrySlice{tp, r});
+      part.add("wte", {11, 3}, InitKind::normal, 0.02f, false, vocab);
+      part.add("one", {11, 3}, InitKind::ones, 0, false, vocab);
+      std::vector<float> mine(part.size(), -1.0f);
+      part.initialize(mine.data(), 9);
+      for (const char* name : {"wte", "one"}) {
+        const ParamInfo& p = part.at(name);
+        const ParamInfo& g = whole.at(name);
+        for (size_t i = 0; i < p.numel; ++i) {
+          if (p.is_padding(i))
+            EXPECT_EQ(mine[p.offset + i], 0.0f) << name << " tp " << tp << " rank " << r;
+          else
+            EXPECT_EQ(mine[p.offset + i], base[g.offset + p.global_index(i)])
+                << name << " tp " << tp << " rank " << r << " element " << i;
+        }
+      }
+    }
 }

@@ -31,6 +31,7 @@ const ModelFamily kFamilies[] = {
      "create it with io/get_bible.sh, or pass --data",
      {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"block_size", 64}, {"vocab_size", 256}},
      validate_gpt,
+     validate_gpt_layout,
      build_gpt,
      [](const ModelConfig& m) { return m.get("block_size"); },
      [](const ModelConfig& m) { return m.get("vocab_size"); }},
@@ -41,6 +42,10 @@ const ModelFamily kFamilies[] = {
      "install Debian's dataset-fashion-mnist, or pass --data",
      {{"input", 784}, {"hidden", 256}, {"classes", 10}, {"layernorm", 0, false}},
      validate_mlp,
+     [](const ModelConfig&, int tp) {
+       if (tp != 1)
+         throw UsageError(fmt::format("the mlp family runs at --tp 1 (got --tp {})", tp));
+     },
      build_mlp,
      [](const ModelConfig& m) { return m.get("input"); },
      [](const ModelConfig& m) { return m.get("classes"); }},

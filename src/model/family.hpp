@@ -32,6 +32,8 @@ struct ModelFamily {
   // UsageError naming the first impossible value of the model and the train settings it limits
   // (keys are already checked for being positive where they must be).
   void (*validate)(const ModelConfig& model, const TrainConfig& train);
+  // UsageError when the model cannot split over tp tensor-parallel ranks.
+  void (*validate_layout)(const ModelConfig& model, int tp);
   std::unique_ptr<Model> (*build)(const ModelConfig& model, const ModelBuild& how);
   // What one sample may be: text, the most tokens (block size); images, the input features.
   int64_t (*sample_size)(const ModelConfig& model);

@@ -1,5 +1,7 @@
 #include "src/model/gpt.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,6 +13,7 @@
 #include "layers/linear.hpp"
 #include "src/check.hpp"
 #include "src/cpu/step_ops.hpp"
+#include "src/model/tensor_parallel.hpp"
 
 namespace mpitron {
 
@@ -35,13 +38,30 @@ int64_t gpt_parameter_count(const GptConfig& m) {
   return int64_t(m.vocab_size) * C + int64_t(m.block_size) * C + m.n_layer * per_block + 2 * C;
 }
 
+void validate_gpt_layout(const ModelConfig& m, int tp) {
+  const GptConfig g = gpt_config(m);
+  if (tp > g.n_head)
+    throw UsageError(fmt::format("--tp {} is larger than n_head ({}): a rank needs a whole head", tp,
+                                 g.n_head));
+  if (g.n_head % tp != 0)
+    throw UsageError(
+        fmt::format("n_head ({}) is not divisible by --tp {}: heads split evenly over TP", g.n_head,
+                    tp));
+  if ((4 * g.n_embd) % tp != 0 || g.n_embd % tp != 0)
+    throw UsageError(fmt::format(
+        "n_embd ({}) and 4*n_embd are not divisible by --tp {}: the MLP splits evenly over TP",
+        g.n_embd, tp));
+}
+
 ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice) {
   const int64_t C = cfg.n_embd, V = cfg.vocab_size;
   const float std = 0.02f;
   // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
   const float proj_std = std / std::sqrt(2.0f * float(cfg.n_layer));
   ParamRegistry r(slice);
-  r.add("wte.weight", {V, C}, InitKind::normal, std, false, {0, 1, StageOwner::first_and_last});
+  // Vocabulary rows split over TP, padded when tp does not divide V (the tied LM head shares it).
+  r.add("wte.weight", {V, C}, InitKind::normal, std, false,
+        {0, 1, StageOwner::first_and_last, -1, true});
   r.add("wpe.weight", {cfg.block_size, C}, InitKind::normal, std, false,
         {-1, 1, StageOwner::first});
   for (int l = 0; l < cfg.n_layer; ++l) {
@@ -100,10 +120,16 @@ BlockDropout block_dropout(const MicroBatch& mb, int layer, uint64_t row0) {
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& c, const ModelBuild& how) : cfg(c), B(how.micro_rows) {
-  MPITRON_REQUIRE(how.slice.tp == 1 && how.slice.stages == 1,
-                  "the GPT runs unsharded (tp 1, one stage) in this build");
+GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
+    : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
+  MPITRON_REQUIRE(how.slice.stages == 1, "the GPT runs as one pipeline stage in this build");
+  tp_ = how.tp ? how.tp : &self_;
+  MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
+                  "the TP group does not match the registry slice");
+  validate_gpt_layout(to_model_config(c), how.slice.tp);
   config = to_model_config(c);
+  Vl = (cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
+  v0 = how.slice.tp_rank * Vl;
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   DeviceAllocator& alloc = *how.alloc;
   registry = gpt_registry(cfg, how.slice);
@@ -125,8 +151,8 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how) : cfg(c), B(how.mi
   }
   segments.push_back({ln_f, flat_size, false});
 
-  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr};
-  const size_t BT = size_t(B) * T, C = cfg.n_embd, V = cfg.vocab_size;
+  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_};
+  const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
   slots.resize(size_t(std::max(1, how.slots)));
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
     for (GptActs& s : slots) {
@@ -143,6 +169,7 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how) : cfg(c), B(how.mi
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
     dresidual = d.take(BT * C);
+    ce_scratch = d.take(3 * BT);
     block_scratch_carve(scratch, d, shape);
   });
   dln_f = scratch.dln;
@@ -170,17 +197,19 @@ double GptModel::forward(const MicroBatch& mb) {
       a.targets[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t + 1];
     }
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
-  cpu::encoder_forward(a.encoded, a.inputs, w.wte, w.wpe, rows, T, C);
+  comm::Group& tp = *tp_;
+  tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl);
   cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr};
+  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
   const float* x = a.encoded;
   for (int l = 0; l < cfg.n_layer; ++l) {
     transformer_block_forward(a.blocks[l], x, w.h[l], shape, block_dropout(mb, l, row0));
     x = a.blocks[l].res_mlp;
   }
   cpu::layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C);
-  cpu::linear_forward(a.logits, a.ln_f, w.wte, static_cast<const float*>(nullptr), N, C, V);
-  cpu::crossentropy_forward(a.losses, a.lse, a.logits, a.targets, N, V);
+  tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl);
+  tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
+                                          Vl, v0, V);
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += a.losses[i];
   return sum;
@@ -191,15 +220,17 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
-  cpu::crossentropy_backward(a.logits, a.logits, a.lse, a.targets, dloss, N, V);
+  comm::Group& tp = *tp_;
+  tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
+                                           v0, V);
   const float* x_last = a.blocks.back().res_mlp;
-  cpu::linear_backward(dln_f, dw.wte, static_cast<float*>(nullptr), a.logits, a.ln_f, w.wte, N, C,
-                       V);
+  tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
+                                      Vl);
   cpu::zero(dresidual, size_t(N) * C);
   cpu::layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
                           a.ln_f_rstd, N, C);
   ready(segments.size() - 1);
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr};
+  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const float* x = l == 0 ? a.encoded : a.blocks[l - 1].res_mlp;
     transformer_block_backward(dresidual, dw.h[l], scratch, a.blocks[l], x, w.h[l], shape,
@@ -207,12 +238,13 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
     ready(segment_of_block[l]);
   }
   cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  cpu::encoder_backward(dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C);
+  tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C,
+                                        v0, Vl);
   ready(0);
 }
 
 ModelOutput GptModel::output(int slot) const {
-  return {slots[slot].logits, T, cfg.vocab_size};
+  return {slots[slot].logits, T, Vl};
 }
 
 std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how) {

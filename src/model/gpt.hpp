@@ -26,6 +26,9 @@ struct GptConfig {
 GptConfig gpt_config(const ModelConfig& m);
 ModelConfig to_model_config(const GptConfig& g);
 
+// UsageError on every rank when heads or the MLP do not split evenly over tp ranks.
+void validate_gpt_layout(const ModelConfig& m, int tp);
+
 // Number of parameters of a GPT of this shape (tied LM head counted once).
 int64_t gpt_parameter_count(const GptConfig& m);
 
@@ -48,7 +51,7 @@ struct GptActs {
   std::vector<BlockActs> blocks;
   float* ln_f;                   // (B,T,C)
   float *ln_f_mean, *ln_f_rstd;  // (B,T)
-  float* logits;                 // (B,T,V), overwritten by dlogits in backward
+  float* logits;                 // (B,T,Vl) this rank's vocabulary, overwritten by dlogits
   float* lse;                    // (B,T)
   float* losses;                 // (B,T)
 };
@@ -65,14 +68,18 @@ class GptModel final : public Model {
 
   GptConfig cfg;
   int B = 0, T = 0;  // planned micro-batch
+  int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl) (padded past V on the last)
   GptWeights w, dw;
   Buffer<float> acts, dacts;  // every slot's activations; backward scratch (shared)
   Buffer<int32_t> tokens;     // (slots, 2, B, T) inputs and targets
   std::vector<GptActs> slots;
   float *dresidual, *dln_f;  // (B,T,C) scratch
+  float* ce_scratch;          // (3,B,T) vocab-parallel cross-entropy's row statistics
   BlockScratch scratch;
 
  private:
+  comm::Group self_;  // the TP group of one when the build names none
+  comm::Group* tp_ = nullptr;
   std::vector<size_t> segment_of_block;  // index into segments of block l
 };
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/group.hpp"
 #include "src/allocator.hpp"
 #include "src/model/config.hpp"
 #include "src/model/registry.hpp"
@@ -44,6 +45,7 @@ struct ModelBuild {
   uint64_t seed = 0;       // parameter initialisation
   size_t flat_align = 16;  // the flat parameter allocation is padded to a multiple of this
   RegistrySlice slice;     // TP slice and pipeline stage
+  comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   DeviceAllocator* alloc = nullptr;
 };
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "src/check.hpp"
 #include "src/philox.hpp"
 
@@ -13,8 +15,13 @@ void fill(const std::vector<ParamInfo>& tensors, float* flat, uint64_t seed) {
   for (const auto& p : tensors) {
     float* w = flat + p.offset;
     const PhiloxStream rng{seed, fnv1a64(p.name)};
+    const size_t real = p.real_numel();  // padding (tp_pad) is the suffix [real, numel): zeros
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < p.numel; ++i) {
+      if (i >= real) {
+        w[i] = 0.0f;
+        continue;
+      }
       switch (p.init) {
         case InitKind::normal:
           w[i] = float(p.init_std * rng.normal(p.global_index(i)));
@@ -72,6 +79,18 @@ uint64_t ParamInfo::global_index(size_t i) const {
   return g;
 }
 
+size_t ParamInfo::real_numel() const {
+  if (!shard.tp_pad || tp <= 1 || shard.tp_dim != 0 || local_shape.empty()) return numel;
+  const int64_t rows = local_shape[0];
+  if (rows == 0) return 0;
+  const int64_t real_rows = std::clamp<int64_t>(global_shape[0] - int64_t(tp_rank) * rows, 0, rows);
+  return size_t(real_rows) * (numel / size_t(rows));
+}
+
+bool ParamInfo::is_padding(size_t i) const {
+  return i >= real_numel();
+}
+
 ParamInfo ParamRegistry::make(std::string name, std::vector<int64_t> shape, ShardSpec shard) const {
   ParamInfo p;
   p.name = std::move(name);
@@ -80,15 +99,22 @@ ParamInfo ParamRegistry::make(std::string name, std::vector<int64_t> shape, Shar
   p.shard = shard;
   p.tp = slice_.tp;
   p.tp_rank = slice_.tp_rank;
+  if (shard.tp_pad)  // padding must be a suffix of every flat range of the shard
+    MPITRON_REQUIRE(shard.tp_dim == 0 && shard.tp_stride == 1 && !shape.empty(),
+                    p.name + ": a padded shard spec (tp_pad) needs tp_dim 0 and tp_stride 1");
   if (shard.tp_dim >= 0 && slice_.tp > 1) {
     MPITRON_REQUIRE(shard.tp_dim < int(shape.size()) && shard.tp_stride >= 1,
                     "shard spec names a dimension the tensor does not have");
     const int64_t parts = int64_t(shard.tp_stride) * slice_.tp;
-    if (shape[shard.tp_dim] % parts != 0)
+    if (shard.tp_pad) {
+      p.local_shape[0] = (shape[0] + slice_.tp - 1) / slice_.tp;  // ceil(D / tp)
+    } else if (shape[shard.tp_dim] % parts != 0) {
       throw UsageError(fmt::format(
           "{}: dimension {} ({}) does not split into {} x {} equal parts (tensor parallelism)",
           p.name, shard.tp_dim, shape[shard.tp_dim], shard.tp_stride, slice_.tp));
-    p.local_shape[shard.tp_dim] = shape[shard.tp_dim] / slice_.tp;
+    } else {
+      p.local_shape[shard.tp_dim] = shape[shard.tp_dim] / slice_.tp;
+    }
   }
   p.numel = 1;
   for (auto d : p.local_shape) p.numel *= size_t(d);

@@ -29,6 +29,11 @@ struct ShardSpec {
   int tp_stride = 1;
   StageOwner stage = StageOwner::every;
   int block = -1;  // with StageOwner::block
+  // tp_dim is padded up to a multiple of tp (a vocabulary tp does not divide): each rank holds
+  // ceil(D / tp) rows, the last rank's rows beyond D are padding. Padding rows are zero, never
+  // trained into meaningfully, never checkpointed. Requires tp_dim == 0 (so a shard's padding is
+  // a suffix of its flat range) and tp_stride == 1.
+  bool tp_pad = false;
 };
 
 // The part of the model this process holds: its TP slice and its pipeline stage.
@@ -58,7 +63,14 @@ struct ParamInfo {
   size_t global_numel() const;
   // Global row-major index of local element i (for RNG keys and checkpoint hyperslabs). Along a
   // strided tp_dim, local coordinate c is part c / (D/(stride*tp)) of the global dimension D.
+  // For a padding element (is_padding(i)) the result is unspecified: it names no element of the
+  // global tensor and must never be used (as an RNG key or otherwise).
   uint64_t global_index(size_t i) const;
+  // Local element i lies beyond the global dimension D along a padded tp_dim (ShardSpec::tp_pad):
+  // the last ranks' rows past D. Always false without padding.
+  bool is_padding(size_t i) const;
+  // Local elements that are real (not padding); with tp_dim == 0 they are the first ones.
+  size_t real_numel() const;
 };
 
 class ParamRegistry {
@@ -67,7 +79,8 @@ class ParamRegistry {
 
   // Registers a parameter at its global shape; false (and nothing registered) when this slice's
   // stage does not hold it. Offsets are 16-element aligned. UsageError when tp does
-  // not divide the split dimension (by parts, for strided tensors).
+  // not divide the split dimension (by parts, for strided tensors) and the spec is not tp_pad;
+  // with tp_pad the dimension is padded to ceil(D / tp) rows per rank.
   bool add(std::string name, std::vector<int64_t> shape, InitKind init, float init_std,
            bool weight_decay, ShardSpec shard = {});
   // Registers a buffer: checkpointed and initialised like a parameter, never trained.
@@ -84,7 +97,7 @@ class ParamRegistry {
   const RegistrySlice& slice() const { return slice_; }
 
   // Fills a flat allocation (params or buffers) from Philox keyed by (seed, hash(name), global
-  // index), so a shard is exactly its slice of the baseline's tensor.
+  // index), so a shard is exactly its slice of the baseline's tensor. Padding elements are 0.
   void initialize(float* params, uint64_t seed) const;
   void initialize_buffers(float* buffers, uint64_t seed) const;
 

@@ -2,10 +2,15 @@
 // padding mask), forward and backward side by side:
 //   x' = x + dropout(c_proj(attn(c_attn(ln_1(x)))))
 //   y  = x' + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x')))))
-// Letters as in layers/README.md; N = B*T rows.
+// Tensor parallel as Megatron-LM (Shoeybi et al. 2019): c_attn and mlp.c_fc column-parallel (a
+// rank computes its own heads and its slice of the MLP's inner features), the two c_proj
+// row-parallel, so a block costs one all-reduce in forward and one in backward for attention and
+// one each for the MLP. LayerNorms, dropout and the residual stream work on the full width,
+// identical on every TP rank. Letters as in layers/README.md; N = B*T rows, Cl = C/tp.
 #pragma once
 #include <cstdint>
 
+#include "comm/group.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/philox.hpp"
 
@@ -15,31 +20,33 @@ struct BlockShape {
   int B = 0, T = 0, C = 0, NH = 0;
   bool causal = true;
   const int32_t* lengths = nullptr;  // (B) valid tokens per sequence, nullptr: all T
+  comm::Group* tp = nullptr;         // the tensor-parallel group (size 1: no TP)
+  int tp_size() const { return tp ? tp->size() : 1; }
 };
 
-// Pointers to one block's parameters (or gradients) inside a flat buffer.
+// Pointers to one block's parameters (or gradients) inside a flat buffer: this rank's shards.
 struct BlockWeights {
   float *ln_1_w, *ln_1_b;            // (C)
-  float *c_attn_w, *c_attn_b;        // (3C,C), (3C)
-  float *attn_proj_w, *attn_proj_b;  // (C,C), (C)
+  float *c_attn_w, *c_attn_b;        // (3Cl,C), (3Cl): q | k | v rows of this rank's heads
+  float *attn_proj_w, *attn_proj_b;  // (C,Cl), (C)
   float *ln_2_w, *ln_2_b;            // (C)
-  float *c_fc_w, *c_fc_b;            // (4C,C), (4C)
-  float *mlp_proj_w, *mlp_proj_b;    // (C,4C), (C)
+  float *c_fc_w, *c_fc_b;            // (4Cl,C), (4Cl)
+  float *mlp_proj_w, *mlp_proj_b;    // (C,4Cl), (C)
 };
 
 // Saved by forward for backward, one set per block and micro-batch in flight.
 struct BlockActs {
   float* ln_1;                   // (B,T,C)
   float *ln_1_mean, *ln_1_rstd;  // (B,T)
-  float* qkv;                    // (B,T,3C)
-  float* att;                    // (B,NH,T,T)
-  float* atty;                   // (B,T,C)
+  float* qkv;                    // (B,T,3Cl)
+  float* att;                    // (B,NH/tp,T,T)
+  float* atty;                   // (B,T,Cl)
   float* attn_out;               // (B,T,C) after projection and dropout
   float* res_attn;               // (B,T,C) x + attn_out
   float* ln_2;                   // (B,T,C)
   float *ln_2_mean, *ln_2_rstd;  // (B,T)
-  float* fc;                     // (B,T,4C)
-  float* fc_gelu;                // (B,T,4C)
+  float* fc;                     // (B,T,4Cl)
+  float* fc_gelu;                // (B,T,4Cl)
   float* mlp_out;                // (B,T,C) after projection and dropout
   float* res_mlp;                // (B,T,C) block output
 };

@@ -46,9 +46,9 @@ GradStorage GradStorage::windowed(Model& model, DeviceAllocator& alloc) {
   return s;
 }
 
-GradSync::GradSync(Model& model, comm::Group& dp, const GradSyncOptions& opts,
+GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyncOptions& opts,
                    const StepBackend& ops, DeviceAllocator& alloc)
-    : model_(model), dp_(dp), opts_(opts), ops_(ops) {
+    : model_(model), dp_(dp), tp_(tp), opts_(opts), ops_(ops) {
   const size_t flat = model.flat_size;
   const int p = dp.size();
   grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
@@ -138,9 +138,22 @@ const float* GradSync::owned_grads() const {
 }
 
 double GradSync::grad_norm() {
-  double sq = ops_.sum_of_squares(owned_grads(), shard_.size());
+  if (!tp_ || tp_->size() == 1) {
+    double sq = ops_.sum_of_squares(owned_grads(), shard_.size());
+    if (opts_.zero > 0) sq = dp_.allreduce_sum(sq);
+    return std::sqrt(sq);
+  }
+  double sharded = 0, replicated = 0;
+  const float* g = owned_grads();
+  for (const ParamInfo& p : model_.registry.params()) {
+    const size_t b = std::max(shard_.begin, p.offset), e = std::min(shard_.end, p.offset + p.numel);
+    if (b >= e) continue;
+    const double sq = ops_.sum_of_squares(g + (b - shard_.begin), e - b);
+    (p.shard.tp_dim >= 0 ? sharded : replicated) += sq;
+  }
+  double sq = sharded + (tp_->rank() == 0 ? replicated : 0.0);
   if (opts_.zero > 0) sq = dp_.allreduce_sum(sq);
-  return std::sqrt(sq);
+  return std::sqrt(tp_->allreduce_sum(sq));
 }
 
 void GradSync::gather_params(float* params) {

@@ -42,9 +42,10 @@ struct GradSyncOptions {
 class GradSync {
  public:
   // Allocates the gradients (and, with ZeRO, the shard buffers) and binds them to the model.
-  // model.flat_size must be a multiple of dp (ModelBuild::flat_align).
-  GradSync(Model& model, comm::Group& dp, const GradSyncOptions& opts, const StepBackend& ops,
-           DeviceAllocator& alloc);
+  // model.flat_size must be a multiple of dp (ModelBuild::flat_align). tp: the model's
+  // tensor-parallel group (nullptr: tp 1), for the global gradient norm.
+  GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyncOptions& opts,
+           const StepBackend& ops, DeviceAllocator& alloc);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -58,7 +59,8 @@ class GradSync {
   ShardRange owned() const { return shard_; }
   // Summed gradients of owned(), indexed from owned().begin.
   const float* owned_grads() const;
-  // Global gradient norm (after finish_backward), the same on every rank.
+  // Global gradient norm (after finish_backward), the same on every rank: TP-sharded tensors
+  // summed over the TP ranks, replicated ones counted once.
   double grad_norm();
   // After the update of owned(): every rank gets every parameter (ZeRO 1 and 2).
   void gather_params(float* params);
@@ -72,6 +74,7 @@ class GradSync {
 
   Model& model_;
   comm::Group& dp_;
+  comm::Group* tp_;
   GradSyncOptions opts_;
   const StepBackend& ops_;
   GradStorage grads_;

@@ -105,22 +105,104 @@ void check_same_model(const CheckpointRecord& r, const ModelConfig& m, const std
           path, key, r.model.get(key), value));
 }
 
-std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks) {
+namespace {
+
+// Local blocks of a TP-split tensor, cut where a block crosses a part boundary along tp_dim t
+// (strided tensors): first into blocks of one index in every dimension above t (so the cut keeps
+// row-major order), then along t.
+void split_at_parts(const io::Block& b, int t, int64_t part, std::vector<io::Block>& out) {
+  const int64_t a = b.start[t], c = b.count[t];
+  if (c == 0) return;
+  if (a / part == (a + c - 1) / part) {
+    out.push_back(b);
+    return;
+  }
+  bool outer_single = true;
+  for (int d = 0; d < t; ++d) outer_single = outer_single && b.count[d] == 1;
+  if (!outer_single) {
+    io::Block row = b;
+    std::vector<int64_t> idx(size_t(t), 0);
+    while (true) {
+      for (int d = 0; d < t; ++d) row.start[d] = b.start[d] + idx[d], row.count[d] = 1;
+      split_at_parts(row, t, part, out);
+      int d = t - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < b.count[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
+  for (int64_t s = a; s < a + c;) {
+    const int64_t e = std::min(a + c, (s / part + 1) * part);
+    io::Block piece = b;
+    piece.start[t] = s;
+    piece.count[t] = e - s;
+    out.push_back(std::move(piece));
+    s = e;
+  }
+}
+
+bool writes_nothing(const ParamInfo& p, bool replicas_write_once) {
+  return replicas_write_once && p.shard.tp_dim < 0 && p.tp_rank != 0;
+}
+
+}  // namespace
+
+std::vector<io::Block> shard_blocks(const ParamInfo& p, size_t local_begin, size_t local_end) {
+  MPITRON_REQUIRE(local_begin <= local_end && local_end <= p.numel,
+                  fmt::format("{}: local range [{}, {}) outside its {} elements", p.name,
+                              local_begin, local_end, p.numel));
+  const int t = p.shard.tp_dim;
+  if (p.tp <= 1 || t < 0)
+    return io::flat_range_blocks(p.global_shape, int64_t(local_begin), int64_t(local_end));
+  const int64_t stride = p.shard.tp_stride;
+  const int64_t part = p.local_shape[size_t(t)] / stride;    // local rows per part (padded: all)
+  const int64_t whole = p.global_shape[size_t(t)] / stride;  // global rows per part
+  std::vector<io::Block> local;
+  for (const io::Block& b :
+       io::flat_range_blocks(p.local_shape, int64_t(local_begin), int64_t(local_end)))
+    split_at_parts(b, t, part, local);
+  std::vector<io::Block> out;
+  out.reserve(local.size());
+  for (io::Block& b : local) {
+    const int64_t a = b.start[size_t(t)], k = a / part;
+    const int64_t g = k * whole + int64_t(p.tp_rank) * part + a % part;
+    // Rows past the end of the part are padding (tp_pad, tp_dim 0): a suffix, dropped.
+    const int64_t n = std::min(b.count[size_t(t)], (k + 1) * whole - g);
+    if (n <= 0) continue;
+    b.start[size_t(t)] = g;
+    b.count[size_t(t)] = n;
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<io::TensorPiece> parameter_pieces(const ParamRegistry& reg, float* params,
+                                              float* buffers, bool with_blocks,
+                                              bool replicas_write_once) {
   std::vector<io::TensorPiece> pieces;
   auto add = [&](const std::vector<ParamInfo>& list, const char* group, float* base) {
     for (const ParamInfo& p : list) {
       io::TensorPiece t{std::string(group) + "/" + p.name, p.global_shape, {}, base + p.offset};
-      if (with_blocks) t.blocks = io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel));
+      if (with_blocks && !writes_nothing(p, replicas_write_once))
+        t.blocks = shard_blocks(p, 0, p.numel);
       pieces.push_back(std::move(t));
     }
   };
-  add(model.registry.params(), "params", model.params.data());
-  add(model.registry.buffers(), "buffers", model.buffers.data());
+  add(reg.params(), "params", params);
+  add(reg.buffers(), "buffers", buffers);
   return pieces;
 }
 
+std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks,
+                                              bool replicas_write_once) {
+  return parameter_pieces(model.registry, model.params.data(), model.buffers.data(), with_blocks,
+                          replicas_write_once);
+}
+
 std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
-                                           float* v, bool with_blocks) {
+                                           float* v, bool with_blocks, bool replicas_write_once) {
   std::vector<io::TensorPiece> pieces;
   for (const char* which : {"m", "v"}) {
     float* base = which[0] == 'm' ? m : v;
@@ -128,9 +210,8 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
       const size_t b = std::max(shard.begin, p.offset);
       const size_t e = std::min(shard.end, p.offset + p.numel);
       io::TensorPiece t{"optim/" + p.name + "/" + which, p.global_shape, {}, base};
-      if (b < e && with_blocks) {
-        t.blocks =
-            io::flat_range_blocks(p.global_shape, int64_t(b - p.offset), int64_t(e - p.offset));
+      if (b < e && with_blocks && !writes_nothing(p, replicas_write_once)) {
+        t.blocks = shard_blocks(p, b - p.offset, e - p.offset);
         t.data = base + (b - shard.begin);
       }
       pieces.push_back(std::move(t));

@@ -42,12 +42,32 @@ CheckpointRecord read_checkpoint_record(const std::string& path);
 // UsageError ("another model shape") when the checkpoint's model differs from m.
 void check_same_model(const CheckpointRecord& r, const ModelConfig& m, const std::string& path);
 
+// The hyperslab blocks of p's global tensor that hold its local elements [local_begin,
+// local_end) (row-major over p.local_shape), in local order: the blocks' elements, one block
+// after another and each block row-major (the io::TensorPiece contract), are exactly those local
+// elements, less trailing padding (ShardSpec::tp_pad), which is never checkpointed. So a piece's
+// data still points at local element local_begin. Along a strided tp_dim blocks are split at part
+// boundaries (a block spanning several rows above tp_dim is first cut into single rows). With
+// tp == 1 or tp_dim < 0 this is io::flat_range_blocks(p.global_shape, local_begin, local_end).
+// Requires local_begin <= local_end <= p.numel.
+std::vector<io::Block> shard_blocks(const ParamInfo& p, size_t local_begin, size_t local_end);
+
 // Parameters and buffers at global shapes, with this rank's blocks when with_blocks (reading:
-// every rank; writing: one DP replica, so each element is written once).
-std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks);
-// AdamW moments of the shard this rank holds (m and v indexed from shard.begin); blocks as above.
+// every rank; writing: one DP replica, so each element is written once). With
+// replicas_write_once, tensors replicated over TP (shard.tp_dim < 0) get no blocks on TP ranks
+// other than 0, so one copy is written (writing; reading passes false: every rank reads all it
+// holds). TP-split tensors get shard_blocks of the whole local tensor.
+std::vector<io::TensorPiece> parameter_pieces(const ParamRegistry& reg, float* params,
+                                              float* buffers, bool with_blocks,
+                                              bool replicas_write_once = false);
+std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks,
+                                              bool replicas_write_once = false);
+// AdamW moments of the shard this rank holds (m and v indexed from shard.begin, a flat range of
+// reg's parameter allocation cut anywhere); blocks as above, shard_blocks of each parameter's
+// part of the range.
 std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
-                                           float* v, bool with_blocks);
+                                           float* v, bool with_blocks,
+                                           bool replicas_write_once = false);
 
 // A model built from a checkpoint's shape, its parameters and buffers loaded (eval, generate).
 std::unique_ptr<Model> load_model(const std::string& path, ModelBuild how);

@@ -120,27 +120,36 @@ struct Trainer {
     how.seq_len = family.data == DataKind::text ? tc.seq_len : 0;
     how.seed = tc.seed;
     how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
+    how.slice = RegistrySlice{L.tp, grid.coords.tp_rank};
+    how.tp = &grid.tp;
     how.alloc = &alloc;
     model = build_model(cfg.model, how);
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
-    sync = std::make_unique<GradSync>(
-        *model, grid.dp, GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc);
+    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
+                                      GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc);
     shard = sync->owned();
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
     row.rank_comm_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+    row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+    const int64_t param_bytes = int64_t(model->flat_size * sizeof(float));
+    MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1,
+                         MPI_INT64_T, 0, MPI_COMM_WORLD));
+    row.param_bytes = param_bytes;
   }
 
   // ---- checkpoints ----------------------------------------------------------------------------
 
-  // Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner.
-  // For reading, every rank reads the parameters and the moments of its own shard.
+  // Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner;
+  // tensors replicated over TP by TP rank 0 only. For reading, every rank reads its TP shard of
+  // the parameters and the moments of its own ZeRO shard.
   std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing) {
     const bool param_writer = !for_writing || grid.coords.dp_rank == 0;
     const bool moment_writer = !for_writing || opts.layout.zero > 0 || grid.coords.dp_rank == 0;
-    std::vector<io::TensorPiece> pieces = parameter_pieces(*model, param_writer);
-    for (auto& t : moment_pieces(model->registry, shard, m.data(), v.data(), moment_writer))
+    std::vector<io::TensorPiece> pieces = parameter_pieces(*model, param_writer, for_writing);
+    for (auto& t :
+         moment_pieces(model->registry, shard, m.data(), v.data(), moment_writer, for_writing))
       pieces.push_back(std::move(t));
     return pieces;
   }
@@ -387,12 +396,13 @@ struct Trainer {
           const double eta = elapsed / double(s - first + 1) * double(tc.steps - s);
           spdlog::info(
               "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f} | {:.1f}k {}/s | "
-              "{:.1f} ms | peak {} | ETA {}",
+              "{:.1f} ms | params {} | peak {} | ETA {}",
               s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
               std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
               r.lr, r.grad_norm, tokens_per_step / dt / 1000,
               family.data == DataKind::text ? "tok" : "samples", dt * 1000,
-              human_bytes(double(peak)), human_seconds(eta));
+              human_bytes(double(row.param_bytes)), human_bytes(double(peak)),
+              human_seconds(eta));
         }
       }
       const bool ckpt_due = tc.ckpt_every > 0 && s % tc.ckpt_every == 0;
@@ -435,10 +445,8 @@ int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
   const Layout& L = opts.layout;
   const TrainConfig& tc = opts.cfg.train;
+  if (L.tp >= 1) model_family(opts.cfg.model.type).validate_layout(opts.cfg.model, L.tp);
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  if (L.tp != 1)
-    throw UsageError(
-        fmt::format("tensor parallelism (--tp {}) is not supported yet: use --tp 1", L.tp));
   if (L.pp != 1)
     throw UsageError(
         fmt::format("pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));

@@ -1,0 +1,123 @@
+// Megatron-style tensor-parallel building blocks on the CPU (Shoeybi et al. 2019, "Megatron-LM"):
+// column- and row-parallel linears, a vocab-parallel embedding and cross-entropy, and the
+// conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and g) that join them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/group.hpp"
+
+namespace mpitron::tp {
+
+// Conventions (those of layers/README.md): N rows, IC/OC features of a linear, W stored (out, in);
+// parameter gradients +=, activation gradients =. Every call takes the tensor-parallel group tp
+// and every rank of it makes the same calls in the same order. At tp.size() == 1 each call is
+// exactly the serial layer (cpu::linear_forward, ...) with the same arguments: the same bits and
+// no collective. Nothing allocates; scratch is an explicit argument. All-reduces go through
+// Group::allreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them.
+
+// ---- communication pairs (a forward and its backward, side by side) ----
+
+// copy_to_tp (the paper's f) enters a parallel region whose input is replicated on every rank.
+// Forward: identity, nothing to do.
+void copy_to_tp_forward(comm::Group& tp, const float* x, size_t n);
+// Backward: dx = the sum over tp of every rank's partial input gradient (all-reduce, in place).
+void copy_to_tp_backward(comm::Group& tp, float* dx, size_t n);
+
+// reduce_from_tp (the paper's g) leaves a parallel region whose output is a sum of partials.
+// Forward: y = the sum over tp of every rank's partial output (all-reduce, in place).
+void reduce_from_tp_forward(comm::Group& tp, float* y, size_t n);
+// Backward: identity, dy is already replicated; nothing to do.
+void reduce_from_tp_backward(comm::Group& tp, const float* dy, size_t n);
+
+// ---- column-parallel linear: W split by output rows, this rank holds OCl of them ----
+
+// inp is replicated on every TP rank (copy_to_tp forward); out holds this rank's columns.
+void column_parallel_linear_forward(comm::Group& tp,
+                                    float* out,        // (N,OCl) =
+                                    const float* inp,  // (N,IC)
+                                    const float* w,    // (OCl,IC)
+                                    const float* b,    // (OCl) or nullptr
+                                    int N, int IC, int OCl);
+
+// dinp is the full input gradient, summed over TP (copy_to_tp backward: one all-reduce of N·IC).
+// dinp == nullptr skips it and the all-reduce (it must then be nullptr on every TP rank).
+void column_parallel_linear_backward(comm::Group& tp,
+                                     float* dinp,        // (N,IC)  =, or nullptr
+                                     float* dw,          // (OCl,IC) +=
+                                     float* db,          // (OCl)   +=, or nullptr
+                                     const float* dout,  // (N,OCl)
+                                     const float* inp,   // (N,IC)
+                                     const float* w,     // (OCl,IC)
+                                     int N, int IC, int OCl);
+
+// ---- row-parallel linear: W split by input columns, this rank holds ICl of them ----
+
+// out is the full product, summed over TP (reduce_from_tp forward: one all-reduce of N·OC); the
+// bias is replicated and added once, after the sum.
+void row_parallel_linear_forward(comm::Group& tp,
+                                 float* out,        // (N,OC) =
+                                 const float* inp,  // (N,ICl) this rank's part
+                                 const float* w,    // (OC,ICl)
+                                 const float* b,    // (OC) or nullptr, replicated
+                                 int N, int ICl, int OC);
+
+// No communication (reduce_from_tp backward is the identity). db gets the full column sums of dout
+// on every rank: the bias is replicated and its gradient is the same everywhere.
+void row_parallel_linear_backward(comm::Group& tp,
+                                  float* dinp,        // (N,ICl) =, or nullptr
+                                  float* dw,          // (OC,ICl) +=
+                                  float* db,          // (OC)    +=, or nullptr
+                                  const float* dout,  // (N,OC) replicated
+                                  const float* inp,   // (N,ICl)
+                                  const float* w,     // (OC,ICl)
+                                  int N, int ICl, int OC);
+
+// ---- vocab-parallel token + position embedding ----
+
+// This rank holds wte rows [v0, v0+Vl) (rows past the vocabulary are padding, never read). Tokens
+// outside the range contribute zeros; the sum over TP (reduce_from_tp forward: one all-reduce of
+// B·T·C) is then added to wpe[t], once. At tp.size() == 1, v0 must be 0.
+void vocab_parallel_embedding_forward(comm::Group& tp,
+                                      float* out,             // (B,T,C) =
+                                      const int32_t* tokens,  // (B,T), in [0, V)
+                                      const float* wte,       // (Vl,C)
+                                      const float* wpe,       // (maxT,C), replicated
+                                      int B, int T, int C, int v0, int Vl);
+
+// No communication. dwte rows of this rank's tokens +=; dwpe += the whole dout (replicated, the
+// same on every rank). Sums in token order per column block (bits independent of threads).
+void vocab_parallel_embedding_backward(comm::Group& tp,
+                                       float* dwte,            // (Vl,C)   +=
+                                       float* dwpe,            // (maxT,C) +=
+                                       const float* dout,      // (B,T,C)
+                                       const int32_t* tokens,  // (B,T)
+                                       int B, int T, int C, int v0, int Vl);
+
+// ---- vocab-parallel softmax cross-entropy ----
+
+// logits hold vocabulary columns [v0, v0+Vl) of which only global columns < V are real; the rest
+// is padding for a vocabulary tp does not divide (v0 = tp_rank·Vl, Vl = ceil(V/tp)): never read.
+// Three all-reduces of N floats: the row max (max), the sum of exp(x - max) (sum) and the
+// target's logit (sum, from the rank that holds it); no rank ever holds the full (N,V) logits.
+// losses and lse come out the same on every rank. scratch holds 3N floats (row max, sum of
+// exponentials, target logit; overwritten, unused at tp.size() == 1). At tp.size() == 1 the
+// serial layer needs v0 == 0 and Vl == V (no padding).
+void vocab_parallel_crossentropy_forward(comm::Group& tp,
+                                         float* losses,           // (N) =
+                                         float* lse,              // (N) =
+                                         float* scratch,          // (3N) scratch
+                                         const float* logits,     // (N,Vl)
+                                         const int32_t* targets,  // (N), in [0, V)
+                                         int N, int Vl, int v0, int V);
+
+// No communication. dlogits = (softmax - onehot) · dloss on real columns, 0 on padding; may alias
+// logits.
+void vocab_parallel_crossentropy_backward(comm::Group& tp,
+                                          float* dlogits,          // (N,Vl) =
+                                          const float* logits,     // (N,Vl)
+                                          const float* lse,        // (N), from forward
+                                          const int32_t* targets,  // (N)
+                                          float dloss, int N, int Vl, int v0, int V);
+
+}  // namespace mpitron::tp
