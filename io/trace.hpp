@@ -26,8 +26,8 @@ struct TraceRow {
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
 // /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s} float64, 1-D chunked with
 // unlimited length; /trace/rank_comm_bytes, rank_peak_mem_bytes and rank_param_bytes int64
-// (steps, world), both dimensions unlimited, created at the first row that carries them (earlier rows and absent
-// ranks read -1). Steps strictly increase.
+// (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
+// rows and absent ranks read -1). Steps strictly increase.
 //
 // Used by rank 0 only, with plain (non-MPI) file access. Crash safety: HDF5 is touched only inside
 // flush(), which ends with H5Fflush, so a process killed between flushes leaves the file exactly

@@ -67,14 +67,14 @@ class GptModel final : public Model {
   int loss_terms_per_sample() const override { return T; }
 
   GptConfig cfg;
-  int B = 0, T = 0;  // planned micro-batch
+  int B = 0, T = 0;    // planned micro-batch
   int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl) (padded past V on the last)
   GptWeights w, dw;
   Buffer<float> acts, dacts;  // every slot's activations; backward scratch (shared)
   Buffer<int32_t> tokens;     // (slots, 2, B, T) inputs and targets
   std::vector<GptActs> slots;
   float *dresidual, *dln_f;  // (B,T,C) scratch
-  float* ce_scratch;          // (3,B,T) vocab-parallel cross-entropy's row statistics
+  float* ce_scratch;         // (3,B,T) vocab-parallel cross-entropy's row statistics
   BlockScratch scratch;
 
  private:

@@ -125,8 +125,8 @@ struct Trainer {
     how.alloc = &alloc;
     model = build_model(cfg.model, how);
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
-    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
-                                      GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc);
+    sync = std::make_unique<GradSync>(
+        *model, grid.dp, &grid.tp, GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc);
     shard = sync->owned();
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
@@ -134,8 +134,8 @@ struct Trainer {
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     const int64_t param_bytes = int64_t(model->flat_size * sizeof(float));
-    MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1,
-                         MPI_INT64_T, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1, MPI_INT64_T,
+                         0, MPI_COMM_WORLD));
     row.param_bytes = param_bytes;
   }
 
@@ -401,8 +401,7 @@ struct Trainer {
               std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
               r.lr, r.grad_norm, tokens_per_step / dt / 1000,
               family.data == DataKind::text ? "tok" : "samples", dt * 1000,
-              human_bytes(double(row.param_bytes)), human_bytes(double(peak)),
-              human_seconds(eta));
+              human_bytes(double(row.param_bytes)), human_bytes(double(peak)), human_seconds(eta));
         }
       }
       const bool ckpt_due = tc.ckpt_every > 0 && s % tc.ckpt_every == 0;
