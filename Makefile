@@ -3,9 +3,9 @@
 SHELL := /bin/bash
 BUILD ?= build
 JOBS ?= 2
-RANKS ?= 2
+RANKS ?= 4
 DP ?= 2
-TP ?= 1
+TP ?= 2
 PP ?= 1
 ZERO ?= 1
 CONFIG ?= configs/gpt-tiny.toml

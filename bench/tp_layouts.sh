@@ -19,6 +19,7 @@ while getopts "b:s:o:h" opt; do
   esac
 done
 out=${out:-$(mktemp -d /tmp/tp_layouts.XXXXXX)}
+mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 data=$repo/data/kjv.txt
@@ -30,7 +31,7 @@ for c in "${cases[@]}"; do
     run=$out/${name}_tp$tp
     rm -rf "$run"
     echo "$name tp $tp: $steps steps, batch ${batch}x$seq"
-    mpirun -n "$tp" "$build/mpitron" train --config "$config" --data "$data" --tp "$tp" \
+    mpirun --bind-to none -n "$tp" "$build/mpitron" train --config "$config" --data "$data" --tp "$tp" \
       --steps "$steps" --batch-size "$batch" --seq-len "$seq" --eval-every 0 --log-every 0 \
       --dropout 0 --out "$run" >"$run.log" 2>&1 || { tail -n 5 "$run.log"; exit 1; }
   done
@@ -50,9 +51,8 @@ def allreduce(n, elem, p, r):  # bytes rank r sends in a ring all-reduce (comm/g
 
 print(f"{'model':<10} {'tp':>2} {'ms/step':>8} {'sent/step/rank':>15} {'formula':>10} "
       f"{'params/rank':>12} {'peak/rank':>10}")
-for run in sorted(out.glob("*_tp*"), key=lambda p: (p.name.split("_tp")[0], int(p.name.split("_tp")[1]))):
-    if not run.is_dir():
-        continue
+runs = [r for r in out.glob("*_tp*") if r.is_dir()]
+for run in sorted(runs, key=lambda r: (r.name.split("_tp")[0], int(r.name.split("_tp")[1]))):
     with h5py.File(run / "trace.h5", "r") as f:
         a = f.attrs
         L, C = int(a["model.n_layer"]), int(a["model.n_embd"])

@@ -49,6 +49,8 @@ mpitron_layout_test(dp2_tp2 4 --dp 2 --tp 2)
 mpitron_layout_test(dp2_tp2_zero1 4 --dp 2 --tp 2 --zero 1)
 mpitron_layout_test(dp2_tp2_zero2 4 --dp 2 --tp 2 --zero 2)
 mpitron_layout_test(dp2_tp2_zero2_ring 4 --dp 2 --tp 2 --zero 2 --dp-reduce ring)
+mpitron_layout_test(dp2_tp2_zero1_gather_scatter 4 --dp 2 --tp 2 --zero 1 --dp-reduce gather-scatter)
+mpitron_layout_test(dp2_tp2_bucketed 4 --dp 2 --tp 2 --bucket-mb 0.1)
 mpitron_layout_test(tp2_micro2 2 --tp 2 --micro-batches 2)
 
 add_test(NAME equivalence_resume_across_tp_layouts
