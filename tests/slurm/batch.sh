@@ -32,7 +32,8 @@ id[gpu-shared]=$(submit gpu-shared bridges2-gpu-shared.sbatch "${gpu_args[@]}")
 id[gpu]=$(submit gpu bridges2-gpu.sbatch --gpus=0 --ntasks-per-node=2)
 id[rm]=$(submit rm bridges2-rm.sbatch --ntasks-per-node=2 --cpus-per-task=1)
 id[generic]=$(ZERO=1 submit generic generic.sbatch --ntasks=2)
-id[refused-tp]=$(TP=2 submit refused-tp generic.sbatch --ntasks=2)
+id[tp]=$(TP=2 submit tp generic.sbatch --ntasks=2)
+id[refused-pp]=$(PP=2 submit refused-pp generic.sbatch --ntasks=2)
 if [[ $CLUSTER_GPUS != 0 ]]; then
   id[refused-gpus]=$(submit refused-gpus bridges2-gpu-shared.sbatch --ntasks-per-node=2)
 fi
@@ -87,10 +88,15 @@ trained rm-shared bridges2-rm-shared.sbatch 2 mpirun
 trained generic generic.sbatch 2 "srun --mpi=pmix"
 [[ $(trace_attr "$WORK/generic/trace.h5" layout.zero) == 1 ]] || fail "generic: ZERO=1 did not arrive"
 
-expect refused-tp FAILED
-grep -q "error: .*not supported yet" "$WORK"/refused-tp/slurm-*.out ||
-  fail "TP=2 was not refused by mpitron: $(cat "$WORK"/refused-tp/slurm-*.out)"
-grep -q -- "--tp 2" "$WORK/refused-tp/jobs.log" || fail "TP=2 was not passed to mpitron"
+# TP=2 on 2 tasks: the script infers dp 1 and mpitron trains tensor-parallel.
+expect tp COMPLETED
+check_trace "$WORK/tp" $steps
+[[ $(trace_attr "$WORK/tp/trace.h5" layout.tp) == 2 && $(trace_attr "$WORK/tp/trace.h5" layout.dp) == 1 ]] ||
+  fail "tp: TP=2 did not arrive as dp 1 x tp 2"
+expect refused-pp FAILED
+grep -q "error: .*not supported yet" "$WORK"/refused-pp/slurm-*.out ||
+  fail "PP=2 was not refused by mpitron: $(cat "$WORK"/refused-pp/slurm-*.out)"
+grep -q -- "--pp 2" "$WORK/refused-pp/jobs.log" || fail "PP=2 was not passed to mpitron"
 if [[ $CLUSTER_GPUS != 0 ]]; then
   expect refused-gpus FAILED
   grep -q "error: one rank per GPU" "$WORK"/refused-gpus/slurm-*.out ||
