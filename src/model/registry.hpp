@@ -30,9 +30,9 @@ struct ShardSpec {
   StageOwner stage = StageOwner::every;
   int block = -1;  // with StageOwner::block
   // tp_dim is padded up to a multiple of tp (a vocabulary tp does not divide): each rank holds
-  // ceil(D / tp) rows, the last rank's rows beyond D are padding. Padding rows are zero, never
-  // trained into meaningfully, never checkpointed. Requires tp_dim == 0 (so a shard's padding is
-  // a suffix of its flat range) and tp_stride == 1.
+  // ceil(D / tp) rows, the last rank's rows beyond D are padding. Padding rows are zero, get zero
+  // gradients (the model keeps them out of its results) and are never checkpointed. Requires tp_dim
+  // == 0 (so a shard's padding is a suffix of its flat range) and tp_stride == 1.
   bool tp_pad = false;
 };
 
