@@ -11,25 +11,14 @@
 
 #include "comm/mpi_check.hpp"
 #include "io/checkpoint.hpp"
+#include "tests/mpi_expect.hpp"
 
 namespace fs = std::filesystem;
 using namespace mpitron;
+using namespace mpitron::mpi_test;
 using namespace mpitron::io;
 
 namespace {
-
-int g_rank = 0, g_size = 1, g_failures = 0;
-
-#define EXPECT(cond, ...)                                                                    \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ++g_failures;                                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d check failed: %s: ", g_rank, __FILE__, __LINE__, \
-                   #cond);                                                                   \
-      std::fprintf(stderr, __VA_ARGS__);                                                     \
-      std::fprintf(stderr, "\n");                                                            \
-    }                                                                                        \
-  } while (0)
 
 float value_of(int tensor, int64_t flat) {
   return static_cast<float>(tensor * 10000 + 0.25 * flat);
@@ -217,8 +206,7 @@ int main(int argc, char** argv) {
     ++g_failures;
   }
 
-  int failures = g_failures;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  const int failures = mpi_test_failures();
   if (g_rank == 0) {
     if (failures == 0) fs::remove_all(run);
     std::printf("mpi_checkpoint_roundtrip on %d ranks: %s (%d failed checks)\n", g_size,

@@ -19,24 +19,13 @@
 #include "io/checkpoint.hpp"
 #include "src/model/registry.hpp"
 #include "src/train/model_checkpoint.hpp"
+#include "tests/mpi_expect.hpp"
 
 namespace fs = std::filesystem;
 using namespace mpitron;
+using namespace mpitron::mpi_test;
 
 namespace {
-
-int g_rank = 0, g_size = 1, g_failures = 0;
-
-#define EXPECT(cond, ...)                                                                    \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ++g_failures;                                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d check failed: %s: ", g_rank, __FILE__, __LINE__, \
-                   #cond);                                                                   \
-      std::fprintf(stderr, __VA_ARGS__);                                                     \
-      std::fprintf(stderr, "\n");                                                            \
-    }                                                                                        \
-  } while (0)
 
 constexpr int64_t C = 8, V = 11;
 constexpr uint64_t kSeed = 1234;
@@ -219,8 +208,7 @@ int main(int argc, char** argv) {
     ++g_failures;
   }
 
-  int failures = g_failures;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  const int failures = mpi_test_failures();
   if (g_rank == 0) {
     if (failures == 0) fs::remove_all(run);
     std::printf("mpi_tp_checkpoint on %d ranks: %s (%d failed checks)\n", g_size,

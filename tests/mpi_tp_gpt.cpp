@@ -21,19 +21,12 @@
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/grad_sync.hpp"
+#include "tests/mpi_expect.hpp"
 
 using namespace mpitron;
+using namespace mpitron::mpi_test;
 
 namespace {
-
-int g_rank = 0, g_failures = 0;
-
-void check(bool ok, const char* what) {
-  if (!ok) {
-    std::fprintf(stderr, "[rank %d] FAILED: %s\n", g_rank, what);
-    ++g_failures;
-  }
-}
 
 struct Trained {
   std::unique_ptr<Model> model;
@@ -98,10 +91,8 @@ int main(int argc, char** argv) {
     const int r = grid.tp.rank();
     const uint64_t expected = (4 * uint64_t(L) + 2) * comm::allreduce_bytes_sent(NC, 4, p, r) +
                               3 * comm::allreduce_bytes_sent(N, 4, p, r);
-    if (sent != expected)
-      std::fprintf(stderr, "[rank %d] TP bytes of one step: %llu, formula %llu\n", g_rank,
-                   (unsigned long long)sent, (unsigned long long)expected);
-    check(sent == expected, "TP bytes of one forward and backward equal (4L+2) B·T·C + 3 B·T");
+    EXPECT(sent == expected, "TP bytes of one step: %llu, formula (4L+2) B·T·C + 3 B·T: %llu",
+           (unsigned long long)sent, (unsigned long long)expected);
 
     // (3) losses against the unsharded model, step by step.
     double worst = std::fabs(loss1 - step(ser, 1)) / std::fabs(loss1);
@@ -111,7 +102,7 @@ int main(int argc, char** argv) {
     }
     if (g_rank == 0)
       std::printf("tp %d: largest relative loss difference to tp 1: %.3e\n", p, worst);
-    check(worst < 1e-5, "losses equal the tp 1 model's to 1e-5");
+    EXPECT(worst < 1e-5, "losses differ from the tp 1 model's by %.3e", worst);
 
     // (2) replicated tensors bitwise identical on every TP rank.
     int replicated = 0;
@@ -122,17 +113,15 @@ int main(int argc, char** argv) {
                               par.model->params.data() + q.offset + q.numel);
       std::vector<float> root = mine;
       MPI_CHECK(MPI_Bcast(root.data(), int(root.size()), MPI_FLOAT, 0, grid.tp.comm()));
-      if (std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) != 0) {
-        std::fprintf(stderr, "[rank %d] %s differs from TP rank 0's\n", g_rank, q.name.c_str());
-        ++g_failures;
-      }
+      EXPECT(std::memcmp(mine.data(), root.data(), mine.size() * sizeof(float)) == 0,
+             "%s differs from TP rank 0's", q.name.c_str());
     }
-    check(replicated == 3 + 6 * L, "wpe, ln_f and six replicated tensors per block");
+    EXPECT(replicated == 3 + 6 * L, "%d replicated tensors, not wpe, ln_f and six per block",
+           replicated);
 
-    const int64_t failed = comm::Group::world().allreduce_sum(int64_t(g_failures));
+    g_failures = mpi_test_failures();
     if (g_rank == 0)
-      std::printf("mpi_tp_gpt at tp %d: %s\n", p, failed == 0 ? "all checks passed" : "FAILED");
-    g_failures = int(failed);
+      std::printf("mpi_tp_gpt at tp %d: %s\n", p, g_failures == 0 ? "all checks passed" : "FAILED");
   }
   MPI_CHECK(MPI_Finalize());
   return g_failures == 0 ? 0 : 1;
