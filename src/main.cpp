@@ -45,13 +45,13 @@ int world_rank() {
 
 // A model from a checkpoint, planned for micro-batches of `rows` samples of seq_len tokens
 // (0: the model's longest).
-std::unique_ptr<Model> load_for_inference(const std::string& ckpt, int rows, int seq_len,
-                                          DeviceAllocator& alloc) {
+std::unique_ptr<Model> load_for_inference(const std::string& ckpt, const CheckpointRecord& rec,
+                                          int rows, int seq_len, DeviceAllocator& alloc) {
   ModelBuild how;
   how.micro_rows = rows;
   how.seq_len = seq_len;
   how.alloc = &alloc;
-  return load_model(ckpt, how);
+  return load_model(ckpt, rec.model, how);
 }
 
 // Draws the next token from logits with temperature, top-k and top-p (nucleus) filtering.
@@ -100,7 +100,7 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
   if (V < 256)
     throw UsageError(fmt::format("{} has a vocabulary of {}: too small for byte tokens", ckpt, V));
   DeviceAllocator alloc{"cpu"};
-  std::unique_ptr<Model> model = load_for_inference(ckpt, 1, T, alloc);
+  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, 1, T, alloc);
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (auto& t : text) t = uint8_t(t);
   if (text.empty()) text.push_back('\n');
@@ -146,7 +146,7 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
   for (int32_t t : tokens)
     if (t < 0 || t >= family.classes(rec.model))
       throw UsageError(fmt::format("token {} is outside the vocabulary", t));
-  std::unique_ptr<Model> model = load_for_inference(ckpt, B, T, alloc);
+  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, B, T, alloc);
   GradStorage grads = GradStorage::full(*model, alloc);
   MicroBatch mb;
   mb.samples = {tokens.data(), nullptr, nullptr, B};
@@ -188,7 +188,7 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     throw UsageError("--batch-size and --batches must be positive");
   DeviceAllocator alloc{"cpu"};
   BatchSource data = BatchSource::load(family.data, data_path, T, batch_size, alloc);
-  std::unique_ptr<Model> model = load_for_inference(ckpt, batch_size, T, alloc);
+  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, batch_size, T, alloc);
   const int K = int(family.classes(rec.model));
   std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
@@ -199,12 +199,12 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     mb.samples = data.view(0, batch_size);
     sum += model->forward(mb);
     if (text) continue;
-    correct += model->count_correct(mb);
     const ModelOutput out = model->output(0);
     for (int r = 0; r < batch_size; ++r) {
       const float* row = out.logits + size_t(r) * K;
       const int pred = int(std::max_element(row, row + K) - row);
       confusion[size_t(mb.samples.labels[r]) * K + pred] += 1;
+      correct += pred == mb.samples.labels[r];
     }
   }
   const double samples = double(batches) * batch_size;

@@ -206,12 +206,7 @@ int main(int argc, char** argv) {
     ++g_failures;
   }
 
-  const int failures = mpi_test_failures();
-  if (g_rank == 0) {
-    if (failures == 0) fs::remove_all(run);
-    std::printf("mpi_checkpoint_roundtrip on %d ranks: %s (%d failed checks)\n", g_size,
-                failures == 0 ? "OK" : "FAILED", failures);
-  }
+  const int status = mpi_test_finish("mpi_checkpoint_roundtrip", run);
   MPI_CHECK(MPI_Finalize());
-  return failures == 0 ? 0 : 1;
+  return status;
 }

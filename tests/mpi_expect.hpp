@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "comm/mpi_check.hpp"
 
@@ -16,6 +17,18 @@ inline int mpi_test_failures() {
   int failures = g_failures;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   return failures;
+}
+
+// The end of a test program's checks: sums the failures, rank 0 prints the verdict and removes
+// the work folder when every check passed. Returns the exit status, the same on every rank.
+inline int mpi_test_finish(const char* name, const std::filesystem::path& work) {
+  const int failures = mpi_test_failures();
+  if (g_rank == 0) {
+    if (failures == 0) std::filesystem::remove_all(work);
+    std::printf("%s on %d ranks: %s (%d failed checks)\n", name, g_size,
+                failures == 0 ? "OK" : "FAILED", failures);
+  }
+  return failures == 0 ? 0 : 1;
 }
 }  // namespace mpitron::mpi_test
 

@@ -220,9 +220,9 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
   return pieces;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, ModelBuild how) {
-  const CheckpointRecord r = read_checkpoint_record(path);
-  std::unique_ptr<Model> model = build_model(r.model, how);
+std::unique_ptr<Model> load_model(const std::string& path, const ModelConfig& model_config,
+                                  ModelBuild how) {
+  std::unique_ptr<Model> model = build_model(model_config, how);
   io::read_checkpoint_tensors(path, parameter_pieces(*model, true));
   return model;
 }

@@ -69,7 +69,9 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
                                            float* v, bool with_blocks,
                                            bool replicas_write_once = false);
 
-// A model built from a checkpoint's shape, its parameters and buffers loaded (eval, generate).
-std::unique_ptr<Model> load_model(const std::string& path, ModelBuild how);
+// A model of the checkpoint's shape (read_checkpoint_record(path).model), its parameters and
+// buffers loaded from path (eval, generate).
+std::unique_ptr<Model> load_model(const std::string& path, const ModelConfig& model,
+                                  ModelBuild how);
 
 }  // namespace mpitron
