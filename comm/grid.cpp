@@ -85,6 +85,12 @@ std::vector<int> pp_group_ranks(const GridShape& s, int rank) {
   return group_ranks(s, rank, s.pp, [](GridCoords& c, int i) { c.pp_rank = i; });
 }
 
+std::vector<int> embedding_group_ranks(const GridShape& s, int rank) {
+  const std::vector<int> stages = pp_group_ranks(s, rank);
+  if (s.pp == 1 || (rank != stages.front() && rank != stages.back())) return {};
+  return {stages.front(), stages.back()};
+}
+
 namespace {
 
 // Splits the world so that `members` (this rank's group, in group order, identical on all members)
@@ -111,13 +117,21 @@ Grid make_grid(int dp, int tp, int pp) {
   Group dp_group = split_group(dp_group_ranks(shape, rank), rank);
   Group tp_group = split_group(tp_group_ranks(shape, rank), rank);
   Group pp_group = split_group(pp_group_ranks(shape, rank), rank);
+  Group embedding;
+  if (const std::vector<int> e = embedding_group_ranks(shape, rank); !e.empty()) {
+    embedding = split_group(e, rank);
+  } else {  // MPI_Comm_split is collective over the world: ranks outside every group take part too
+    MPI_Comm none = MPI_COMM_NULL;
+    MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, 0, &none));
+  }
   return Grid{shape,
               rank,
               grid_coords(shape, rank),
               std::move(world),
               std::move(dp_group),
               std::move(tp_group),
-              std::move(pp_group)};
+              std::move(pp_group),
+              std::move(embedding)};
 }
 
 }  // namespace mpitron::comm

@@ -31,6 +31,10 @@ int grid_rank(const GridShape& s, const GridCoords& c);
 std::vector<int> dp_group_ranks(const GridShape& s, int rank);  // same tp_rank, pp_rank; size dp
 std::vector<int> tp_group_ranks(const GridShape& s, int rank);  // same dp_rank, pp_rank; size tp
 std::vector<int> pp_group_ranks(const GridShape& s, int rank);  // same dp_rank, tp_rank; size pp
+// The embedding group of a first or last pipeline stage (Megatron-LM's): the first and last rank of
+// its pp group, which hold the tied token embedding and LM head and sum its gradient. Empty for
+// the other stages and when pp == 1 (the one stage holds both).
+std::vector<int> embedding_group_ranks(const GridShape& s, int rank);
 
 // The layout and its communicators, created once and passed explicitly. Move-only (it owns the
 // split communicators, freed when the Grid is destroyed — before MPI_Finalize).
@@ -39,6 +43,7 @@ struct Grid {
   int rank;  // in MPI_COMM_WORLD
   GridCoords coords;
   Group world, dp, tp, pp;
+  Group embedding;  // embedding_group_ranks; a null group (size 0) where that is empty
 };
 
 // Collective over MPI_COMM_WORLD. Every rank checks the shape before any collective, so on a bad

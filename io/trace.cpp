@@ -32,6 +32,7 @@ constexpr Column kColumns[] = {
     {"comm_bytes", &TraceRow::comm_bytes, nullptr},
     {"peak_mem_bytes", &TraceRow::peak_mem_bytes, nullptr},
     {"param_bytes", &TraceRow::param_bytes, nullptr},
+    {"bubble", nullptr, &TraceRow::bubble},
 };
 
 struct MatrixColumn {
@@ -43,6 +44,7 @@ constexpr MatrixColumn kMatrices[] = {
     {"rank_comm_bytes", &TraceRow::rank_comm_bytes},
     {"rank_peak_mem_bytes", &TraceRow::rank_peak_mem_bytes},
     {"rank_param_bytes", &TraceRow::rank_param_bytes},
+    {"rank_busy_us", &TraceRow::rank_busy_us},
 };
 
 // Creates an extendible 1-D column of `rows` fill values.
@@ -280,6 +282,7 @@ Trace read_trace(const std::string& path) {
   t.grad_norm = read_column<double>(group, path, "grad_norm", n, kNaN);
   t.tokens_per_s = read_column<double>(group, path, "tokens_per_s", n, kNaN);
   t.step_s = read_column<double>(group, path, "step_s", n, kNaN);
+  t.bubble = read_column<double>(group, path, "bubble", n, kNaN);
   t.comm_bytes = read_column<int64_t>(group, path, "comm_bytes", n, kMissing);
   t.peak_mem_bytes = read_column<int64_t>(group, path, "peak_mem_bytes", n, kMissing);
   t.param_bytes = read_column<int64_t>(group, path, "param_bytes", n, kMissing);

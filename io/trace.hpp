@@ -19,13 +19,17 @@ struct TraceRow {
   int64_t comm_bytes = 0;
   int64_t peak_mem_bytes = 0;
   int64_t param_bytes = 0;  // this rank's parameters (its TP shard), bytes
+  // Measured idle fraction of the step's forward and backward: 1 - (time every rank spent
+  // computing) / (ranks x the slowest rank's time); the pipeline bubble, plus any imbalance.
+  double bubble = 0;
   // One entry per world rank; empty => not written for this row (stored as -1).
   std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes, rank_param_bytes;
+  std::vector<int64_t> rank_busy_us;  // microseconds in forward and backward this step
 };
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
-// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s} float64, 1-D chunked with
-// unlimited length; /trace/rank_comm_bytes, rank_peak_mem_bytes and rank_param_bytes int64
+// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble} float64, 1-D chunked
+// with unlimited length; /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us} int64
 // (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
 // rows and absent ranks read -1). Steps strictly increase.
 //
@@ -68,7 +72,7 @@ class TraceWriter {
 // missing, e.g. from an older writer, is padded with NaN / -1), and the root attributes.
 struct Trace {
   std::vector<int64_t> step;
-  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s;
+  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s, bubble;
   std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes;
   Attributes attrs;
 };

@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
         warmup, eval_batches;
     std::optional<double> lr, dropout;
     std::optional<uint64_t> seed;
-    std::string dp_reduce = "allreduce";
+    std::string dp_reduce = "allreduce", schedule = "1f1b";
     train->add_option("--config", config_path, "model and run preset (TOML)")->required();
     train->add_option("--data", data_path,
                       "text file (byte tokens) or image folder (default: the model family's)");
@@ -303,6 +303,13 @@ int main(int argc, char** argv) {
     train->add_option("--dp", opts.layout.dp, "data-parallel ranks");
     train->add_option("--tp", opts.layout.tp, "tensor-parallel ranks");
     train->add_option("--pp", opts.layout.pp, "pipeline stages");
+    train->add_option("--schedule", schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
+        ->capture_default_str();
+    train->add_option("--virtual-stages", opts.layout.virtual_stages,
+                      "model chunks per pipeline rank (--schedule interleaved)");
+    train->add_option("--stage-layers", opts.layout.stage_layers,
+                      "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
+        ->delimiter(',');
     train->add_option("--zero", opts.layout.zero,
                       "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
     train->add_option("--dp-reduce", dp_reduce, "allreduce | ring | gather-scatter");
@@ -417,6 +424,7 @@ int main(int argc, char** argv) {
       }
       opts.data = data_path;
       opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);
+      opts.layout.schedule = pipeline::parse_schedule(schedule);
       rc = run_training(opts);
     } else if (eval->parsed()) {
       rc = cmd_eval(eval_ckpt, eval_tokens, eval_dump, eval_data, eval_nb, eval_bs, eval_T,

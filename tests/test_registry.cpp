@@ -70,7 +70,7 @@ TEST(Registry, StagesHoldWhatTheSpecSays) {
   const GptConfig cfg{4, 2, 16, 8, 32};
   auto names = [&](int stage, int first, int end) {
     std::set<std::string> s;
-    const ParamRegistry reg = gpt_registry(cfg, RegistrySlice{1, 0, stage, 2, first, end});
+    const ParamRegistry reg = gpt_registry(cfg, RegistrySlice{1, 0, stage, 2, {{first, end}}});
     for (const auto& p : reg.params()) s.insert(p.name);
     return s;
   };

@@ -39,6 +39,10 @@ struct ModelFamily {
   int64_t (*sample_size)(const ModelConfig& model);
   // Classes the model predicts: the vocabulary of a language model, the labels of a classifier.
   int64_t (*classes)(const ModelConfig& model);
+  // Pipeline parallelism, for families that split into stages (nullptr: one stage only): the
+  // blocks stages divide among themselves, and the registry of any slice without building it.
+  int (*pipeline_blocks)(const ModelConfig& model) = nullptr;
+  ParamRegistry (*registry)(const ModelConfig& model, const RegistrySlice& slice) = nullptr;
 };
 
 // The family of a type; UsageError naming the known types when there is none.

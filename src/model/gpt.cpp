@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -91,17 +92,21 @@ namespace {
 
 template <class At>
 GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At address) {
-  auto at = [&](const std::string& name) { return address(reg.at(name).offset); };
+  auto at = [&](const std::string& name) -> float* {
+    const ParamInfo* p = reg.find(name);
+    return p ? address(p->offset) : nullptr;
+  };
   GptWeights w;
   w.wte = at("wte.weight");
   w.wpe = at("wpe.weight");
+  w.h.resize(cfg.n_layer);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
-    w.h.push_back({at(p + "ln_1.weight"), at(p + "ln_1.bias"), at(p + "attn.c_attn.weight"),
-                   at(p + "attn.c_attn.bias"), at(p + "attn.c_proj.weight"),
-                   at(p + "attn.c_proj.bias"), at(p + "ln_2.weight"), at(p + "ln_2.bias"),
-                   at(p + "mlp.c_fc.weight"), at(p + "mlp.c_fc.bias"), at(p + "mlp.c_proj.weight"),
-                   at(p + "mlp.c_proj.bias")});
+    if (!reg.find(p + "ln_1.weight")) continue;
+    w.h[l] = {at(p + "ln_1.weight"),      at(p + "ln_1.bias"),        at(p + "attn.c_attn.weight"),
+              at(p + "attn.c_attn.bias"), at(p + "attn.c_proj.weight"), at(p + "attn.c_proj.bias"),
+              at(p + "ln_2.weight"),      at(p + "ln_2.bias"),        at(p + "mlp.c_fc.weight"),
+              at(p + "mlp.c_fc.bias"),    at(p + "mlp.c_proj.weight"), at(p + "mlp.c_proj.bias")};
   }
   w.ln_f_w = at("ln_f.weight");
   w.ln_f_b = at("ln_f.bias");
@@ -121,7 +126,6 @@ BlockDropout block_dropout(const MicroBatch& mb, int layer, uint64_t row0) {
 
 GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
-  MPITRON_REQUIRE(how.slice.stages == 1, "the GPT runs as one pipeline stage in this build");
   tp_ = how.tp ? how.tp : &self_;
   MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
                   "the TP group does not match the registry slice");
@@ -131,52 +135,80 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   v0 = how.slice.tp_rank * Vl;
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   DeviceAllocator& alloc = *how.alloc;
-  registry = gpt_registry(cfg, how.slice);
+  const RegistrySlice& slice = how.slice;
+  for (size_t k = 0; k < slice.chunks.size(); ++k) {
+    GptChunk ch;
+    ch.blocks = {slice.chunks[k].begin, std::min(slice.chunks[k].end, cfg.n_layer)};
+    MPITRON_REQUIRE(ch.blocks.begin >= 0 && ch.blocks.size() >= 1, "a chunk without blocks");
+    MPITRON_REQUIRE(k == 0 || ch.blocks.begin >= chunks.back().blocks.end,
+                    "chunks out of network order");
+    ch.first = slice.stage == 0 && k == 0;
+    ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
+    chunks.push_back(std::move(ch));
+  }
+  holds_first_ = chunks.front().first;
+  registry = gpt_registry(cfg, slice);
   allocate_tensors(how);
   float* p = params.data();
   w = gpt_weights(registry, cfg, [p](size_t offset) { return p + offset; });
 
-  // Gradient segments in backward's order of completion: ln_f, blocks last to first, embeddings.
-  const size_t head_end = registry.at("h.0.ln_1.weight").offset;
-  const size_t ln_f = registry.at("ln_f.weight").offset;
-  segments.push_back({0, head_end, false});
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    const size_t b = registry.at("h." + std::to_string(l) + ".ln_1.weight").offset;
-    const size_t e = l + 1 < cfg.n_layer
-                         ? registry.at("h." + std::to_string(l + 1) + ".ln_1.weight").offset
-                         : ln_f;
-    segment_of_block.push_back(segments.size());
-    segments.push_back({b, e, true});
+  // Gradient segments in flat order: the embeddings, each block, ln_f (those this stage holds).
+  auto begin_of = [&](int l) { return registry.at("h." + std::to_string(l) + ".ln_1.weight").offset; };
+  const size_t first_block_at = begin_of(chunks.front().blocks.begin);
+  if (first_block_at > 0) {
+    embedding_segment_ = segments.size();
+    segments.push_back({0, first_block_at, false});
   }
-  segments.push_back({ln_f, flat_size, false});
+  segment_of_block.assign(cfg.n_layer, SIZE_MAX);
+  const ParamInfo* ln_f = registry.find("ln_f.weight");
+  const size_t blocks_end = ln_f ? ln_f->offset : flat_size;
+  for (const GptChunk& ch : chunks)
+    for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
+      const bool next_held = l + 1 < cfg.n_layer && registry.find("h." + std::to_string(l + 1) + ".ln_1.weight");
+      segment_of_block[l] = segments.size();
+      segments.push_back({begin_of(l), next_held ? begin_of(l + 1) : blocks_end, true});
+    }
+  if (ln_f) {
+    head_segment_ = segments.size();
+    segments.push_back({ln_f->offset, flat_size, false});
+  } else {
+    segments.back().end = flat_size;  // the flat padding joins the last block
+  }
 
   const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
-  slots.resize(size_t(std::max(1, how.slots)));
+  const int slot_count = std::max(1, how.slots);
+  bool any_last = false;
+  for (GptChunk& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
-    for (GptActs& s : slots) {
-      s.encoded = a.take(BT * C);
-      s.blocks.resize(cfg.n_layer);
-      for (BlockActs& b : s.blocks) block_acts_carve(b, a, shape);
-      s.ln_f = a.take(BT * C);
-      s.ln_f_mean = a.take(BT);
-      s.ln_f_rstd = a.take(BT);
-      s.logits = a.take(BT * V);
-      s.lse = a.take(BT);
-      s.losses = a.take(BT);
-    }
+    for (GptChunk& ch : chunks)
+      for (GptActs& s : ch.slots) {
+        s.encoded = a.take(BT * C);
+        s.blocks.resize(ch.blocks.size());
+        for (BlockActs& b : s.blocks) block_acts_carve(b, a, shape);
+        if (!ch.last) continue;
+        s.ln_f = a.take(BT * C);
+        s.ln_f_mean = a.take(BT);
+        s.ln_f_rstd = a.take(BT);
+        s.logits = a.take(BT * V);
+        s.lse = a.take(BT);
+        s.losses = a.take(BT);
+      }
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
     dresidual = d.take(BT * C);
-    ce_scratch = d.take(3 * BT);
+    ce_scratch = any_last ? d.take(3 * BT) : nullptr;
     block_scratch_carve(scratch, d, shape);
   });
   dln_f = scratch.dln;
-  tokens = Buffer<int32_t>(alloc, slots.size() * 2 * BT);
-  for (size_t s = 0; s < slots.size(); ++s) {
-    slots[s].inputs = tokens.data() + 2 * s * BT;
-    slots[s].targets = slots[s].inputs + BT;
-  }
+  tokens = Buffer<int32_t>(alloc, chunks.size() * slot_count * 2 * BT);
+  int32_t* t = tokens.data();
+  for (GptChunk& ch : chunks)
+    for (GptActs& s : ch.slots) {
+      s.inputs = t;
+      s.targets = t + BT;
+      t += 2 * BT;
+    }
 }
 
 void GptModel::bind_gradients(const std::function<float*(size_t)>& address) {
@@ -184,9 +216,12 @@ void GptModel::bind_gradients(const std::function<float*(size_t)>& address) {
 }
 
 double GptModel::forward(const MicroBatch& mb) {
-  MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot < int(slots.size()),
+  MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
+  GptChunk& ch = chunks[mb.chunk];
+  MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 &&
+                      mb.slot < int(ch.slots.size()),
                   "micro-batch larger than planned, or not tokens");
-  GptActs& a = slots[mb.slot];
+  GptActs& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
   const int32_t* tok = mb.samples.tokens;
@@ -197,14 +232,19 @@ double GptModel::forward(const MicroBatch& mb) {
     }
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
-  tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl);
-  cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  if (ch.first) {
+    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0,
+                                         Vl);
+    cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  }
   const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
   const float* x = a.encoded;
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    transformer_block_forward(a.blocks[l], x, w.h[l], shape, block_dropout(mb, l, row0));
-    x = a.blocks[l].res_mlp;
+  for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
+    BlockActs& acts_l = a.blocks[l - ch.blocks.begin];
+    transformer_block_forward(acts_l, x, w.h[l], shape, block_dropout(mb, l, row0));
+    x = acts_l.res_mlp;
   }
+  if (!ch.last) return 0.0;
   cpu::layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C);
   tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl);
   tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
@@ -215,35 +255,59 @@ double GptModel::forward(const MicroBatch& mb) {
 }
 
 void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
-  const GptActs& a = slots[mb.slot];
+  const GptChunk& ch = chunks[mb.chunk];
+  const GptActs& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
-  tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
-                                           v0, V);
-  const float* x_last = a.blocks.back().res_mlp;
-  tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
-                                      Vl);
-  cpu::zero(dresidual, size_t(N) * C);
-  cpu::layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
-                          a.ln_f_rstd, N, C);
-  ready(segments.size() - 1);
+  if (ch.last) {
+    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N,
+                                             Vl, v0, V);
+    const float* x_last = a.blocks.back().res_mlp;
+    tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
+                                        Vl);
+    cpu::zero(dresidual, size_t(N) * C);
+    cpu::layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
+                            a.ln_f_rstd, N, C);
+    ready(head_segment_);
+  }  // else dresidual holds the gradient of the chunk's output, received from the next stage
   const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
-  for (int l = cfg.n_layer - 1; l >= 0; --l) {
-    const float* x = l == 0 ? a.encoded : a.blocks[l - 1].res_mlp;
-    transformer_block_backward(dresidual, dw.h[l], scratch, a.blocks[l], x, w.h[l], shape,
+  for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
+    const int k = l - ch.blocks.begin;
+    const float* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
+    transformer_block_backward(dresidual, dw.h[l], scratch, a.blocks[k], x, w.h[l], shape,
                                block_dropout(mb, l, row0));
     ready(segment_of_block[l]);
   }
-  cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C,
-                                        v0, Vl);
-  ready(0);
+  if (ch.first) {
+    cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N,
+                          C);
+    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T,
+                                          C, v0, Vl);
+  }
+  // The embedding segment is final after the embedding (first stage) or the tied head (last).
+  if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);
 }
 
 ModelOutput GptModel::output(int slot) const {
-  return {slots[slot].logits, T, Vl};
+  return {chunks.back().slots[slot].logits, T, Vl};
+}
+
+StageBoundary GptModel::boundary(int chunk, int slot) {
+  GptChunk& ch = chunks[chunk];
+  GptActs& a = ch.slots[slot];
+  StageBoundary b;
+  b.elements_per_sample = size_t(T) * cfg.n_embd;
+  if (!ch.first) {
+    b.input = a.encoded;
+    b.input_grad = dresidual;
+  }
+  if (!ch.last) {
+    b.output = a.blocks.back().res_mlp;
+    b.output_grad = dresidual;
+  }
+  return b;
 }
 
 std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how) {

@@ -1,5 +1,7 @@
 #include "src/model/model.hpp"
 
+#include <fmt/format.h>
+
 #include "src/check.hpp"
 
 namespace mpitron {
@@ -24,6 +26,10 @@ int64_t Model::count_correct(const MicroBatch& mb) const {
     correct += best == mb.samples.labels[r];
   }
   return correct;
+}
+
+StageBoundary Model::boundary(int, int) {
+  throw UsageError(fmt::format("the {} family runs as one pipeline stage (--pp 1)", config.type));
 }
 
 }  // namespace mpitron

@@ -30,7 +30,8 @@ struct SampleView {
 // global sample), so every layout draws the baseline's masks (ARCHITECTURE.md, "Invariants").
 struct MicroBatch {
   SampleView samples;
-  int slot = 0;              // which planned activation set holds it (micro-batches in flight)
+  int slot = 0;   // which planned activation set holds it (micro-batches in flight)
+  int chunk = 0;  // which of this stage's model chunks runs it (interleaved pipelines)
   int64_t first_sample = 0;  // global index of samples.rows' first row in the step's batch
   int64_t step = 0;
   float dropout = 0.0f;  // 0 in evaluation
@@ -41,7 +42,7 @@ struct MicroBatch {
 struct ModelBuild {
   int micro_rows = 1;         // largest micro-batch, in samples
   int seq_len = 0;            // tokens per sample (language models; 0: the model's longest)
-  int slots = 1;              // micro-batches in flight whose activations are kept
+  int slots = 1;              // micro-batches in flight per chunk whose activations are kept
   uint64_t seed = 0;          // parameter initialisation
   size_t flat_align = 16;     // the flat parameter allocation is padded to a multiple of this
   RegistrySlice slice;        // TP slice and pipeline stage
@@ -65,6 +66,17 @@ struct GradReadyHook {
   void operator()(size_t segment) const {
     if (fn) fn(ctx, segment);
   }
+};
+
+// Where one chunk's activations cross a pipeline-stage boundary, for one slot. Null where the
+// chunk has no neighbour on that side: input on the first virtual stage, output and output_grad on
+// the last, input_grad on the first.
+struct StageBoundary {
+  float* input = nullptr;             // receive the chunk's input here before its forward
+  const float* output = nullptr;      // the chunk's output after its forward, to send on
+  float* output_grad = nullptr;       // receive the gradient of the output here before backward
+  const float* input_grad = nullptr;  // after backward: the gradient of the input, to send back
+  size_t elements_per_sample = 0;     // of each; a micro-batch of r samples sends r times this
 };
 
 // Output of the last forward of a slot: (rows, positions, classes) logits.
@@ -95,6 +107,8 @@ class Model {
   virtual int loss_terms_per_sample() const = 0;
   // Samples of the slot's last forward whose arg-max prediction is the label (classifiers).
   virtual int64_t count_correct(const MicroBatch& mb) const;
+  // The pipeline boundary of a chunk's slot (families that split into stages; the others throw).
+  virtual StageBoundary boundary(int chunk, int slot);
 
  protected:
   // After the registry is filled: pads flat_size to how.flat_align, allocates and initialises

@@ -50,7 +50,8 @@ bool RegistrySlice::holds(const ShardSpec& s) const {
     case StageOwner::first_and_last:
       return stage == 0 || stage == stages - 1;
     case StageOwner::block:
-      return s.block >= first_block && s.block < end_block;
+      return std::any_of(chunks.begin(), chunks.end(),
+                         [&](const BlockRange& c) { return s.block >= c.begin && s.block < c.end; });
   }
   return false;
 }

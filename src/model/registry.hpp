@@ -36,11 +36,19 @@ struct ShardSpec {
   bool tp_pad = false;
 };
 
-// The part of the model this process holds: its TP slice and its pipeline stage.
+// Blocks [begin, end) of a network: one model chunk of a pipeline stage.
+struct BlockRange {
+  int begin = 0, end = INT_MAX;
+  int size() const { return end - begin; }
+};
+
+// The part of the model this process holds: its TP slice and its pipeline stage. A stage holds
+// one chunk of contiguous blocks, or several with the interleaved schedule (chunk c of stage s is
+// virtual stage c * stages + s); the first stage holds the input, the last the loss.
 struct RegistrySlice {
   int tp = 1, tp_rank = 0;
   int stage = 0, stages = 1;
-  int first_block = 0, end_block = INT_MAX;  // blocks [first_block, end_block) live on this stage
+  std::vector<BlockRange> chunks{BlockRange{}};  // in network order
   bool holds(const ShardSpec& s) const;
 };
 

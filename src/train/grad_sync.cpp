@@ -47,10 +47,25 @@ GradStorage GradStorage::windowed(Model& model, DeviceAllocator& alloc) {
 }
 
 GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyncOptions& opts,
-                   const StepBackend& ops, DeviceAllocator& alloc)
-    : model_(model), dp_(dp), tp_(tp), opts_(opts), ops_(ops) {
+                   const StepBackend& ops, DeviceAllocator& alloc, comm::Group* pp,
+                   comm::Group* embedding)
+    : model_(model),
+      dp_(dp),
+      tp_(tp),
+      pp_(pp && pp->size() > 1 ? pp : nullptr),
+      embedding_(embedding && embedding->size() > 1 ? embedding : nullptr),
+      opts_(opts),
+      ops_(ops) {
   const size_t flat = model.flat_size;
   const int p = dp.size();
+  if (embedding_) {
+    MPITRON_REQUIRE(opts.zero < 2 && opts.bucket_mb == 0,
+                    "the tied embedding's gradient is summed after the pipeline flush: no ZeRO 2 "
+                    "or buckets");
+    for (const ParamInfo& info : model.registry.params())
+      if (info.shard.stage == StageOwner::first_and_last)
+        tied_.push_back({info.offset, info.offset + info.numel});
+  }
   grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
   if (opts.zero == 0) {
     shard_ = {0, flat};
@@ -121,8 +136,10 @@ void GradSync::reduce_segment_sharded(size_t segment) {
 }
 
 void GradSync::finish_backward() {
-  if (dp_.size() == 1 || opts_.zero == 2) return;
   float* g = grads_.data.data();
+  // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
+  for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
+  if (dp_.size() == 1 || opts_.zero == 2) return;
   if (opts_.zero == 1) return comm::reduce_scatter_by(dp_, opts_.method, g, shard_bounds_);
   if (!buckets_.empty()) {
     for (auto& r : pending_) r.wait();
@@ -138,22 +155,26 @@ const float* GradSync::owned_grads() const {
 }
 
 double GradSync::grad_norm() {
-  if (!tp_ || tp_->size() == 1) {
-    double sq = ops_.sum_of_squares(owned_grads(), shard_.size());
-    if (opts_.zero > 0) sq = dp_.allreduce_sum(sq);
-    return std::sqrt(sq);
+  const bool tp_split = tp_ && tp_->size() > 1;
+  double sq = 0;
+  if (!tp_split && !pp_) {
+    sq = ops_.sum_of_squares(owned_grads(), shard_.size());
+  } else {
+    double sharded = 0, replicated = 0;
+    const float* g = owned_grads();
+    for (const ParamInfo& p : model_.registry.params()) {
+      if (pp_ && p.shard.stage == StageOwner::first_and_last && pp_->rank() != 0) continue;
+      const size_t b = std::max(shard_.begin, p.offset), e = std::min(shard_.end, p.offset + p.numel);
+      if (b >= e) continue;
+      const double part = ops_.sum_of_squares(g + (b - shard_.begin), e - b);
+      (p.shard.tp_dim >= 0 ? sharded : replicated) += part;
+    }
+    sq = sharded + (!tp_split || tp_->rank() == 0 ? replicated : 0.0);
   }
-  double sharded = 0, replicated = 0;
-  const float* g = owned_grads();
-  for (const ParamInfo& p : model_.registry.params()) {
-    const size_t b = std::max(shard_.begin, p.offset), e = std::min(shard_.end, p.offset + p.numel);
-    if (b >= e) continue;
-    const double sq = ops_.sum_of_squares(g + (b - shard_.begin), e - b);
-    (p.shard.tp_dim >= 0 ? sharded : replicated) += sq;
-  }
-  double sq = sharded + (tp_->rank() == 0 ? replicated : 0.0);
   if (opts_.zero > 0) sq = dp_.allreduce_sum(sq);
-  return std::sqrt(tp_->allreduce_sum(sq));
+  if (tp_split) sq = tp_->allreduce_sum(sq);
+  if (pp_) sq = pp_->allreduce_sum(sq);
+  return std::sqrt(sq);
 }
 
 void GradSync::gather_params(float* params) {

@@ -43,9 +43,14 @@ class GradSync {
  public:
   // Allocates the gradients (and, with ZeRO, the shard buffers) and binds them to the model.
   // model.flat_size must be a multiple of dp (ModelBuild::flat_align). tp: the model's
-  // tensor-parallel group (nullptr: tp 1), for the global gradient norm.
+  // tensor-parallel group (nullptr: tp 1), for the global gradient norm. pp: the pipeline group
+  // (nullptr: one stage), for the norm; embedding: the first and last stage, which sum the
+  // gradient of the tied embedding (StageOwner::first_and_last) before the DP reduction (nullptr
+  // or size 0 on other stages and at pp 1). With an embedding group ZeRO 2 and buckets are
+  // refused: both would reduce gradients while the pipeline still runs.
   GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyncOptions& opts,
-           const StepBackend& ops, DeviceAllocator& alloc);
+           const StepBackend& ops, DeviceAllocator& alloc, comm::Group* pp = nullptr,
+           comm::Group* embedding = nullptr);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -60,7 +65,8 @@ class GradSync {
   // Summed gradients of owned(), indexed from owned().begin.
   const float* owned_grads() const;
   // Global gradient norm (after finish_backward), the same on every rank: TP-sharded tensors
-  // summed over the TP ranks, replicated ones counted once.
+  // summed over the TP ranks, replicated ones counted once, each stage's tensors summed over the
+  // pipeline and the tied embedding counted once (on the first stage).
   double grad_norm();
   // After the update of owned(): every rank gets every parameter (ZeRO 1 and 2).
   void gather_params(float* params);
@@ -75,6 +81,9 @@ class GradSync {
   Model& model_;
   comm::Group& dp_;
   comm::Group* tp_;
+  comm::Group* pp_;
+  comm::Group* embedding_;
+  std::vector<std::pair<size_t, size_t>> tied_;  // flat ranges of the tied embedding
   GradSyncOptions opts_;
   const StepBackend& ops_;
   GradStorage grads_;

@@ -143,8 +143,12 @@ void split_at_parts(const io::Block& b, int t, int64_t part, std::vector<io::Blo
   }
 }
 
-bool writes_nothing(const ParamInfo& p, bool replicas_write_once) {
-  return replicas_write_once && p.shard.tp_dim < 0 && p.tp_rank != 0;
+// A replica another rank writes: TP rank 0 writes what TP replicates, the first pipeline stage
+// what it shares with the last (the tied embedding).
+bool writes_nothing(const RegistrySlice& slice, const ParamInfo& p, bool replicas_write_once) {
+  if (!replicas_write_once) return false;
+  return (p.shard.tp_dim < 0 && p.tp_rank != 0) ||
+         (p.shard.stage == StageOwner::first_and_last && slice.stage != 0);
 }
 
 }  // namespace
@@ -185,7 +189,7 @@ std::vector<io::TensorPiece> parameter_pieces(const ParamRegistry& reg, float* p
   auto add = [&](const std::vector<ParamInfo>& list, const char* group, float* base) {
     for (const ParamInfo& p : list) {
       io::TensorPiece t{std::string(group) + "/" + p.name, p.global_shape, {}, base + p.offset};
-      if (with_blocks && !writes_nothing(p, replicas_write_once))
+      if (with_blocks && !writes_nothing(reg.slice(), p, replicas_write_once))
         t.blocks = shard_blocks(p, 0, p.numel);
       pieces.push_back(std::move(t));
     }
@@ -210,7 +214,7 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
       const size_t b = std::max(shard.begin, p.offset);
       const size_t e = std::min(shard.end, p.offset + p.numel);
       io::TensorPiece t{"optim/" + p.name + "/" + which, p.global_shape, {}, base};
-      if (b < e && with_blocks && !writes_nothing(p, replicas_write_once)) {
+      if (b < e && with_blocks && !writes_nothing(reg.slice(), p, replicas_write_once)) {
         t.blocks = shard_blocks(p, b - p.offset, e - p.offset);
         t.data = base + (b - shard.begin);
       }
@@ -218,6 +222,31 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
     }
   }
   return pieces;
+}
+
+std::vector<io::TensorPiece> pieces_for_every_stage(std::vector<io::TensorPiece> local,
+                                                    const ParamRegistry& whole,
+                                                    bool with_moments) {
+  std::map<std::string, io::TensorPiece*> mine;
+  for (io::TensorPiece& t : local) mine[t.dataset] = &t;
+  std::vector<io::TensorPiece> all;
+  auto take = [&](const std::string& dataset, const std::vector<int64_t>& shape) {
+    auto it = mine.find(dataset);
+    if (it != mine.end()) {
+      all.push_back(std::move(*it->second));
+      mine.erase(it);
+    } else {
+      all.push_back(io::TensorPiece{dataset, shape, {}, nullptr});
+    }
+  };
+  for (const ParamInfo& p : whole.params()) take("params/" + p.name, p.global_shape);
+  for (const ParamInfo& p : whole.buffers()) take("buffers/" + p.name, p.global_shape);
+  if (with_moments)
+    for (const char* which : {"m", "v"})
+      for (const ParamInfo& p : whole.params())
+        take("optim/" + p.name + "/" + which, p.global_shape);
+  MPITRON_REQUIRE(mine.empty(), "a stage holds a tensor the whole network does not");
+  return all;
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, const ModelConfig& model_config,

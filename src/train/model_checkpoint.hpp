@@ -56,7 +56,8 @@ std::vector<io::Block> shard_blocks(const ParamInfo& p, size_t local_begin, size
 // every rank; writing: one DP replica, so each element is written once). With
 // replicas_write_once, tensors replicated over TP (shard.tp_dim < 0) get no blocks on TP ranks
 // other than 0, so one copy is written (writing; reading passes false: every rank reads all it
-// holds). TP-split tensors get shard_blocks of the whole local tensor.
+// holds), and the tied embedding gets none on the last pipeline stage (the first writes it).
+// TP-split tensors get shard_blocks of the whole local tensor.
 std::vector<io::TensorPiece> parameter_pieces(const ParamRegistry& reg, float* params,
                                               float* buffers, bool with_blocks,
                                               bool replicas_write_once = false);
@@ -68,6 +69,13 @@ std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks,
 std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
                                            float* v, bool with_blocks,
                                            bool replicas_write_once = false);
+
+// The pieces of a checkpoint write in the order of `whole`, the registry of the whole network
+// (every stage): this rank's pieces (parameter_pieces, then moment_pieces when with_moments) where
+// its stage holds the tensor, pieces without blocks elsewhere, so that every pipeline stage passes
+// every dataset to the collective io::write_checkpoint.
+std::vector<io::TensorPiece> pieces_for_every_stage(std::vector<io::TensorPiece> local,
+                                                    const ParamRegistry& whole, bool with_moments);
 
 // A model of the checkpoint's shape (read_checkpoint_record(path).model), its parameters and
 // buffers loaded from path (eval, generate).

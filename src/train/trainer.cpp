@@ -26,6 +26,8 @@
 #include "src/check.hpp"
 #include "src/cpu/gemm.hpp"
 #include "src/model/family.hpp"
+#include "src/pipeline/executor.hpp"
+#include "src/pipeline/schedule.hpp"
 #include "src/train/adamw.hpp"
 #include "src/train/batch_slice.hpp"
 #include "src/train/batch_source.hpp"
@@ -62,6 +64,14 @@ std::string human_seconds(double s) {
   return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
 }
 
+// 1 - (time every rank computed) / (ranks x the slowest rank's walk through the schedule).
+double measured_bubble(const std::vector<int64_t>& busy_us, double slowest_s) {
+  if (busy_us.empty() || slowest_s <= 0) return 0;
+  double busy = 0;
+  for (int64_t b : busy_us) busy += double(b) * 1e-6;
+  return std::max(0.0, 1.0 - busy / (double(busy_us.size()) * slowest_s));
+}
+
 struct Trainer {
   TrainOptions opts;
   const RunConfig& cfg;
@@ -73,6 +83,9 @@ struct Trainer {
   BatchSource data;
   std::unique_ptr<Model> model;
   std::unique_ptr<GradSync> sync;
+  pipeline::ScheduleSpec schedule;
+  std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
+  std::unique_ptr<pipeline::PipelineExecutor> executor;
   int micro_rows = 0;      // samples per micro-batch on this rank
   int64_t first_row = 0;   // this rank's first sample of the global batch
   int64_t local_rows = 0;  // samples of the global batch on this rank
@@ -93,6 +106,7 @@ struct Trainer {
         ops(step_backend(opts.device)) {}
 
   bool is_root() const { return grid.rank == 0; }
+  bool last_stage() const { return grid.coords.pp_rank == opts.layout.pp - 1; }
 
   uint64_t comm_bytes_total() const {
     return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent;
@@ -115,24 +129,51 @@ struct Trainer {
         throw UsageError(fmt::format("{}: labels go up to {}, the model has {} classes", opts.data,
                                      data.images.classes - 1, family.classes(cfg.model)));
     }
+    // The schedule is data: this stage's actions, and from the simulation of every stage's the
+    // most micro-batches a chunk of this stage holds at once (its activation sets).
+    const int stage = grid.coords.pp_rank;
+    schedule = {L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
+    train_actions = pipeline::rank_actions(schedule, stage);
+    eval_actions = pipeline::forward_only_actions(schedule, stage);
+    const pipeline::SimulationResult sim = pipeline::simulate(schedule);
+    MPITRON_REQUIRE(sim.ok, "pipeline schedule failed its simulation: " + sim.error);
+    int slots = 1;
+    for (int n : sim.peak_in_flight_per_chunk[stage]) slots = std::max(slots, n);
+
     ModelBuild how;
     how.micro_rows = micro_rows;
     how.seq_len = family.data == DataKind::text ? tc.seq_len : 0;
+    how.slots = slots;
     how.seed = tc.seed;
     how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
-    how.slice = RegistrySlice{L.tp, grid.coords.tp_rank};
+    how.slice = RegistrySlice{L.tp, grid.coords.tp_rank, stage, L.pp, {}};
+    if (family.pipeline_blocks) {
+      const auto blocks = stage_blocks(family.pipeline_blocks(cfg.model), L);
+      for (int c = 0; c < L.virtual_stages; ++c) {
+        const auto [b, e] = blocks[size_t(pipeline::virtual_stage(schedule, stage, c))];
+        how.slice.chunks.push_back({b, e});
+      }
+    } else {
+      how.slice.chunks = {BlockRange{}};
+    }
     how.tp = &grid.tp;
     how.alloc = &alloc;
     model = build_model(cfg.model, how);
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
-    sync = std::make_unique<GradSync>(
-        *model, grid.dp, &grid.tp, GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc);
+    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
+                                      GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc,
+                                      &grid.pp, &grid.embedding);
+    const size_t message =
+        L.pp > 1 ? size_t(micro_rows) * model->boundary(0, 0).elements_per_sample : 0;
+    executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, slots,
+                                                            message, alloc);
     shard = sync->owned();
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
     row.rank_comm_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+    row.rank_busy_us.assign(is_root() ? grid.shape.world : 0, 0);
     const int64_t param_bytes = int64_t(model->flat_size * sizeof(float));
     MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1, MPI_INT64_T,
                          0, MPI_COMM_WORLD));
@@ -151,6 +192,12 @@ struct Trainer {
     for (auto& t :
          moment_pieces(model->registry, shard, m.data(), v.data(), moment_writer, for_writing))
       pieces.push_back(std::move(t));
+    // Every stage names every tensor of the whole network in the collective write.
+    if (for_writing && opts.layout.pp > 1)
+      pieces = pieces_for_every_stage(
+          std::move(pieces), family.registry(cfg.model, RegistrySlice{opts.layout.tp,
+                                                                      grid.coords.tp_rank}),
+          true);
     return pieces;
   }
 
@@ -206,20 +253,46 @@ struct Trainer {
 
   struct StepResult {
     double loss, grad_norm, lr;
+    double busy_s;      // this rank's forward and backward
+    double pipeline_s;  // its walk through the schedule
   };
+
+  // Rows of micro-batch mb of this rank's part of the global batch.
+  RowRange micro_batch_rows(int mb) const {
+    return batch_slice(tc.batch_size, opts.layout.dp, grid.coords.dp_rank, tc.micro_batches, mb);
+  }
+
+  // The pipeline's view of the model for one step (train) or evaluation batch.
+  pipeline::StageWork stage_work(int64_t s, float dropout, float dloss, int64_t* correct) {
+    pipeline::StageWork w;
+    auto batch = [this, s, dropout](int mb, int chunk, int slot) {
+      const RowRange rows = micro_batch_rows(mb);
+      MicroBatch b = micro_batch(s, rows.begin, int(rows.count), dropout);
+      b.slot = slot;
+      b.chunk = chunk;
+      return b;
+    };
+    w.forward = [this, batch, correct](int mb, int chunk, int slot) {
+      const MicroBatch b = batch(mb, chunk, slot);
+      const double loss = model->forward(b);
+      if (correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
+        *correct += model->count_correct(b);
+      return loss;
+    };
+    w.backward = [this, batch, dloss](int mb, int chunk, int slot) {
+      model->backward(batch(mb, chunk, slot), dloss, sync->hook(mb == tc.micro_batches - 1));
+    };
+    w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
+    w.rows = [this](int mb) { return int(micro_batch_rows(mb).count); };
+    return w;
+  }
 
   StepResult train_step(int64_t s) {
     data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
     sync->begin_step();
     const float dloss = 1.0f / float(loss_terms);
-    double loss_sum = 0.0;
-    for (int mb = 0; mb < tc.micro_batches; ++mb) {
-      const RowRange rows =
-          batch_slice(tc.batch_size, opts.layout.dp, grid.coords.dp_rank, tc.micro_batches, mb);
-      const MicroBatch batch = micro_batch(s, rows.begin, micro_rows, float(tc.dropout));
-      loss_sum += model->forward(batch);
-      model->backward(batch, dloss, sync->hook(mb == tc.micro_batches - 1));
-    }
+    double loss_sum =
+        executor->run(train_actions, stage_work(s, float(tc.dropout), dloss, nullptr), true);
     sync->finish_backward();
     // Global gradient norm: every rank holds the summed gradient of its shard.
     const double norm = sync->grad_norm();
@@ -232,9 +305,10 @@ struct Trainer {
                       shard.begin, m.data(), v.data(), shard.begin},
                      acfg, lr, scale, s);
     sync->gather_params(model->params.data());
+    if (opts.layout.pp > 1) loss_sum = grid.pp.allreduce_sum(loss_sum);  // the last stage's
     const double loss =
         (opts.layout.dp > 1 ? grid.dp.allreduce_sum(loss_sum) : loss_sum) / double(loss_terms);
-    return {loss, norm, lr};
+    return {loss, norm, lr, executor->timing().busy_s, executor->timing().total_s};
   }
 
   struct EvalResult {
@@ -247,12 +321,12 @@ struct Trainer {
     const bool classifier = family.data == DataKind::images;
     for (int e = 0; e < tc.eval_batches; ++e) {
       data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
-      for (int mb = 0; mb < tc.micro_batches; ++mb) {
-        const MicroBatch batch =
-            micro_batch(0, first_row + int64_t(mb) * micro_rows, micro_rows, 0.0f);
-        sum += model->forward(batch);
-        if (classifier) correct += model->count_correct(batch);
-      }
+      sum += executor->run(eval_actions, stage_work(0, 0.0f, 0.0f, classifier ? &correct : nullptr),
+                           false);
+    }
+    if (opts.layout.pp > 1) {
+      sum = grid.pp.allreduce_sum(sum);
+      correct = grid.pp.allreduce_sum(correct);
     }
     if (opts.layout.dp > 1) {
       sum = grid.dp.allreduce_sum(sum);
@@ -264,6 +338,15 @@ struct Trainer {
   }
 
   // ---- the loop -------------------------------------------------------------------------------
+
+  // Blocks of each virtual stage, "3,3,2,4" (empty for a family that does not pipeline).
+  std::string stage_layers_text() const {
+    if (!family.pipeline_blocks) return "";
+    std::string t;
+    for (auto [b, e] : stage_blocks(family.pipeline_blocks(cfg.model), opts.layout))
+      t += (t.empty() ? "" : ",") + std::to_string(e - b);
+    return t;
+  }
 
   io::Attributes run_attributes() const {
     io::Attributes a = model_attributes(cfg.model);
@@ -289,6 +372,9 @@ struct Trainer {
     a["layout.zero"] = int64_t(L.zero);
     a["layout.dp_reduce"] = dp_reduce_name(L.dp_reduce);
     a["layout.bucket_mb"] = L.bucket_mb;
+    a["layout.schedule"] = std::string(pipeline::schedule_name(L.schedule));
+    a["layout.virtual_stages"] = int64_t(L.virtual_stages);
+    a["layout.stage_layers"] = stage_layers_text();
     a["gemm"] = std::string(cpu::gemm_library());
     a["parameters"] = model->registry.parameter_count();
     return a;
@@ -369,6 +455,11 @@ struct Trainer {
       const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
       comm_bytes_before = bytes_now;
       int64_t peak = int64_t(alloc.peak_bytes);
+      int64_t busy_us = int64_t(r.busy_s * 1e6);
+      MPI_CHECK(MPI_Gather(&busy_us, 1, MPI_INT64_T, row.rank_busy_us.data(), 1, MPI_INT64_T, 0,
+                           MPI_COMM_WORLD));
+      double slowest_s = 0;
+      MPI_CHECK(MPI_Reduce(&r.pipeline_s, &slowest_s, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
       MPI_CHECK(MPI_Gather(&comm_bytes, 1, MPI_INT64_T, row.rank_comm_bytes.data(), 1, MPI_INT64_T,
                            0, MPI_COMM_WORLD));
       MPI_CHECK(MPI_Gather(&peak, 1, MPI_INT64_T, row.rank_peak_mem_bytes.data(), 1, MPI_INT64_T, 0,
@@ -389,6 +480,7 @@ struct Trainer {
         row.step_s = dt;
         row.comm_bytes = comm_bytes;
         row.peak_mem_bytes = peak;
+        row.bubble = measured_bubble(row.rank_busy_us, slowest_s);
         trace->append(row);
         if ((tc.log_every > 0 && s % tc.log_every == 0) || s == first || s == tc.steps ||
             !std::isnan(val)) {
@@ -440,15 +532,74 @@ struct Trainer {
 
 }  // namespace
 
+std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
+  const int stages = L.pp * L.virtual_stages;
+  std::vector<int> counts = L.stage_layers;
+  if (!counts.empty()) {
+    if (L.schedule == pipeline::ScheduleKind::interleaved)
+      throw UsageError(
+          "--stage-layers chooses the blocks of gpipe and 1f1b stages; the interleaved schedule "
+          "splits the blocks evenly over its model chunks");
+    if (int(counts.size()) != L.pp)
+      throw UsageError(fmt::format("--stage-layers lists {} stages but --pp is {}: give one block "
+                                   "count per stage",
+                                   counts.size(), L.pp));
+    int sum = 0;
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] < 1)
+        throw UsageError(fmt::format(
+            "--stage-layers gives stage {} {} blocks: every stage needs at least one", s,
+            counts[s]));
+      sum += counts[s];
+    }
+    if (sum != blocks)
+      throw UsageError(fmt::format(
+          "--stage-layers sums to {} blocks but the model has {} (n_layer): the stages must hold "
+          "every block once",
+          sum, blocks));
+  } else {
+    if (stages > blocks)
+      throw UsageError(fmt::format(
+          "--pp {}{} makes {} pipeline stages for {} blocks (n_layer): more stages than blocks; "
+          "use at most {}",
+          L.pp, L.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", L.virtual_stages) : "",
+          stages, blocks, blocks));
+    if (L.schedule == pipeline::ScheduleKind::interleaved && blocks % stages != 0)
+      throw UsageError(fmt::format(
+          "n_layer ({}) is not divisible by --pp {} x --virtual-stages {}: the interleaved "
+          "schedule gives every model chunk the same number of blocks",
+          blocks, L.pp, L.virtual_stages));
+    for (int s = 0; s < stages; ++s) counts.push_back(blocks / stages + (s < blocks % stages));
+  }
+  std::vector<std::pair<int, int>> ranges;
+  int begin = 0;
+  for (int n : counts) ranges.push_back({begin, begin + n}), begin += n;
+  return ranges;
+}
+
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
   const Layout& L = opts.layout;
   const TrainConfig& tc = opts.cfg.train;
   if (L.tp >= 1) model_family(opts.cfg.model.type).validate_layout(opts.cfg.model, L.tp);
-  comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  if (L.pp != 1)
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  if (L.pp > 1 && !family.pipeline_blocks)
+    throw UsageError(fmt::format("the {} family runs as one pipeline stage: use --pp 1 (got --pp {})",
+                                 family.type, L.pp));
+  if (L.pp >= 1) {
+    const pipeline::ScheduleSpec spec{L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
+    if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
+    if (family.pipeline_blocks) stage_blocks(family.pipeline_blocks(opts.cfg.model), L);
+  }
+  if (L.pp > 1 && L.zero == 2)
     throw UsageError(
-        fmt::format("pipeline parallelism (--pp {}) is not supported yet: use --pp 1", L.pp));
+        "--zero 2 reduces gradients while backward runs, which a pipeline cannot (the tied "
+        "embedding's gradient is complete only after the flush): use --zero 1 with --pp > 1");
+  if (L.pp > 1 && L.bucket_mb > 0)
+    throw UsageError(
+        "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
+        "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
+  comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())

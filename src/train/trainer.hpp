@@ -5,9 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/dp_reduce.hpp"
 #include "src/model/config.hpp"
+#include "src/pipeline/schedule.hpp"
 
 namespace mpitron {
 
@@ -20,7 +23,16 @@ struct Layout {
   int zero = 0;  // 0: replicated optimizer, 1: moments sharded over DP, 2: gradients sharded too
   DpReduce dp_reduce = DpReduce::allreduce;
   double bucket_mb = 0;  // > 0: reduce gradients in buckets of this size while backward runs
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
+  std::vector<int> stage_layers;  // blocks per stage; empty: balanced
 };
+
+// Blocks [begin, end) of every virtual stage (pp * virtual_stages of them, in network order):
+// layout.stage_layers when given, else as even as possible with the first stages taking the
+// remainder (the last stage also carries the LM head). UsageError, identical on every rank, when
+// the blocks cannot be split so.
+std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& layout);
 
 struct TrainOptions {
   RunConfig cfg;

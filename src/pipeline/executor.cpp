@@ -1,0 +1,177 @@
+#include "src/pipeline/executor.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "src/check.hpp"
+
+namespace mpitron::pipeline {
+
+namespace {
+
+constexpr int kActivationTag = 1, kGradientTag = 2;
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
+                                   DeviceAllocator& alloc)
+    : pp_(pp), slots_(slots), message_elements_(message_elements), alloc_(alloc) {
+  MPITRON_REQUIRE(chunks >= 1 && slots >= 1, "a pipeline stage needs a chunk and a slot");
+  slot_of_.resize(size_t(chunks));
+  free_slots_.resize(size_t(chunks));
+}
+
+double PipelineExecutor::run(const std::vector<Action>& actions, const StageWork& work,
+                             bool training) {
+  try {
+    return walk(actions, work, training);
+  } catch (const std::exception& e) {
+    // The neighbours wait for this stage's messages: only ending the job avoids a hang.
+    std::fprintf(stderr, "[pipeline stage %d] error: %s\n", pp_.rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+  }
+}
+
+size_t PipelineExecutor::free_send_buffer() {
+  for (size_t i = 0; i < sends_.size(); ++i)
+    if (!sends_[i].pending() || sends_[i].test()) return i;
+  send_buffers_.emplace_back(alloc_, message_elements_);
+  sends_.emplace_back();
+  return sends_.size() - 1;
+}
+
+void PipelineExecutor::finish_sends() {
+  for (comm::Request& r : sends_) r.wait();
+}
+
+double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWork& work,
+                              bool training) {
+  timing_ = {};
+  const auto t_start = Clock::now();
+  int mbs = 0;
+  for (const Action& a : actions) {
+    MPITRON_REQUIRE(a.chunk >= 0 && a.chunk < int(slot_of_.size()), "action on a chunk not held");
+    mbs = std::max(mbs, a.micro_batch + 1);
+  }
+  for (size_t c = 0; c < slot_of_.size(); ++c) {
+    slot_of_[c].assign(size_t(mbs), -1);
+    free_slots_[c].clear();
+    for (int s = slots_ - 1; s >= 0; --s) free_slots_[c].push_back(s);
+  }
+  auto slot_for = [&](const Action& a) {
+    int& s = slot_of_[a.chunk][a.micro_batch];
+    if (s < 0) {
+      MPITRON_REQUIRE(!free_slots_[a.chunk].empty(),
+                      fmt::format("micro-batch {} of chunk {}: more micro-batches in flight than "
+                                  "the {} activation sets planned",
+                                  a.micro_batch, a.chunk, slots_));
+      s = free_slots_[a.chunk].back();
+      free_slots_[a.chunk].pop_back();
+    }
+    return s;
+  };
+  auto release = [&](int chunk, int mb) {
+    int& s = slot_of_[chunk][mb];
+    free_slots_[chunk].push_back(s);
+    s = -1;
+  };
+  auto wait_receives = [&] {
+    const auto t0 = Clock::now();
+    for (comm::Request& r : recvs_) r.wait();
+    recvs_.clear();
+    timing_.wait_s += seconds_since(t0);
+  };
+  auto message = [&](const StageBoundary& b, int mb) {
+    const size_t n = size_t(work.rows(mb)) * b.elements_per_sample;
+    MPITRON_REQUIRE(n <= message_elements_, "a boundary message larger than planned");
+    return n;
+  };
+  auto send = [&](const float* data, size_t n, int peer, int tag) {
+    MPITRON_REQUIRE(data != nullptr, "send from a chunk with no neighbour on that side");
+    const size_t k = free_send_buffer();
+    std::memcpy(send_buffers_[k].data(), data, n * sizeof(float));
+    sends_[k] = pp_.isend(send_buffers_[k].data(), n, peer, tag);
+  };
+
+  double loss = 0;
+  // The micro-batch whose slot is free once its send (the next action, if any) has copied out of
+  // it: after its backward, or after its forward when not training.
+  int released_chunk = -1, released_mb = -1;
+  for (const Action& a : actions) {
+    const Op its_send = training ? Op::send_gradient : Op::send_activation;
+    if (released_mb >= 0 &&
+        !(a.op == its_send && a.micro_batch == released_mb && a.chunk == released_chunk)) {
+      release(released_chunk, released_mb);
+      released_mb = -1;
+    }
+    switch (a.op) {
+      case Op::recv_activation: {
+        const StageBoundary b = work.boundary(a.chunk, slot_for(a));
+        MPITRON_REQUIRE(b.input != nullptr, "receive into a chunk with no previous stage");
+        recvs_.push_back(pp_.irecv(b.input, message(b, a.micro_batch), a.peer, kActivationTag));
+        break;
+      }
+      case Op::recv_gradient: {
+        const StageBoundary b = work.boundary(a.chunk, slot_for(a));
+        MPITRON_REQUIRE(b.output_grad != nullptr, "receive into a chunk with no next stage");
+        recvs_.push_back(pp_.irecv(b.output_grad, message(b, a.micro_batch), a.peer, kGradientTag));
+        break;
+      }
+      case Op::forward: {
+        wait_receives();
+        const int slot = slot_for(a);
+        const auto t0 = Clock::now();
+        loss += work.forward(a.micro_batch, a.chunk, slot);
+        timing_.busy_s += seconds_since(t0);
+        if (!training) released_chunk = a.chunk, released_mb = a.micro_batch;
+        break;
+      }
+      case Op::backward: {
+        wait_receives();
+        const int slot = slot_of_[a.chunk][a.micro_batch];
+        MPITRON_REQUIRE(
+            slot >= 0, fmt::format("backward of micro-batch {} before its forward", a.micro_batch));
+        const auto t0 = Clock::now();
+        work.backward(a.micro_batch, a.chunk, slot);
+        timing_.busy_s += seconds_since(t0);
+        released_chunk = a.chunk;
+        released_mb = a.micro_batch;
+        break;
+      }
+      case Op::send_activation: {
+        const StageBoundary b = work.boundary(a.chunk, slot_for(a));
+        send(b.output, message(b, a.micro_batch), a.peer, kActivationTag);
+        break;
+      }
+      case Op::send_gradient: {
+        const int slot = slot_of_[a.chunk][a.micro_batch];
+        MPITRON_REQUIRE(slot >= 0, "send_gradient of a micro-batch not in flight");
+        const StageBoundary b = work.boundary(a.chunk, slot);
+        send(b.input_grad, message(b, a.micro_batch), a.peer, kGradientTag);
+        break;
+      }
+    }
+  }
+  if (released_mb >= 0) release(released_chunk, released_mb);
+  const auto t0 = Clock::now();
+  wait_receives();
+  finish_sends();
+  timing_.wait_s += seconds_since(t0);
+  timing_.total_s = seconds_since(t_start);
+  return loss;
+}
+
+}  // namespace mpitron::pipeline

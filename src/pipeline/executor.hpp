@@ -1,0 +1,70 @@
+// Walks one rank's action list (src/pipeline/schedule.hpp) over its pipeline stage: receives
+// with MPI_Irecv, completed just before the forward or backward that reads them; sends with
+// MPI_Isend from a pool of message buffers, so a send never waits for its receiver (the semantics
+// the simulator proved deadlock-free). Messages between two ranks match in list order on both
+// sides, one tag per kind. It knows no model: StageWork says what forward and backward do.
+//
+// Activation sets (slots): a micro-batch takes a free slot of its chunk at its forward and gives
+// it back after its backward, so a stage keeps at most the schedule's peak in flight (1F1B: pp -
+// rank; GPipe: m) however many micro-batches run.
+//
+// Failure: an exception inside the pipeline on one rank would leave its neighbours waiting for
+// messages that never come, so it ends the whole job (MPI_Abort) after printing the error.
+#pragma once
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "comm/group.hpp"
+#include "src/allocator.hpp"
+#include "src/model/model.hpp"
+#include "src/pipeline/schedule.hpp"
+
+namespace mpitron::pipeline {
+
+struct StageWork {
+  // Forward of micro-batch mb (0..m-1 in the step) of a chunk in a slot; returns its loss sum
+  // (0 on stages without the loss).
+  std::function<double(int mb, int chunk, int slot)> forward;
+  // Backward of the last forward of (mb, chunk) in that slot.
+  std::function<void(int mb, int chunk, int slot)> backward;
+  std::function<StageBoundary(int chunk, int slot)> boundary;
+  std::function<int(int mb)> rows;  // samples of micro-batch mb
+};
+
+struct PipelineTiming {
+  double busy_s = 0;   // in forward and backward
+  double wait_s = 0;   // waiting for messages (receives, and the last sends at the end)
+  double total_s = 0;  // the whole walk
+};
+
+class PipelineExecutor {
+ public:
+  // pp: the pipeline group (its rank is this stage); slots per chunk as the model was built;
+  // message_elements: the largest message (a full micro-batch's boundary tensor).
+  PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
+                   DeviceAllocator& alloc);
+
+  // Runs the actions (training: rank_actions; otherwise forward_only_actions); returns the sum
+  // of the forwards' results. Ends the job on any exception.
+  double run(const std::vector<Action>& actions, const StageWork& work, bool training);
+  const PipelineTiming& timing() const { return timing_; }
+
+ private:
+  double walk(const std::vector<Action>& actions, const StageWork& work, bool training);
+  size_t free_send_buffer();  // index of a send buffer no pending send uses (a new one if none)
+  void finish_sends();
+
+  comm::Group& pp_;
+  int slots_;
+  size_t message_elements_;
+  DeviceAllocator& alloc_;
+  std::vector<std::vector<int>> slot_of_;     // [chunk][mb], -1: not in flight
+  std::vector<std::vector<int>> free_slots_;  // [chunk]
+  std::vector<Buffer<float>> send_buffers_;
+  std::vector<comm::Request> sends_;  // sends_[i] uses send_buffers_[i]
+  std::vector<comm::Request> recvs_;  // posted, not yet needed
+  PipelineTiming timing_;
+};
+
+}  // namespace mpitron::pipeline
