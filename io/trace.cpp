@@ -45,6 +45,7 @@ constexpr MatrixColumn kMatrices[] = {
     {"rank_peak_mem_bytes", &TraceRow::rank_peak_mem_bytes},
     {"rank_param_bytes", &TraceRow::rank_param_bytes},
     {"rank_busy_us", &TraceRow::rank_busy_us},
+    {"rank_activation_bytes", &TraceRow::rank_activation_bytes},
 };
 
 // Creates an extendible 1-D column of `rows` fill values.

@@ -25,11 +25,14 @@ struct TraceRow {
   // One entry per world rank; empty => not written for this row (stored as -1).
   std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes, rank_param_bytes;
   std::vector<int64_t> rank_busy_us;  // microseconds in forward and backward this step
+  // Activation sets, backward scratch and pipeline message buffers: what grows with micro-batches
+  // in flight (GPipe: m, 1F1B: at most pp), apart from parameters and optimizer state.
+  std::vector<int64_t> rank_activation_bytes;
 };
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
 // /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble} float64, 1-D chunked
-// with unlimited length; /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us} int64
+// with unlimited length; /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,activation_bytes} int64
 // (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
 // rows and absent ranks read -1). Steps strictly increase.
 //

@@ -22,6 +22,8 @@
 #include "src/cpu/gemm.hpp"
 #include "src/model/family.hpp"
 #include "src/philox.hpp"
+#include "src/pipeline/schedule.hpp"
+#include "src/pipeline/schedule_chart.hpp"
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/model_checkpoint.hpp"
@@ -241,6 +243,23 @@ int cmd_batch(const std::string& data_path, uint64_t seed, int64_t first_step, i
   return 0;
 }
 
+// Simulates a pipeline schedule without a model: the timeline as text (and a PNG), the bubble
+// against the theory, the activations each stage keeps.
+int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double backward_time,
+                 const std::string& png) {
+  if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
+  if (!(forward_time > 0 && backward_time > 0))
+    throw UsageError("--forward-time and --backward-time must be positive");
+  const pipeline::SimulationResult r = pipeline::simulate(spec, forward_time, backward_time);
+  fmt::print("{}", pipeline::schedule_timeline_text(spec, r));
+  if (!r.ok) return 1;
+  if (!png.empty()) {
+    pipeline::write_schedule_png(png, spec, r);
+    fmt::print("timeline: {}\n", png);
+  }
+  return 0;
+}
+
 int cmd_devices() {
 #ifdef MPITRON_HAVE_CUDA
   cuda::DeviceQuery q = cuda::query_devices();
@@ -387,6 +406,24 @@ int main(int argc, char** argv) {
     bat->add_option("--out", bat_out, "output HDF5 (dataset /tokens)")->required();
     bat->add_flag("--val", bat_val, "validation split");
 
+    auto* sched = app.add_subcommand(
+        "schedule", "simulate a pipeline schedule: timeline, bubble, activations in flight");
+    pipeline::ScheduleSpec sched_spec{pipeline::ScheduleKind::one_f_one_b, 4, 8, 1};
+    std::string sched_kind = "1f1b", sched_png;
+    double sched_tf = 1.0, sched_tb = 2.0;
+    sched->add_option("--pp", sched_spec.pp, "pipeline stages")->capture_default_str();
+    sched->add_option("--micro-batches", sched_spec.micro_batches, "micro-batches per step")
+        ->capture_default_str();
+    sched->add_option("--schedule", sched_kind, "gpipe | 1f1b | interleaved")->capture_default_str();
+    sched->add_option("--virtual-stages", sched_spec.virtual_stages,
+                      "model chunks per rank (interleaved)")
+        ->capture_default_str();
+    sched->add_option("--forward-time", sched_tf, "time of one chunk's forward")
+        ->capture_default_str();
+    sched->add_option("--backward-time", sched_tb, "time of one chunk's backward")
+        ->capture_default_str();
+    sched->add_option("--png", sched_png, "also draw the timeline (a Gantt chart per rank) here");
+
     app.add_subcommand("devices", "list the compute devices this build can use");
 
     try {
@@ -459,6 +496,9 @@ int main(int argc, char** argv) {
       }
     } else if (info->parsed()) {
       io::print_info(info_path, std::cout);
+    } else if (sched->parsed()) {
+      sched_spec.kind = pipeline::parse_schedule(sched_kind);
+      rc = cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);
     } else if (bat->parsed()) {
       rc = cmd_batch(bat_data, bat_seed, bat_first, bat_steps, bat_bs, bat_T, bat_out, bat_val);
     } else {

@@ -49,6 +49,8 @@ class PipelineExecutor {
   // of the forwards' results. Ends the job on any exception.
   double run(const std::vector<Action>& actions, const StageWork& work, bool training);
   const PipelineTiming& timing() const { return timing_; }
+  // Message buffers allocated so far (they grow to the most sends in flight at once).
+  size_t send_buffer_bytes() const { return send_buffers_.size() * message_elements_ * sizeof(float); }
 
  private:
   double walk(const std::vector<Action>& actions, const StageWork& work, bool training);

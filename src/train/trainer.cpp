@@ -86,6 +86,7 @@ struct Trainer {
   pipeline::ScheduleSpec schedule;
   std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
   std::unique_ptr<pipeline::PipelineExecutor> executor;
+  size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
   int micro_rows = 0;      // samples per micro-batch on this rank
   int64_t first_row = 0;   // this rank's first sample of the global batch
   int64_t local_rows = 0;  // samples of the global batch on this rank
@@ -158,7 +159,10 @@ struct Trainer {
     }
     how.tp = &grid.tp;
     how.alloc = &alloc;
+    const size_t before_model = alloc.current_bytes;
     model = build_model(cfg.model, how);
+    model_activation_bytes = alloc.current_bytes - before_model -
+                             (model->params.size() + model->buffers.size()) * sizeof(float);
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
     sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
                                       GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc,
@@ -174,6 +178,7 @@ struct Trainer {
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_busy_us.assign(is_root() ? grid.shape.world : 0, 0);
+    row.rank_activation_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     const int64_t param_bytes = int64_t(model->flat_size * sizeof(float));
     MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1, MPI_INT64_T,
                          0, MPI_COMM_WORLD));
@@ -343,8 +348,10 @@ struct Trainer {
   std::string stage_layers_text() const {
     if (!family.pipeline_blocks) return "";
     std::string t;
-    for (auto [b, e] : stage_blocks(family.pipeline_blocks(cfg.model), opts.layout))
-      t += (t.empty() ? "" : ",") + std::to_string(e - b);
+    for (auto [b, e] : stage_blocks(family.pipeline_blocks(cfg.model), opts.layout)) {
+      if (!t.empty()) t += ',';
+      t += std::to_string(e - b);
+    }
     return t;
   }
 
@@ -458,6 +465,9 @@ struct Trainer {
       int64_t busy_us = int64_t(r.busy_s * 1e6);
       MPI_CHECK(MPI_Gather(&busy_us, 1, MPI_INT64_T, row.rank_busy_us.data(), 1, MPI_INT64_T, 0,
                            MPI_COMM_WORLD));
+      int64_t act_bytes = int64_t(model_activation_bytes + executor->send_buffer_bytes());
+      MPI_CHECK(MPI_Gather(&act_bytes, 1, MPI_INT64_T, row.rank_activation_bytes.data(), 1,
+                           MPI_INT64_T, 0, MPI_COMM_WORLD));
       double slowest_s = 0;
       MPI_CHECK(MPI_Reduce(&r.pipeline_s, &slowest_s, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
       MPI_CHECK(MPI_Gather(&comm_bytes, 1, MPI_INT64_T, row.rank_comm_bytes.data(), 1, MPI_INT64_T,
