@@ -3,13 +3,15 @@
 SHELL := /bin/bash
 BUILD ?= build
 JOBS ?= 2
-RANKS ?= 4
+RANKS ?= 8
 DP ?= 2
 TP ?= 2
-PP ?= 1
+PP ?= 2
 ZERO ?= 1
+SCHEDULE ?= 1f1b
+MICRO ?= 4
 CONFIG ?= configs/gpt-tiny.toml
-STEPS ?= 500
+STEPS ?= 200
 RUN ?= runs/main
 CTEST_ARGS ?=
 
@@ -31,7 +33,7 @@ help:
 	@echo "make main   install dependencies, build, fetch the Bible, train $(CONFIG) on $(RANKS) local ranks"
 	@echo "make test   install dependencies, build, run every CTest test"
 	@echo "make deps | build | data | clean"
-	@echo "variables: RANKS DP TP PP ZERO CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
+	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
 
 deps:
 	@missing=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(PACKAGES) 2>/dev/null | \
@@ -56,7 +58,8 @@ data: deps
 
 main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
-	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --steps $(STEPS) --out $(RUN) --resume auto
+	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --schedule $(SCHEDULE) \
+	  --micro-batches $(MICRO) --steps $(STEPS) --out $(RUN) --resume auto
 	/usr/bin/python3 validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
 	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
 

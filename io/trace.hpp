@@ -32,9 +32,10 @@ struct TraceRow {
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
 // /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble} float64, 1-D chunked
-// with unlimited length; /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,activation_bytes} int64
-// (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
-// rows and absent ranks read -1). Steps strictly increase.
+// with unlimited length;
+// /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,activation_bytes} int64 (steps,
+// world), both dimensions unlimited, created at the first row that carries them (earlier rows and
+// absent ranks read -1). Steps strictly increase.
 //
 // Used by rank 0 only, with plain (non-MPI) file access. Crash safety: HDF5 is touched only inside
 // flush(), which ends with H5Fflush, so a process killed between flushes leaves the file exactly

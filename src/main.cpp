@@ -326,8 +326,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     train->add_option("--virtual-stages", opts.layout.virtual_stages,
                       "model chunks per pipeline rank (--schedule interleaved)");
-    train->add_option("--stage-layers", opts.layout.stage_layers,
-                      "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
+    train
+        ->add_option("--stage-layers", opts.layout.stage_layers,
+                     "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
         ->delimiter(',');
     train->add_option("--zero", opts.layout.zero,
                       "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
@@ -414,9 +415,11 @@ int main(int argc, char** argv) {
     sched->add_option("--pp", sched_spec.pp, "pipeline stages")->capture_default_str();
     sched->add_option("--micro-batches", sched_spec.micro_batches, "micro-batches per step")
         ->capture_default_str();
-    sched->add_option("--schedule", sched_kind, "gpipe | 1f1b | interleaved")->capture_default_str();
-    sched->add_option("--virtual-stages", sched_spec.virtual_stages,
-                      "model chunks per rank (interleaved)")
+    sched->add_option("--schedule", sched_kind, "gpipe | 1f1b | interleaved")
+        ->capture_default_str();
+    sched
+        ->add_option("--virtual-stages", sched_spec.virtual_stages,
+                     "model chunks per rank (interleaved)")
         ->capture_default_str();
     sched->add_option("--forward-time", sched_tf, "time of one chunk's forward")
         ->capture_default_str();

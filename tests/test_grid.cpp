@@ -129,9 +129,9 @@ TEST(Grid, SixteenRanksDp2Tp2Pp4) {
   EXPECT_EQ(pp_group_ranks(s, 11), (std::vector<int>{3, 7, 11, 15}));
   EXPECT_EQ(embedding_group_ranks(s, 12), (std::vector<int>{0, 12}));
   EXPECT_EQ(embedding_group_ranks(s, 3), (std::vector<int>{3, 15}));
-  EXPECT_TRUE(embedding_group_ranks(s, 7).empty());  // a middle stage
+  EXPECT_TRUE(embedding_group_ranks(s, 7).empty());                      // a middle stage
   EXPECT_TRUE(embedding_group_ranks(GridShape{4, 2, 2, 1}, 1).empty());  // pp 1: one stage
-  const GridCoords c = grid_coords(s, 11);  // 11 = (2*2 + 1)*2 + 1
+  const GridCoords c = grid_coords(s, 11);                               // 11 = (2*2 + 1)*2 + 1
   EXPECT_EQ(c.pp_rank, 2);
   EXPECT_EQ(c.dp_rank, 1);
   EXPECT_EQ(c.tp_rank, 1);

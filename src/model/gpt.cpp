@@ -103,10 +103,11 @@ GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At addres
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     if (!reg.find(p + "ln_1.weight")) continue;
-    w.h[l] = {at(p + "ln_1.weight"),      at(p + "ln_1.bias"),        at(p + "attn.c_attn.weight"),
-              at(p + "attn.c_attn.bias"), at(p + "attn.c_proj.weight"), at(p + "attn.c_proj.bias"),
-              at(p + "ln_2.weight"),      at(p + "ln_2.bias"),        at(p + "mlp.c_fc.weight"),
-              at(p + "mlp.c_fc.bias"),    at(p + "mlp.c_proj.weight"), at(p + "mlp.c_proj.bias")};
+    w.h[l] = {
+        at(p + "ln_1.weight"),      at(p + "ln_1.bias"),          at(p + "attn.c_attn.weight"),
+        at(p + "attn.c_attn.bias"), at(p + "attn.c_proj.weight"), at(p + "attn.c_proj.bias"),
+        at(p + "ln_2.weight"),      at(p + "ln_2.bias"),          at(p + "mlp.c_fc.weight"),
+        at(p + "mlp.c_fc.bias"),    at(p + "mlp.c_proj.weight"),  at(p + "mlp.c_proj.bias")};
   }
   w.ln_f_w = at("ln_f.weight");
   w.ln_f_b = at("ln_f.bias");
@@ -153,7 +154,9 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   w = gpt_weights(registry, cfg, [p](size_t offset) { return p + offset; });
 
   // Gradient segments in flat order: the embeddings, each block, ln_f (those this stage holds).
-  auto begin_of = [&](int l) { return registry.at("h." + std::to_string(l) + ".ln_1.weight").offset; };
+  auto begin_of = [&](int l) {
+    return registry.at("h." + std::to_string(l) + ".ln_1.weight").offset;
+  };
   const size_t first_block_at = begin_of(chunks.front().blocks.begin);
   if (first_block_at > 0) {
     embedding_segment_ = segments.size();
@@ -164,7 +167,8 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   const size_t blocks_end = ln_f ? ln_f->offset : flat_size;
   for (const GptChunk& ch : chunks)
     for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
-      const bool next_held = l + 1 < cfg.n_layer && registry.find("h." + std::to_string(l + 1) + ".ln_1.weight");
+      const bool next_held =
+          l + 1 < cfg.n_layer && registry.find("h." + std::to_string(l + 1) + ".ln_1.weight");
       segment_of_block[l] = segments.size();
       segments.push_back({begin_of(l), next_held ? begin_of(l + 1) : blocks_end, true});
     }
@@ -218,9 +222,9 @@ void GptModel::bind_gradients(const std::function<float*(size_t)>& address) {
 double GptModel::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
   GptChunk& ch = chunks[mb.chunk];
-  MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 &&
-                      mb.slot < int(ch.slots.size()),
-                  "micro-batch larger than planned, or not tokens");
+  MPITRON_REQUIRE(
+      mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 && mb.slot < int(ch.slots.size()),
+      "micro-batch larger than planned, or not tokens");
   GptActs& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
@@ -233,8 +237,7 @@ double GptModel::forward(const MicroBatch& mb) {
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
   if (ch.first) {
-    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0,
-                                         Vl);
+    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl);
     cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
   }
   const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
@@ -262,8 +265,8 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
   if (ch.last) {
-    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N,
-                                             Vl, v0, V);
+    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
+                                             v0, V);
     const float* x_last = a.blocks.back().res_mlp;
     tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
                                         Vl);
@@ -283,8 +286,8 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   if (ch.first) {
     cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N,
                           C);
-    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T,
-                                          C, v0, Vl);
+    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C,
+                                          v0, Vl);
   }
   // The embedding segment is final after the embedding (first stage) or the tied head (last).
   if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);

@@ -50,8 +50,8 @@ struct GptWeights {
 
 // Activations of one micro-batch in flight in one chunk; the head's only in the last chunk.
 struct GptActs {
-  int32_t *inputs, *targets;  // (B,T) (views into the model's token buffer)
-  float* encoded;             // (B,T,C) the chunk's input: the embedding, or received
+  int32_t *inputs, *targets;      // (B,T) (views into the model's token buffer)
+  float* encoded;                 // (B,T,C) the chunk's input: the embedding, or received
   std::vector<BlockActs> blocks;  // the chunk's blocks, in order
   float* ln_f = nullptr;          // (B,T,C)
   float *ln_f_mean = nullptr, *ln_f_rstd = nullptr;  // (B,T)
@@ -96,9 +96,9 @@ class GptModel final : public Model {
  private:
   comm::Group self_;  // the TP group of one when the build names none
   comm::Group* tp_ = nullptr;
-  bool holds_first_ = false;              // this stage embeds (its first chunk is virtual stage 0)
-  size_t embedding_segment_ = SIZE_MAX;   // wte/wpe, where held
-  size_t head_segment_ = SIZE_MAX;        // ln_f, where held
+  bool holds_first_ = false;             // this stage embeds (its first chunk is virtual stage 0)
+  size_t embedding_segment_ = SIZE_MAX;  // wte/wpe, where held
+  size_t head_segment_ = SIZE_MAX;       // ln_f, where held
   std::vector<size_t> segment_of_block;  // index into segments of global block l
 };
 

@@ -30,8 +30,8 @@ struct SampleView {
 // global sample), so every layout draws the baseline's masks (ARCHITECTURE.md, "Invariants").
 struct MicroBatch {
   SampleView samples;
-  int slot = 0;   // which planned activation set holds it (micro-batches in flight)
-  int chunk = 0;  // which of this stage's model chunks runs it (interleaved pipelines)
+  int slot = 0;              // which planned activation set holds it (micro-batches in flight)
+  int chunk = 0;             // which of this stage's model chunks runs it (interleaved pipelines)
   int64_t first_sample = 0;  // global index of samples.rows' first row in the step's batch
   int64_t step = 0;
   float dropout = 0.0f;  // 0 in evaluation

@@ -50,8 +50,9 @@ bool RegistrySlice::holds(const ShardSpec& s) const {
     case StageOwner::first_and_last:
       return stage == 0 || stage == stages - 1;
     case StageOwner::block:
-      return std::any_of(chunks.begin(), chunks.end(),
-                         [&](const BlockRange& c) { return s.block >= c.begin && s.block < c.end; });
+      return std::any_of(chunks.begin(), chunks.end(), [&](const BlockRange& c) {
+        return s.block >= c.begin && s.block < c.end;
+      });
   }
   return false;
 }

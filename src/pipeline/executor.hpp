@@ -50,7 +50,9 @@ class PipelineExecutor {
   double run(const std::vector<Action>& actions, const StageWork& work, bool training);
   const PipelineTiming& timing() const { return timing_; }
   // Message buffers allocated so far (they grow to the most sends in flight at once).
-  size_t send_buffer_bytes() const { return send_buffers_.size() * message_elements_ * sizeof(float); }
+  size_t send_buffer_bytes() const {
+    return send_buffers_.size() * message_elements_ * sizeof(float);
+  }
 
  private:
   double walk(const std::vector<Action>& actions, const StageWork& work, bool training);

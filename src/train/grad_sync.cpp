@@ -164,7 +164,8 @@ double GradSync::grad_norm() {
     const float* g = owned_grads();
     for (const ParamInfo& p : model_.registry.params()) {
       if (pp_ && p.shard.stage == StageOwner::first_and_last && pp_->rank() != 0) continue;
-      const size_t b = std::max(shard_.begin, p.offset), e = std::min(shard_.end, p.offset + p.numel);
+      const size_t b = std::max(shard_.begin, p.offset),
+                   e = std::min(shard_.end, p.offset + p.numel);
       if (b >= e) continue;
       const double part = ops_.sum_of_squares(g + (b - shard_.begin), e - b);
       (p.shard.tp_dim >= 0 ? sharded : replicated) += part;

@@ -225,8 +225,7 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
 }
 
 std::vector<io::TensorPiece> pieces_for_every_stage(std::vector<io::TensorPiece> local,
-                                                    const ParamRegistry& whole,
-                                                    bool with_moments) {
+                                                    const ParamRegistry& whole, bool with_moments) {
   std::map<std::string, io::TensorPiece*> mine;
   for (io::TensorPiece& t : local) mine[t.dataset] = &t;
   std::vector<io::TensorPiece> all;

@@ -87,10 +87,10 @@ struct Trainer {
   std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
   std::unique_ptr<pipeline::PipelineExecutor> executor;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
-  int micro_rows = 0;      // samples per micro-batch on this rank
-  int64_t first_row = 0;   // this rank's first sample of the global batch
-  int64_t local_rows = 0;  // samples of the global batch on this rank
-  int64_t loss_terms = 0;  // loss terms of a global batch (tokens, or samples)
+  int micro_rows = 0;                 // samples per micro-batch on this rank
+  int64_t first_row = 0;              // this rank's first sample of the global batch
+  int64_t local_rows = 0;             // samples of the global batch on this rank
+  int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
   Buffer<float> m, v;  // AdamW moments of the shard
   int64_t step = 0;    // completed optimizer steps
@@ -200,9 +200,8 @@ struct Trainer {
     // Every stage names every tensor of the whole network in the collective write.
     if (for_writing && opts.layout.pp > 1)
       pieces = pieces_for_every_stage(
-          std::move(pieces), family.registry(cfg.model, RegistrySlice{opts.layout.tp,
-                                                                      grid.coords.tp_rank}),
-          true);
+          std::move(pieces),
+          family.registry(cfg.model, RegistrySlice{opts.layout.tp, grid.coords.tp_rank}), true);
     return pieces;
   }
 
@@ -234,7 +233,18 @@ struct Trainer {
   void load_checkpoint(const std::string& path) {
     const CheckpointRecord r = read_checkpoint_record(path);
     check_same_model(r, cfg.model, path);
-    io::read_checkpoint_tensors(path, checkpoint_pieces(false));
+    // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
+    // with the message of the first rank that failed, instead of the others waiting for it.
+    std::string error;
+    try {
+      io::read_checkpoint_tensors(path, checkpoint_pieces(false));
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+    constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+    const int64_t minus_first =
+        grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
+    if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     step = r.step;
     if (r.seed != int64_t(tc.seed) && is_root())
       spdlog::warn("checkpoint was written with seed {}, continuing with seed {}", r.seed, tc.seed);
@@ -551,15 +561,16 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
           "--stage-layers chooses the blocks of gpipe and 1f1b stages; the interleaved schedule "
           "splits the blocks evenly over its model chunks");
     if (int(counts.size()) != L.pp)
-      throw UsageError(fmt::format("--stage-layers lists {} stages but --pp is {}: give one block "
-                                   "count per stage",
-                                   counts.size(), L.pp));
+      throw UsageError(
+          fmt::format("--stage-layers lists {} stages but --pp is {}: give one block "
+                      "count per stage",
+                      counts.size(), L.pp));
     int sum = 0;
     for (size_t s = 0; s < counts.size(); ++s) {
       if (counts[s] < 1)
-        throw UsageError(fmt::format(
-            "--stage-layers gives stage {} {} blocks: every stage needs at least one", s,
-            counts[s]));
+        throw UsageError(
+            fmt::format("--stage-layers gives stage {} {} blocks: every stage needs at least one",
+                        s, counts[s]));
       sum += counts[s];
     }
     if (sum != blocks)
@@ -594,8 +605,8 @@ int run_training(TrainOptions opts) {
   if (L.tp >= 1) model_family(opts.cfg.model.type).validate_layout(opts.cfg.model, L.tp);
   const ModelFamily& family = model_family(opts.cfg.model.type);
   if (L.pp > 1 && !family.pipeline_blocks)
-    throw UsageError(fmt::format("the {} family runs as one pipeline stage: use --pp 1 (got --pp {})",
-                                 family.type, L.pp));
+    throw UsageError(fmt::format(
+        "the {} family runs as one pipeline stage: use --pp 1 (got --pp {})", family.type, L.pp));
   if (L.pp >= 1) {
     const pipeline::ScheduleSpec spec{L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
     if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
