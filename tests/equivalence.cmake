@@ -53,6 +53,27 @@ mpitron_layout_test(dp2_tp2_zero1_gather_scatter 4 --dp 2 --tp 2 --zero 1 --dp-r
 mpitron_layout_test(dp2_tp2_bucketed 4 --dp 2 --tp 2 --bucket-mb 0.1)
 mpitron_layout_test(tp2_micro2 2 --tp 2 --micro-batches 2)
 
+# Pipeline parallelism, against the same baseline (gpt-tiny: 4 blocks, global batch 24): GPipe and
+# 1F1B at pp 2 and pp 4 with 1 (plain model parallelism), 2, 4 and 8 micro-batches; interleaved
+# 1F1B with 2 model chunks per rank; unbalanced stages; pp with dp, ZeRO 1, a ring and tp.
+foreach(pp 2 4)
+  foreach(schedule gpipe 1f1b)
+    foreach(m 1 2 4 8)
+      mpitron_layout_test(pp${pp}_${schedule}_m${m} ${pp} --pp ${pp} --schedule ${schedule}
+                          --micro-batches ${m})
+    endforeach()
+  endforeach()
+endforeach()
+mpitron_layout_test(pp2_interleaved_v2_m2 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2)
+mpitron_layout_test(pp2_interleaved_v2_m4 2 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 4)
+mpitron_layout_test(pp2_stage_layers_1_3 2 --pp 2 --stage-layers 1,3 --micro-batches 4)
+mpitron_layout_test(pp3_stage_layers_1_1_2 3 --pp 3 --stage-layers 1,1,2 --schedule gpipe --micro-batches 4)
+mpitron_layout_test(pp3_1f1b_m3 3 --pp 3 --micro-batches 3)
+mpitron_layout_test(dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1 --micro-batches 2)
+mpitron_layout_test(dp2_pp2_ring 4 --dp 2 --pp 2 --dp-reduce ring --micro-batches 4)
+mpitron_layout_test(tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe --micro-batches 2)
+mpitron_layout_test(dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 --micro-batches 2)
+
 add_test(NAME equivalence_resume_across_tp_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_tp.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_tp_layouts

@@ -110,6 +110,7 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
   // The micro-batch whose slot is free once its send (the next action, if any) has copied out of
   // it: after its backward, or after its forward when not training.
   int released_chunk = -1, released_mb = -1;
+  int last_forward_mb = -1;
   for (const Action& a : actions) {
     const Op its_send = training ? Op::send_gradient : Op::send_activation;
     if (released_mb >= 0 &&
@@ -132,6 +133,16 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       }
       case Op::forward: {
         wait_receives();
+        // Without backwards nothing holds a stage back, so the first stage could run m messages
+        // ahead. Before a new micro-batch, its sends of the last one must have been received:
+        // that bounds the message buffers, and cannot deadlock, since every receive of a
+        // micro-batch needs only sends of that micro-batch.
+        if (!training && a.micro_batch != last_forward_mb) {
+          const auto t_wait = Clock::now();
+          finish_sends();
+          timing_.wait_s += seconds_since(t_wait);
+        }
+        last_forward_mb = a.micro_batch;
         const int slot = slot_for(a);
         const auto t0 = Clock::now();
         loss += work.forward(a.micro_batch, a.chunk, slot);

@@ -6,7 +6,8 @@
 //
 // Activation sets (slots): a micro-batch takes a free slot of its chunk at its forward and gives
 // it back after its backward, so a stage keeps at most the schedule's peak in flight (1F1B: pp -
-// rank; GPipe: m) however many micro-batches run.
+// rank; GPipe: m) however many micro-batches run. Forward only (evaluation), a stage starts a
+// micro-batch once its sends of the one before were received, so message buffers stay bounded.
 //
 // Failure: an exception inside the pipeline on one rank would leave its neighbours waiting for
 // messages that never come, so it ends the whole job (MPI_Abort) after printing the error.
