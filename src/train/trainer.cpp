@@ -87,6 +87,7 @@ struct Trainer {
   std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
   std::unique_ptr<pipeline::PipelineExecutor> executor;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
+  int model_slots = 1;                // activation sets per chunk
   int micro_rows = 0;                 // samples per micro-batch on this rank
   int64_t first_row = 0;              // this rank's first sample of the global batch
   int64_t local_rows = 0;             // samples of the global batch on this rank
@@ -140,6 +141,7 @@ struct Trainer {
     MPITRON_REQUIRE(sim.ok, "pipeline schedule failed its simulation: " + sim.error);
     int slots = 1;
     for (int n : sim.peak_in_flight_per_chunk[stage]) slots = std::max(slots, n);
+    model_slots = slots;
 
     ModelBuild how;
     how.micro_rows = micro_rows;
@@ -354,6 +356,12 @@ struct Trainer {
 
   // ---- the loop -------------------------------------------------------------------------------
 
+  // Of the whole network (a stage's registry holds its own part).
+  int64_t total_parameters() const {
+    return family.registry ? family.registry(cfg.model, RegistrySlice{}).parameter_count()
+                           : model->registry.parameter_count();
+  }
+
   // Blocks of each virtual stage, "3,3,2,4" (empty for a family that does not pipeline).
   std::string stage_layers_text() const {
     if (!family.pipeline_blocks) return "";
@@ -393,7 +401,7 @@ struct Trainer {
     a["layout.virtual_stages"] = int64_t(L.virtual_stages);
     a["layout.stage_layers"] = stage_layers_text();
     a["gemm"] = std::string(cpu::gemm_library());
-    a["parameters"] = model->registry.parameter_count();
+    a["parameters"] = total_parameters();
     return a;
   }
 
@@ -443,10 +451,15 @@ struct Trainer {
     comm::throw_on_all_ranks(trace_error, 0, MPI_COMM_WORLD);
     if (is_root()) {
       spdlog::info(
-          "{} ({}): {} parameters, layout dp={} tp={} pp={} zero={}, global batch {} "
+          "{} ({}): {} parameters, layout dp={} tp={} pp={} zero={}{}, global batch {} "
           "({} micro-batches of {} per rank), {} steps, {}, gemm {}, {}",
-          cfg.name, cfg.model.type, model->registry.parameter_count(), opts.layout.dp,
-          opts.layout.tp, opts.layout.pp, opts.layout.zero,
+          cfg.name, cfg.model.type, total_parameters(), opts.layout.dp, opts.layout.tp,
+          opts.layout.pp, opts.layout.zero,
+          opts.layout.pp > 1
+              ? fmt::format(", schedule {} (blocks per stage {}, {} activation sets on stage 0)",
+                            pipeline::schedule_name(opts.layout.schedule), stage_layers_text(),
+                            model_slots)
+              : "",
           family.data == DataKind::text ? fmt::format("{}x{}", tc.batch_size, tc.seq_len)
                                         : fmt::format("{}", tc.batch_size),
           tc.micro_batches, micro_rows, tc.steps, opts.device, cpu::gemm_library(),
@@ -508,11 +521,12 @@ struct Trainer {
           const double eta = elapsed / double(s - first + 1) * double(tc.steps - s);
           spdlog::info(
               "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f} | {:.1f}k {}/s | "
-              "{:.1f} ms | params {} | peak {} | ETA {}",
+              "{:.1f} ms{} | params {} | peak {} | ETA {}",
               s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
               std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
               r.lr, r.grad_norm, tokens_per_step / dt / 1000,
               family.data == DataKind::text ? "tok" : "samples", dt * 1000,
+              opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
               human_bytes(double(row.param_bytes)), human_bytes(double(peak)), human_seconds(eta));
         }
       }
