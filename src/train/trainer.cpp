@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "comm/grid.hpp"
 #include "comm/group.hpp"
 #include "comm/world.hpp"
@@ -39,11 +41,30 @@ namespace mpitron {
 
 namespace {
 
-// Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption); a signal handler
+// Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption) and SIGINT (Ctrl-C,
+// whose second press kills at once: the handler restores the default); a signal handler
 // can only write a sig_atomic_t, so this one flag is process-wide by necessity.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
+  if (sig == SIGINT) {
+    std::signal(SIGINT, SIG_DFL);
+    static const char note[] =
+        "\nstopping after this step with a checkpoint (Ctrl-C again to abort at once)\n";
+    [[maybe_unused]] const ssize_t n = write(2, note, sizeof note - 1);  // async-signal-safe
+  }
+}
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "Ctrl-C (SIGINT)";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1 (the time-limit warning)";
+  }
+  return "a stop signal";
 }
 
 using Clock = std::chrono::steady_clock;
@@ -451,9 +472,10 @@ struct Trainer {
     comm::throw_on_all_ranks(trace_error, 0, MPI_COMM_WORLD);
     if (is_root()) {
       spdlog::info(
-          "{} ({}): {} parameters, layout dp={} tp={} pp={} zero={}{}, global batch {} "
+          "{} ({}): {} parameters, layout dp={}{} tp={} pp={} zero={}{}, global batch {} "
           "({} micro-batches of {} per rank), {} steps, {}, gemm {}, {}",
-          cfg.name, cfg.model.type, total_parameters(), opts.layout.dp, opts.layout.tp,
+          cfg.name, cfg.model.type, total_parameters(), opts.layout.dp,
+          opts.dp_inferred ? " (ranks / tp·pp)" : "", opts.layout.tp,
           opts.layout.pp, opts.layout.zero,
           opts.layout.pp > 1
               ? fmt::format(", schedule {} (blocks per stage {}, {} activation sets on stage 0)",
@@ -467,6 +489,7 @@ struct Trainer {
     }
     std::signal(SIGUSR1, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
+    std::signal(SIGINT, on_stop_signal);
 
     const int64_t first = step + 1;
     const auto t_start = Clock::now();
@@ -541,10 +564,9 @@ struct Trainer {
       if (stop && s < tc.steps) {
         if (is_root()) {
           trace->flush();
-          spdlog::warn(
-              "signal {} received: stopped after step {} with a checkpoint; continue "
-              "with --resume auto",
-              stop, s);
+          spdlog::warn("{} received: stopped after step {} with a checkpoint; continue "
+                       "with --resume auto",
+                       stop_signal_name(stop), s);
         }
         return kExitStoppedBySignal;
       }
@@ -614,6 +636,19 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
 
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
+  const bool dp_inferred = opts.layout.dp == 0;
+  if (dp_inferred) {
+    int world = 1;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    const int64_t model_ranks = int64_t(opts.layout.tp) * opts.layout.pp;
+    if (opts.layout.tp < 1 || opts.layout.pp < 1 || world % model_ranks != 0)
+      throw UsageError(fmt::format(
+          "the job has {} ranks, which tp {} x pp {} does not divide: dp is the job's ranks / "
+          "(tp x pp); choose --tp and --pp to fit, or give --dp",
+          world, opts.layout.tp, opts.layout.pp));
+    opts.layout.dp = int(world / model_ranks);
+  }
+  opts.dp_inferred = dp_inferred;
   const Layout& L = opts.layout;
   const TrainConfig& tc = opts.cfg.train;
   if (L.tp >= 1) model_family(opts.cfg.model.type).validate_layout(opts.cfg.model, L.tp);

@@ -19,7 +19,7 @@ using comm::DpReduce;
 using comm::parse_dp_reduce;
 
 struct Layout {
-  int dp = 1, tp = 1, pp = 1;
+  int dp = 0, tp = 1, pp = 1;  // dp 0: the job's ranks / (tp * pp)
   int zero = 0;  // 0: replicated optimizer, 1: moments sharded over DP, 2: gradients sharded too
   DpReduce dp_reduce = DpReduce::allreduce;
   double bucket_mb = 0;  // > 0: reduce gradients in buckets of this size while backward runs
@@ -43,6 +43,7 @@ struct TrainOptions {
   std::string device = "cpu";
   int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;
+  bool dp_inferred = false;  // set by run_training when layout.dp was 0
 };
 
 // Runs training on MPI_COMM_WORLD. Throws UsageError for bad input (every rank agrees before any
