@@ -137,7 +137,33 @@ TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
     open_or_create_columns();
   }
   write_attributes(file_, attrs);
+  record_segment(attrs, resume ? resume_after_step + 1 : 1);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
+// /segments/<k>: one group per run of the trace (the first and each resume), with that run's
+// attributes and the step it started at; segments at or after a resume point are dropped with
+// the rows they wrote.
+void TraceWriter::record_segment(const Attributes& attrs, int64_t first_step) {
+  if (!has_link(file_, "segments"))
+    Handle(H5_CHECK(H5Gcreate2(file_, "segments", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  Handle segments(H5_CHECK(H5Gopen2(file_, "segments", H5P_DEFAULT)));
+  int k = 0;
+  for (; has_link(segments, std::to_string(k).c_str()); ++k) {
+    Handle g(H5_CHECK(H5Gopen2(segments, std::to_string(k).c_str(), H5P_DEFAULT)));
+    const Attributes a = read_attributes(g);
+    auto it = a.find("first_step");
+    if (it != a.end() && std::holds_alternative<int64_t>(it->second) &&
+        std::get<int64_t>(it->second) >= first_step)
+      break;
+  }
+  for (int later = k; has_link(segments, std::to_string(later).c_str()); ++later)
+    H5_CHECK(H5Ldelete(segments, std::to_string(later).c_str(), H5P_DEFAULT));
+  Handle g(H5_CHECK(
+      H5Gcreate2(segments, std::to_string(k).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  Attributes a = attrs;
+  a["first_step"] = first_step;
+  write_attributes(g, a);
 }
 
 // Brings every column to exactly rows_ rows: truncates longer ones (resume), pads shorter or

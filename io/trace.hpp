@@ -37,6 +37,10 @@ struct TraceRow {
 // world), both dimensions unlimited, created at the first row that carries them (earlier rows and
 // absent ranks read -1). Steps strictly increase.
 //
+// Each run of the trace (the first, and each resume) also records its attributes and the step it
+// started at under /segments/<k> (k = 0, 1, ...), so the root attributes, which the latest run
+// writes, never hide what earlier rows were trained with.
+//
 // Used by rank 0 only, with plain (non-MPI) file access. Crash safety: HDF5 is touched only inside
 // flush(), which ends with H5Fflush, so a process killed between flushes leaves the file exactly
 // as the last flush wrote it. The file keeps the default (earliest) format on purpose: the 1.10+
@@ -63,6 +67,7 @@ class TraceWriter {
 
  private:
   void open_or_create_columns();
+  void record_segment(const Attributes& attrs, int64_t first_step);
   void write_matrix(const char* name, std::vector<int64_t> TraceRow::*field);
 
   std::string path_;

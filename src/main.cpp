@@ -319,6 +319,8 @@ int main(int argc, char** argv) {
     train->add_option("--log-every", log_every, "progress line every N steps");
     train->add_option("--resume", opts.resume,
                       "checkpoint to resume from, or 'auto' (latest in --out)");
+    train->add_flag("--allow-changes", opts.allow_changes,
+                    "resume with other settings (lr, steps, batch, ...) than the checkpoint's");
     train->add_option("--dp", opts.layout.dp,
                       "data-parallel ranks (default: the job's ranks / (tp x pp))");
     train->add_option("--tp", opts.layout.tp, "tensor-parallel ranks");

@@ -15,8 +15,38 @@ io::Attributes model_attributes(const ModelConfig& m) {
   return a;
 }
 
+io::Attributes run_settings(const RunConfig& cfg) {
+  const TrainConfig& t = cfg.train;
+  return {{"config", cfg.name},
+          {"seed", int64_t(t.seed)},
+          {"train.lr", t.lr},
+          {"train.min_lr_ratio", t.min_lr_ratio},
+          {"train.warmup_steps", int64_t(t.warmup_steps)},
+          {"train.steps", int64_t(t.steps)},
+          {"train.weight_decay", t.weight_decay},
+          {"train.beta1", t.beta1},
+          {"train.beta2", t.beta2},
+          {"train.eps", t.eps},
+          {"train.grad_clip", t.grad_clip},
+          {"train.batch_size", int64_t(t.batch_size)},
+          {"train.seq_len", int64_t(t.seq_len)},
+          {"train.dropout", t.dropout}};
+}
+
+std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now) {
+  std::vector<std::string> changes;
+  for (const auto& [key, value] : now) {
+    auto it = before.find(key);
+    if (it != before.end() && it->second != value)
+      changes.push_back(fmt::format("{} {} -> {}", key, io::attr_to_string(it->second),
+                                    io::attr_to_string(value)));
+  }
+  return changes;
+}
+
 io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
   io::Attributes a = model_attributes(r.model);
+  for (const auto& [key, value] : r.settings) a[key] = value;
   a["format_version"] = kCheckpointFormat;
   a["step"] = r.step;
   a["tokens_seen"] = r.tokens_seen;
@@ -88,6 +118,8 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
       it != h.root.end() && std::holds_alternative<double>(it->second))
     r.lr = std::get<double>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
+  for (const auto& [key, value] : h.root)
+    if (key == "config" || key == "seed" || key.rfind("train.", 0) == 0) r.settings[key] = value;
   return r;
 }
 

@@ -26,7 +26,18 @@ struct CheckpointRecord {
   double lr = 0;
   int64_t steps = 0, batch_size = 0, seq_len = 0;
   io::Attributes data;  // the /data group: path, size, checksum, next_step
+  // What gives the run its meaning (run_settings): root attributes, compared on resume.
+  io::Attributes settings;
 };
+
+// The settings a resumed run must keep to continue the same run: the preset's name, the
+// optimizer and schedule (train.lr, min_lr_ratio, warmup_steps, steps, weight_decay, beta1,
+// beta2, eps, grad_clip), the batch (train.batch_size, seq_len), dropout and the seed.
+io::Attributes run_settings(const RunConfig& cfg);
+
+// "train.lr 0.001 -> 0.002" for each setting both hold with different values (a checkpoint from
+// an older writer holds fewer; the missing ones are not compared).
+std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now);
 
 // model.type and model.<key>, as checkpoints and traces carry them.
 io::Attributes model_attributes(const ModelConfig& m);

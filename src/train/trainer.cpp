@@ -1,6 +1,7 @@
 #include "src/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -247,6 +248,7 @@ struct Trainer {
     r.batch_size = tc.batch_size;
     r.seq_len = tc.seq_len;
     r.data = data.attributes();
+    r.settings = run_settings(cfg);
     const std::string path = checkpoint_path(step);
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                          checkpoint_pieces(true), MPI_COMM_WORLD);
@@ -256,6 +258,16 @@ struct Trainer {
   void load_checkpoint(const std::string& path) {
     const CheckpointRecord r = read_checkpoint_record(path);
     check_same_model(r, cfg.model, path);
+    const std::vector<std::string> changes = setting_changes(r.settings, run_settings(cfg));
+    if (!changes.empty()) {
+      const std::string list = fmt::format("{}", fmt::join(changes, ", "));
+      if (!opts.allow_changes)
+        throw UsageError(fmt::format(
+            "resuming {} would change the run's settings ({}): use the checkpoint's, or pass "
+            "--allow-changes to continue with the new ones (the trace records each segment's)",
+            path, list));
+      if (is_root()) spdlog::warn("continuing {} with changed settings: {}", path, list);
+    }
     // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
     // with the message of the first rank that failed, instead of the others waiting for it.
     std::string error;
@@ -269,8 +281,6 @@ struct Trainer {
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     step = r.step;
-    if (r.seed != int64_t(tc.seed) && is_root())
-      spdlog::warn("checkpoint was written with seed {}, continuing with seed {}", r.seed, tc.seed);
     auto c = r.data.find("checksum");
     if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
         std::get<int64_t>(c->second) != int64_t(data.checksum()) && is_root())

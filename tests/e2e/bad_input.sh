@@ -15,7 +15,7 @@ head -c 100 "$data" >short.txt
 expect_error "too short" "$MPITRON" train --config "$TINY" --data short.txt "${small[@]}"
 
 head -c 300000 $ckpt >good/ckpt_3.h5
-expect_error "truncated or corrupt" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps 4 --out good --resume good/ckpt_3.h5
+expect_error "truncated or corrupt" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps 4 --allow-changes --out good --resume good/ckpt_3.h5
 head -c 5000 /dev/urandom >noise.h5
 expect_error "not an HDF5 file" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --resume noise.h5
 expect_error "not an HDF5 file" "$MPITRON" generate --ckpt noise.h5 --tokens 3
