@@ -174,13 +174,31 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
 }
 
 // Validation loss (and accuracy and confusion matrix for classifiers) of a checkpoint on data.
+// Unset options default to what the trainer's validation used, from the checkpoint: its data,
+// seed, global batch, sequence length and number of batches.
 int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
-             std::string data_path, int batches, int batch_size, int seq_len, uint64_t seed) {
+             std::string data_path, std::optional<int> batches_opt,
+             std::optional<int> batch_size_opt, std::optional<int> seq_len_opt,
+             std::optional<uint64_t> seed_opt) {
   cpu::set_compute_threads(cpu::default_compute_threads(1));
   if (!tokens_path.empty()) return eval_token_batch(ckpt, tokens_path, dump);
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
-  if (data_path.empty()) data_path = family.default_data;
+  auto recorded = [&](const io::Attributes& a, const std::string& key) -> std::optional<int64_t> {
+    auto it = a.find(key);
+    if (it == a.end() || !std::holds_alternative<int64_t>(it->second)) return std::nullopt;
+    return std::get<int64_t>(it->second);
+  };
+  if (data_path.empty()) {
+    auto it = rec.data.find("path");
+    const bool have = it != rec.data.end() && std::holds_alternative<std::string>(it->second) &&
+                      std::filesystem::exists(std::get<std::string>(it->second));
+    data_path = have ? std::get<std::string>(it->second) : family.default_data;
+  }
+  const int batches = batches_opt.value_or(int(recorded(rec.settings, "eval.batches").value_or(4)));
+  const int batch_size = batch_size_opt.value_or(rec.batch_size > 0 ? int(rec.batch_size) : 8);
+  const int seq_len = seq_len_opt.value_or(int(rec.seq_len));
+  const uint64_t seed = seed_opt.value_or(uint64_t(rec.seed));
   const bool text = family.data == DataKind::text;
   const int T = text ? (seq_len > 0 ? seq_len : int(family.sample_size(rec.model))) : 0;
   if (text && T > family.sample_size(rec.model))
@@ -211,12 +229,13 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   }
   const double samples = double(batches) * batch_size;
   if (text) {
-    fmt::print("val_loss {:.6f} ({} batches of {}x{})\n",
-               sum / (samples * model->loss_terms_per_sample()), batches, batch_size, T);
+    fmt::print("val_loss {:.6f} ({} batches of {}x{} from {}, seed {})\n",
+               sum / (samples * model->loss_terms_per_sample()), batches, batch_size, T, data_path,
+               seed);
     return 0;
   }
-  fmt::print("val_loss {:.6f} ({} batches of {})\nval_accuracy {:.4f}\n", sum / samples, batches,
-             batch_size, double(correct) / samples);
+  fmt::print("val_loss {:.6f} ({} batches of {} from {}, seed {})\nval_accuracy {:.4f}\n",
+             sum / samples, batches, batch_size, data_path, seed, double(correct) / samples);
   fmt::print("confusion matrix (rows: label, columns: prediction)\n     ");
   for (int k = 0; k < K; ++k) fmt::print("{:>6}", k);
   fmt::print("\n");
@@ -348,17 +367,17 @@ int main(int argc, char** argv) {
                                     "loss of a checkpoint: on a token batch (with --dump: logits "
                                     "and gradients), or validation loss on --data");
     std::string eval_ckpt, eval_tokens, eval_dump, eval_data;
-    int eval_nb = 4, eval_bs = 8, eval_T = 0;
-    uint64_t eval_seed = 1337;
+    std::optional<int> eval_nb, eval_bs, eval_T;
+    std::optional<uint64_t> eval_seed;
     eval->add_option("--ckpt", eval_ckpt, "checkpoint")->required();
     eval->add_option("--tokens", eval_tokens, "HDF5 file with /tokens (B, T+1) int32");
     eval->add_option("--dump", eval_dump, "write /loss, /logits, /grads/<name> here");
     eval->add_option("--data", eval_data,
                      "validation data: text file or image folder (default: the family's)");
-    eval->add_option("--batches", eval_nb, "validation batches")->capture_default_str();
-    eval->add_option("--batch-size", eval_bs, "sequences per batch")->capture_default_str();
-    eval->add_option("--seq-len", eval_T, "tokens per sequence (0: block size)");
-    eval->add_option("--seed", eval_seed, "seed of the validation batches")->capture_default_str();
+    eval->add_option("--batches", eval_nb, "validation batches (default: the trainer's)");
+    eval->add_option("--batch-size", eval_bs, "samples per batch (default: the trainer's)");
+    eval->add_option("--seq-len", eval_T, "tokens per sequence (default: the trainer's)");
+    eval->add_option("--seed", eval_seed, "seed of the validation batches (default: the run's)");
 
     // ---- generate
     auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");

@@ -119,7 +119,9 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
     r.lr = std::get<double>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
   for (const auto& [key, value] : h.root)
-    if (key == "config" || key == "seed" || key.rfind("train.", 0) == 0) r.settings[key] = value;
+    if (key == "config" || key == "seed" || key.rfind("train.", 0) == 0 ||
+        key.rfind("eval.", 0) == 0)
+      r.settings[key] = value;
   return r;
 }
 

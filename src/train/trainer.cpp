@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,8 +18,6 @@
 #include <span>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "comm/grid.hpp"
 #include "comm/group.hpp"
@@ -249,6 +248,7 @@ struct Trainer {
     r.seq_len = tc.seq_len;
     r.data = data.attributes();
     r.settings = run_settings(cfg);
+    r.settings["eval.batches"] = int64_t(tc.eval_batches);  // for `mpitron eval`'s defaults
     const std::string path = checkpoint_path(step);
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                          checkpoint_pieces(true), MPI_COMM_WORLD);
@@ -485,8 +485,8 @@ struct Trainer {
           "{} ({}): {} parameters, layout dp={}{} tp={} pp={} zero={}{}, global batch {} "
           "({} micro-batches of {} per rank), {} steps, {}, gemm {}, {}",
           cfg.name, cfg.model.type, total_parameters(), opts.layout.dp,
-          opts.dp_inferred ? " (ranks / tp·pp)" : "", opts.layout.tp,
-          opts.layout.pp, opts.layout.zero,
+          opts.dp_inferred ? " (ranks / tp·pp)" : "", opts.layout.tp, opts.layout.pp,
+          opts.layout.zero,
           opts.layout.pp > 1
               ? fmt::format(", schedule {} (blocks per stage {}, {} activation sets on stage 0)",
                             pipeline::schedule_name(opts.layout.schedule), stage_layers_text(),
@@ -574,9 +574,10 @@ struct Trainer {
       if (stop && s < tc.steps) {
         if (is_root()) {
           trace->flush();
-          spdlog::warn("{} received: stopped after step {} with a checkpoint; continue "
-                       "with --resume auto",
-                       stop_signal_name(stop), s);
+          spdlog::warn(
+              "{} received: stopped after step {} with a checkpoint; continue "
+              "with --resume auto",
+              stop_signal_name(stop), s);
         }
         return kExitStoppedBySignal;
       }
