@@ -1,5 +1,6 @@
 // mpitron command line: train | eval | generate | compare | info | batch.
 // Bad input is one line on stderr (from rank 0) and a non-zero exit, never a crash or a hang.
+#include <fmt/ranges.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
 
@@ -293,6 +294,63 @@ int cmd_devices() {
   return 0;
 }
 
+// Levenshtein distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), size_t(0));
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean X?)" for the closest candidate within a few edits, else "".
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates)
+    if (size_t d = edit_distance(word, c); d < best_d) best = c, best_d = d;
+  return best.empty() ? "" : fmt::format(" (did you mean {}?)", best);
+}
+
+// The presets shipped in configs/, looked for beside the working directory and the executable.
+std::string preset_list() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& dir : {fs::path("configs"), exe.parent_path().parent_path() / "configs"}) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".toml") names.push_back((dir / e.path().filename()).string());
+    std::sort(names.begin(), names.end());
+    if (!names.empty()) return fmt::format("presets: {}", fmt::join(names, ", "));
+  }
+  return "no presets found (configs/*.toml in the source tree)";
+}
+
+// The message for arguments CLI11 did not expect: unknown options with the nearest known one.
+std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+  std::vector<std::string> known;
+  for (const CLI::Option* o : sub->get_options())
+    for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    a = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), a) == known.end())
+      return fmt::format("unknown option {} for mpitron {}{}", a, sub->get_name(),
+                         suggestion(a, known));
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -318,7 +376,16 @@ int main(int argc, char** argv) {
     std::optional<double> lr, dropout;
     std::optional<uint64_t> seed;
     std::string dp_reduce = "allreduce", schedule = "1f1b";
-    train->add_option("--config", config_path, "model and run preset (TOML)")->required();
+    std::vector<std::string> overrides;
+    bool help_config = false;
+    train->add_option("--config", config_path,
+                      "model and run preset (TOML), e.g. configs/gpt-tiny.toml");
+    train
+        ->add_option("--set", overrides,
+                     "override a config key, section.key=value (repeatable): --set "
+                     "model.n_layer=6")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    train->add_flag("--help-config", help_config, "list every config key, default and meaning");
     train->add_option("--data", data_path,
                       "text file (byte tokens) or image folder (default: the model family's)");
     train->add_option("--device", opts.device, "cpu")->capture_default_str();
@@ -451,19 +518,33 @@ int main(int argc, char** argv) {
 
     app.add_subcommand("devices", "list the compute devices this build can use");
 
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' &&
+        std::find(commands.begin(), commands.end(), argv[1]) == commands.end())
+      throw UsageError(fmt::format("'{}' is not a command{}; commands: {}", argv[1],
+                                   suggestion(argv[1], commands), fmt::join(commands, ", ")));
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-      if (rank == 0)
-        rc = app.exit(e);
-      else
-        rc = e.get_exit_code();
+      // --help prints and exits 0; every other parse error is a usage error, exit 1.
+      const std::string unknown =
+          dynamic_cast<const CLI::ExtrasError*>(&e) ? unexpected_arguments(app, argc, argv) : "";
+      if (rank == 0 && unknown.empty()) app.exit(e);
+      if (rank == 0 && !unknown.empty()) fmt::print(stderr, "error: {} (see --help)\n", unknown);
       MPI_Finalize();
-      return rc;
+      return e.get_exit_code() == 0 ? 0 : 1;
     }
 
-    if (train->parsed()) {
-      opts.cfg = load_run_config(config_path);
+    if (train->parsed() && help_config) {
+      fmt::print("{}", config_keys_help());
+    } else if (train->parsed()) {
+      if (config_path.empty())
+        throw UsageError(fmt::format("--config is required: {}", preset_list()));
+      if (!std::filesystem::is_regular_file(config_path))
+        throw UsageError(
+            fmt::format("config file '{}' does not exist; {}", config_path, preset_list()));
+      opts.cfg = load_run_config(config_path, overrides);
       TrainConfig& t = opts.cfg.train;
       if (steps) t.steps = *steps;
       if (batch_size) t.batch_size = *batch_size;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <toml.hpp>
 
 #include "src/check.hpp"
@@ -48,9 +49,32 @@ void read_table(const toml::value& root, const std::string& table,
   }
 }
 
+// "model.n_layer=6": the value as TOML (6, 3e-4, "text", true), or as a string when it is not
+// TOML (model.type=mlp).
+void apply_override(toml::value& root, const std::string& assignment) {
+  const size_t eq = assignment.find('='), dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw UsageError(fmt::format(
+        "--set '{}' is not section.key=value (for example --set model.n_layer=6)", assignment));
+  const std::string table = assignment.substr(0, dot),
+                    key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string text = assignment.substr(eq + 1);
+  if (table != "model" && table != "train")
+    throw UsageError(fmt::format("--set {}: the sections are model and train", assignment));
+  toml::value value;
+  try {
+    std::istringstream in("v = " + text);
+    value = toml::find(toml::parse(in, "--set"), "v");
+  } catch (const std::exception&) {
+    value = toml::value(text);
+  }
+  if (!root.contains(table)) root.as_table()[table] = toml::table{};
+  root.as_table()[table].as_table()[key] = value;
+}
+
 }  // namespace
 
-RunConfig load_run_config(const std::string& path) {
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (!std::filesystem::is_regular_file(path))
     throw UsageError(fmt::format("config file '{}' does not exist", path));
   toml::value root;
@@ -60,6 +84,8 @@ RunConfig load_run_config(const std::string& path) {
     std::string what = e.what();
     throw UsageError(fmt::format("{}: not valid TOML: {}", path, what.substr(0, what.find('\n'))));
   }
+  for (const std::string& o : overrides) apply_override(root, o);
+  const std::string source = overrides.empty() ? path : path + " with --set";
   RunConfig cfg;
   cfg.name = std::filesystem::path(path).stem().string();
   for (const auto& [key, _] : root.as_table())
@@ -86,7 +112,7 @@ RunConfig load_run_config(const std::string& path) {
   std::map<std::string, std::function<void(const toml::value&)>> model_keys{
       {"type", [](const toml::value&) {}}};
   for (auto& [key, value] : cfg.model.dims) model_keys[key] = setter(value);
-  read_table(root, "model", model_keys, path);
+  read_table(root, "model", model_keys, source);
   TrainConfig& t = cfg.train;
   int64_t seed = int64_t(t.seed);
   read_table(root, "train",
@@ -108,9 +134,48 @@ RunConfig load_run_config(const std::string& path) {
               {"ckpt_every", setter(t.ckpt_every)},
               {"log_every", setter(t.log_every)},
               {"micro_batches", setter(t.micro_batches)}},
-             path);
+             source);
   t.seed = uint64_t(seed);
   return cfg;
+}
+
+std::string config_keys_help() {
+  const TrainConfig d;
+  struct Key {
+    const char* name;
+    std::string value;
+    const char* meaning;
+  };
+  const Key train[] = {
+      {"batch_size", fmt::format("{}", d.batch_size), "global batch, in samples"},
+      {"seq_len", fmt::format("{}", d.seq_len), "tokens per sequence (text)"},
+      {"steps", fmt::format("{}", d.steps), "optimizer steps"},
+      {"lr", fmt::format("{}", d.lr), "peak learning rate"},
+      {"min_lr_ratio", fmt::format("{}", d.min_lr_ratio), "cosine decay ends at lr x this"},
+      {"warmup_steps", fmt::format("{}", d.warmup_steps), "linear warm-up steps"},
+      {"weight_decay", fmt::format("{}", d.weight_decay), "AdamW decay of weight matrices"},
+      {"beta1", fmt::format("{}", d.beta1), "AdamW first-moment decay"},
+      {"beta2", fmt::format("{}", d.beta2), "AdamW second-moment decay"},
+      {"eps", fmt::format("{}", d.eps), "AdamW epsilon"},
+      {"grad_clip", fmt::format("{}", d.grad_clip), "clip the global gradient norm (0: never)"},
+      {"dropout", fmt::format("{}", d.dropout), "dropout probability"},
+      {"seed", fmt::format("{}", d.seed), "initialisation, data order and dropout"},
+      {"eval_every", fmt::format("{}", d.eval_every), "validation every N steps (0: at the end)"},
+      {"eval_batches", fmt::format("{}", d.eval_batches), "global batches per validation"},
+      {"ckpt_every", fmt::format("{}", d.ckpt_every), "checkpoint every N steps (0: at the end)"},
+      {"log_every", fmt::format("{}", d.log_every), "progress line every N steps"},
+      {"micro_batches", fmt::format("{}", d.micro_batches), "micro-batches per rank and step"},
+  };
+  std::string out =
+      "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "
+      "them):\n\n[train]\n";
+  for (const Key& k : train) out += fmt::format("  {:<14} {:<8} {}\n", k.name, k.value, k.meaning);
+  for (const ModelFamily& f : model_families()) {
+    out += fmt::format("\n[model] type = \"{}\": {}\n", f.type, f.description);
+    for (const ModelKey& k : f.keys)
+      out += fmt::format("  {:<14} {:<8} {}\n", k.name, k.default_value, k.meaning);
+  }
+  return out;
 }
 
 int64_t ModelConfig::get(const std::string& key) const {

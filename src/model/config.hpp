@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace mpitron {
 
@@ -47,7 +48,12 @@ struct RunConfig {
 };
 
 // Reads a preset; throws UsageError for a missing file, bad TOML, unknown keys or wrong types.
-RunConfig load_run_config(const std::string& path);
+// overrides: "section.key=value" assignments (--set), applied over the file's tables.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Every [train] key and every model family's [model] keys, with defaults and meanings
+// (`mpitron train --help-config`).
+std::string config_keys_help();
 
 // Throws UsageError naming the first impossible value (non-positive sizes, then the family's own
 // checks: n_embd % n_head, seq_len > block_size, ...).

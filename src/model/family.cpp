@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <span>
+
 #include "src/check.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/mlp.hpp"
@@ -29,7 +31,11 @@ const ModelFamily kFamilies[] = {
      DataKind::text,
      "data/kjv.txt",
      "create it with io/get_bible.sh, or pass --data",
-     {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"block_size", 64}, {"vocab_size", 256}},
+     {{"n_layer", 4, "transformer blocks (what pipeline stages divide)"},
+      {"n_head", 4, "attention heads (what tensor parallelism divides)"},
+      {"n_embd", 128, "width of the residual stream"},
+      {"block_size", 64, "longest sequence (position embeddings)"},
+      {"vocab_size", 256, "vocabulary; 256 covers the byte tokens of text data"}},
      validate_gpt,
      validate_gpt_layout,
      build_gpt,
@@ -42,7 +48,10 @@ const ModelFamily kFamilies[] = {
      DataKind::images,
      "/usr/share/datasets/fashion-mnist",
      "install Debian's dataset-fashion-mnist, or pass --data",
-     {{"input", 784}, {"hidden", 256}, {"classes", 10}, {"layernorm", 0, false}},
+     {{"input", 784, "input features (pixels per image)"},
+      {"hidden", 256, "width of the hidden layer"},
+      {"classes", 10, "labels predicted"},
+      {"layernorm", 0, "1: LayerNorm after fc1, 0: none", false}},
      validate_mlp,
      [](const ModelConfig&, int tp) {
        if (tp != 1)
@@ -54,6 +63,10 @@ const ModelFamily kFamilies[] = {
 };
 
 }  // namespace
+
+std::span<const ModelFamily> model_families() {
+  return kFamilies;
+}
 
 const ModelFamily& model_family(const std::string& type) {
   std::string known;

@@ -3,6 +3,7 @@
 // model file pair and one entry in the table in family.cpp.
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ namespace mpitron {
 struct ModelKey {
   const char* name;
   int64_t default_value;
+  const char* meaning;
   bool must_be_positive = true;
 };
 
@@ -44,6 +46,9 @@ struct ModelFamily {
   int (*pipeline_blocks)(const ModelConfig& model) = nullptr;
   ParamRegistry (*registry)(const ModelConfig& model, const RegistrySlice& slice) = nullptr;
 };
+
+// Every family, in the table's order.
+std::span<const ModelFamily> model_families();
 
 // The family of a type; UsageError naming the known types when there is none.
 const ModelFamily& model_family(const std::string& type);
