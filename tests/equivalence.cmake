@@ -82,6 +82,14 @@ set_tests_properties(equivalence_resume_across_tp_layouts PROPERTIES LABELS "equ
                      TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
                      FIXTURES_REQUIRED equivalence_baseline)
 
+add_test(NAME equivalence_resume_across_pp_layouts
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_pp.sh $<TARGET_FILE:mpitron>
+                 ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_pp_layouts
+                 ${MPITRON_BASELINE_DIR}/trace.h5)
+set_tests_properties(equivalence_resume_across_pp_layouts PROPERTIES LABELS "equivalence;mpi"
+                     TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
+                     FIXTURES_REQUIRED equivalence_baseline)
+
 # A vocabulary tp does not divide (257): padded to 258 at tp 2 and 260 at tp 4, never changing
 # the loss, against its own 1x1x1 baseline.
 set(MPITRON_ODD_VOCAB_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_odd_vocab_baseline)

@@ -2,8 +2,9 @@
 # The jobs/ batch scripts on a real (single-node) Slurm cluster: every Bridges-2 profile and the
 # generic one train, on CPU ranks, and leave a trace, a checkpoint and the run record (revision,
 # job id, exact command, a copy of the script). GPU-shared runs unchanged on fake v100-32 GPUs
-# (one rank per GPU); the others get a CPU override (--gpus=0, fewer tasks). A layout mpitron does
-# not support is refused by mpitron, not by the script; a rank/GPU mismatch by the script.
+# (one rank per GPU); the others get a CPU override (--gpus=0, fewer tasks). TP=2 and PP=2 (with
+# SCHEDULE) reach mpitron and train. A layout mpitron does not support (PP=5 for gpt-tiny's 4
+# blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by the script.
 # Arguments: mpitron binary, checkout, work folder.
 set -euo pipefail
 # shellcheck source=tests/slurm/cluster.sh
@@ -33,7 +34,8 @@ id[gpu]=$(submit gpu bridges2-gpu.sbatch --gpus=0 --ntasks-per-node=2)
 id[rm]=$(submit rm bridges2-rm.sbatch --ntasks-per-node=2 --cpus-per-task=1)
 id[generic]=$(ZERO=1 submit generic generic.sbatch --ntasks=2)
 id[tp]=$(TP=2 submit tp generic.sbatch --ntasks=2)
-id[refused-pp]=$(PP=2 submit refused-pp generic.sbatch --ntasks=2)
+id[pp]=$(PP=2 SCHEDULE=gpipe MICRO_BATCHES=2 submit pp generic.sbatch --ntasks=2)
+id[refused-pp]=$(PP=5 submit refused-pp generic.sbatch --ntasks=5)
 if [[ $CLUSTER_GPUS != 0 ]]; then
   id[refused-gpus]=$(submit refused-gpus bridges2-gpu-shared.sbatch --ntasks-per-node=2)
 fi
@@ -93,10 +95,19 @@ expect tp COMPLETED
 check_trace "$WORK/tp" $steps
 [[ $(trace_attr "$WORK/tp/trace.h5" layout.tp) == 2 && $(trace_attr "$WORK/tp/trace.h5" layout.dp) == 1 ]] ||
   fail "tp: TP=2 did not arrive as dp 1 x tp 2"
+# PP=2 on 2 tasks: dp 1 x pp 2, with the schedule and micro-batches passed on.
+expect pp COMPLETED
+check_trace "$WORK/pp" $steps
+[[ $(trace_attr "$WORK/pp/trace.h5" layout.pp) == 2 && $(trace_attr "$WORK/pp/trace.h5" layout.dp) == 1 ]] ||
+  fail "pp: PP=2 did not arrive as dp 1 x pp 2"
+[[ $(trace_attr "$WORK/pp/trace.h5" layout.schedule) == gpipe ]] || fail "pp: SCHEDULE=gpipe did not arrive"
+[[ $(trace_attr "$WORK/pp/trace.h5" train.micro_batches) == 2 ]] || fail "pp: MICRO_BATCHES=2 did not arrive"
+# PP=5 on 5 tasks: gpt-tiny has 4 blocks, so mpitron refuses it with its message, before training.
 expect refused-pp FAILED
-grep -q "error: .*not supported yet" "$WORK"/refused-pp/slurm-*.out ||
-  fail "PP=2 was not refused by mpitron: $(cat "$WORK"/refused-pp/slurm-*.out)"
-grep -q -- "--pp 2" "$WORK/refused-pp/jobs.log" || fail "PP=2 was not passed to mpitron"
+grep -q "error: .*more stages than blocks" "$WORK"/refused-pp/slurm-*.out ||
+  fail "PP=5 was not refused by mpitron: $(cat "$WORK"/refused-pp/slurm-*.out)"
+grep -q -- "--dp 1 --tp 1 --pp 5 " "$WORK/refused-pp/jobs.log" || fail "PP=5 was not passed to mpitron as dp 1 x pp 5"
+[[ ! -e $WORK/refused-pp/trace.h5 ]] || fail "the refused PP=5 job trained"
 if [[ $CLUSTER_GPUS != 0 ]]; then
   expect refused-gpus FAILED
   grep -q "error: one rank per GPU" "$WORK"/refused-gpus/slurm-*.out ||
