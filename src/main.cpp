@@ -106,7 +106,12 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
   std::unique_ptr<Model> model = load_for_inference(ckpt, rec, 1, T, alloc);
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (auto& t : text) t = uint8_t(t);
-  if (text.empty()) text.push_back('\n');
+  if (text.size() > size_t(T))
+    fmt::print(stderr,
+               "note: the prompt has {} bytes and the model sees at most {} (block_size): the "
+               "first {} condition nothing\n",
+               text.size(), T, text.size() - size_t(T));
+  if (text.empty()) text.push_back('\n');  // an empty prompt starts from a line break
   std::fputs(prompt.c_str(), stdout);
   std::vector<int32_t> window(T + 1, 0);
   const PhiloxStream rng{seed, fnv1a64("generate")};
@@ -453,7 +458,9 @@ int main(int argc, char** argv) {
     double temperature = 1.0, top_p = 1.0;
     uint64_t gen_seed = 42;
     gen->add_option("--ckpt", gen_ckpt, "checkpoint")->required();
-    gen->add_option("--prompt", prompt, "text to continue");
+    gen->add_option("--prompt", prompt,
+                    "text to continue; only its last block_size bytes condition the model (empty: "
+                    "start from a line break)");
     gen->add_option("--tokens", gen_tokens, "tokens to generate")->capture_default_str();
     gen->add_option("--temperature", temperature, "softmax temperature (0: greedy)")
         ->capture_default_str();

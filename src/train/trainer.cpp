@@ -442,7 +442,6 @@ struct Trainer {
     std::string chosen, error;
     if (is_root()) {
       try {
-        std::filesystem::create_directories(opts.out);
         const std::string latest = io::latest_checkpoint(opts.out);
         if (opts.resume == "auto") {
           chosen = latest;
