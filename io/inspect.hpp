@@ -7,11 +7,17 @@
 
 namespace mpitron::io {
 
-// Human-readable summary of any HDF5 file, recognising mpitron traces and checkpoints: kind, root
-// attributes, group attributes, datasets with dtypes and shapes; for traces the step range,
-// first/last loss and last evaluated val_loss; for checkpoints the total parameter count (all
-// elements under /params). UsageError when the file is missing or unreadable.
-void print_info(const std::string& path, std::ostream& out);
+// Human-readable account of any HDF5 file, recognising mpitron traces and checkpoints.
+// A checkpoint, unless full: the model, the run settings grouped by prefix (train., layout., ...),
+// step and tokens seen, and its tensors summarised (parameter, optimizer-moment and buffer counts
+// and sizes, parameters grouped into repeated blocks on their first numeric dotted component, the
+// largest tensors), a few dozen lines whatever the model's size. A trace: root and group
+// attributes, datasets, the step range, first/last loss and last evaluated val_loss, and one line
+// per run segment (/segments/<k>) with the settings changed since the previous one; unless full,
+// the segments' attributes are not listed. With full, and for any other HDF5 file: every attribute
+// and every dataset with dtype and shape (for a checkpoint, then the total parameter count).
+// UsageError when the file is missing or unreadable.
+void print_info(const std::string& path, std::ostream& out, bool full = false);
 
 struct TraceComparison {
   int64_t steps_compared = 0;     // steps present in both traces

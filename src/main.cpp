@@ -485,6 +485,8 @@ int main(int argc, char** argv) {
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
     std::string info_path;
     info->add_option("file", info_path, "trace.h5 or ckpt_<step>.h5")->required();
+    bool info_all = false;
+    info->add_flag("--all", info_all, "every attribute and dataset, not a summary");
 
     // ---- batch
     auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
@@ -608,7 +610,7 @@ int main(int argc, char** argv) {
         fmt::print("SAME within --rtol {:.1e}\n", rtol);
       }
     } else if (info->parsed()) {
-      io::print_info(info_path, std::cout);
+      io::print_info(info_path, std::cout, info_all);
     } else if (sched->parsed()) {
       sched_spec.kind = pipeline::parse_schedule(sched_kind);
       rc = cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);

@@ -596,7 +596,7 @@ TEST_F(IoTest, PrintInfoSummarisesTracesAndCheckpoints) {
   const std::string c = path("ckpt_40.h5");
   write_test_checkpoint(c, CheckpointIo::gather);
   std::ostringstream ci;
-  print_info(c, ci);
+  print_info(c, ci, true);
   const std::string cs = ci.str();
   EXPECT_NE(cs.find("mpitron checkpoint"), std::string::npos) << cs;
   EXPECT_NE(cs.find("step" + std::string(11, ' ') + "= 40"), std::string::npos) << cs;
