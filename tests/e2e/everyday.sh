@@ -67,6 +67,14 @@ assert abs(a - b) <= 1e-5 * abs(a), (a, b)" "$val" "$(awk '/^val_loss/ {print $2
 # A start that fails leaves no run folder behind.
 expect_error "does not exist" "$MPITRON" train "${small[@]}" --out never --resume nothing.h5
 [[ ! -e never ]] || fail "a failed --resume left the run folder behind"
+mkdir -p bin
+printf '#!/bin/sh\necho "sbatch: error: no Slurm configuration" >&2\nexit 1\n' >bin/sbatch
+chmod +x bin/sbatch
+if PATH="$WORK/bin:$PATH" make -s -C "$REPO" -f Makefile.slurm submit RUN="$WORK/unsubmitted" \
+  >submit.log 2>&1; then
+  fail "make submit succeeded with a failing sbatch"
+fi
+[[ ! -e unsubmitted ]] || fail "a failed sbatch left its run folder behind: $(cat submit.log)"
 
 # CLI mistakes: suggestions, presets, one exit code.
 expect_error "'trian' is not a command (did you mean train?)" "$MPITRON" trian
