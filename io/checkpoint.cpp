@@ -450,23 +450,46 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
   }
 }
 
-std::string latest_checkpoint(const std::string& dir) {
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
   static const std::regex name(R"(ckpt_(\d{1,18})\.h5)");
   std::error_code ec;
-  std::string best;
-  int64_t best_step = -1;
+  std::vector<std::pair<int64_t, std::string>> found;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file = it->path().filename().string();
     std::smatch m;
     if (!std::regex_match(file, m, name)) continue;
     if (!it->is_regular_file(ec)) continue;
-    const int64_t step = std::stoll(m[1].str());
-    if (step > best_step) {
-      best_step = step;
-      best = it->path().string();
-    }
+    found.push_back({std::stoll(m[1].str()), it->path().string()});
   }
-  return best;
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  const auto found = list_checkpoints(dir);
+  return found.empty() ? "" : found.back().second;
+}
+
+std::vector<std::string> remove_stale_checkpoint_writes(const std::string& dir) {
+  static const std::regex name(R"(ckpt_\d{1,18}\.h5\.tmp)");
+  std::error_code ec;
+  std::vector<std::string> removed;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::regex_match(it->path().filename().string(), name) && it->is_regular_file(ec) &&
+        fs::remove(it->path(), ec))
+      removed.push_back(it->path().string());
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+std::vector<std::string> remove_old_checkpoints(const std::string& dir, int keep) {
+  std::vector<std::string> removed;
+  const auto found = list_checkpoints(dir);
+  const size_t kept = size_t(std::max(keep, 1));  // the newest complete one always stays
+  std::error_code ec;
+  for (size_t i = 0; i + kept < found.size(); ++i)
+    if (fs::remove(found[i].second, ec)) removed.push_back(found[i].second);
+  return removed;
 }
 
 }  // namespace mpitron::io

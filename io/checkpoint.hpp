@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/h5.hpp"
@@ -73,5 +74,15 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
 // Path of ckpt_<step>.h5 with the largest step in dir, or "" when there is none or dir does not
 // exist (*.tmp and other names are ignored).
 std::string latest_checkpoint(const std::string& dir);
+
+// (step, path) of every ckpt_<step>.h5 in dir, by step.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
+
+// Removes the ckpt_<step>.h5.tmp files an interrupted write left in dir; returns their paths.
+std::vector<std::string> remove_stale_checkpoint_writes(const std::string& dir);
+
+// Removes all but the newest `keep` checkpoints in dir (at least the newest one always stays);
+// returns the removed paths.
+std::vector<std::string> remove_old_checkpoints(const std::string& dir, int keep);
 
 }  // namespace mpitron::io

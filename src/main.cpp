@@ -408,6 +408,8 @@ int main(int argc, char** argv) {
     train->add_option("--eval-every", eval_every, "validation loss every N steps (0: at the end)");
     train->add_option("--eval-batches", eval_batches, "global batches per validation");
     train->add_option("--log-every", log_every, "progress line every N steps");
+    train->add_option("--keep-last", opts.keep_last,
+                      "keep only the newest K checkpoints (0: all; the newest always stays)");
     train->add_option("--resume", opts.resume,
                       "checkpoint to resume from, or 'auto' (latest in --out)");
     train->add_flag("--allow-changes", opts.allow_changes,

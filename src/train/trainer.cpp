@@ -253,6 +253,9 @@ struct Trainer {
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                          checkpoint_pieces(true), MPI_COMM_WORLD);
     if (is_root()) spdlog::info("checkpoint {}", path);
+    if (is_root() && opts.keep_last > 0)
+      for (const std::string& old : io::remove_old_checkpoints(opts.out, opts.keep_last))
+        spdlog::info("removed {} (--keep-last {})", old, opts.keep_last);
   }
 
   void load_checkpoint(const std::string& path) {
@@ -442,6 +445,8 @@ struct Trainer {
     std::string chosen, error;
     if (is_root()) {
       try {
+        for (const std::string& stale : io::remove_stale_checkpoint_writes(opts.out))
+          spdlog::info("removed {}: the remains of an interrupted checkpoint write", stale);
         const std::string latest = io::latest_checkpoint(opts.out);
         if (opts.resume == "auto") {
           chosen = latest;
@@ -686,6 +691,9 @@ int run_training(TrainOptions opts) {
     throw UsageError(e);
   if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
     throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
+  if (opts.keep_last < 0)
+    throw UsageError(
+        fmt::format("--keep-last {} must be 0 (keep every checkpoint) or more", opts.keep_last));
   if (opts.threads < 0 || opts.threads > 1024)
     throw UsageError(
         fmt::format("--threads {} is out of range (0: default, else 1..1024)", opts.threads));
