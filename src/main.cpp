@@ -408,6 +408,10 @@ int main(int argc, char** argv) {
     train->add_option("--eval-every", eval_every, "validation loss every N steps (0: at the end)");
     train->add_option("--eval-batches", eval_batches, "global batches per validation");
     train->add_option("--log-every", log_every, "progress line every N steps");
+    train
+        ->add_option("--hang-timeout", opts.hang_timeout_s,
+                     "seconds without progress after which a rank ends the whole job (0: never)")
+        ->capture_default_str();
     train->add_option("--keep-last", opts.keep_last,
                       "keep only the newest K checkpoints (0: all; the newest always stays)");
     train->add_option("--resume", opts.resume,

@@ -36,6 +36,7 @@
 #include "src/train/grad_sync.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/step_backend.hpp"
+#include "src/train/watchdog.hpp"
 
 namespace mpitron {
 
@@ -119,6 +120,7 @@ struct Trainer {
   std::unique_ptr<io::TraceWriter> trace;
   io::TraceRow row{};  // reused every step (its per-rank vectors are sized once)
   uint64_t comm_bytes_before = 0;
+  Progress progress;  // what this rank is doing, for the watchdog (--hang-timeout)
 
   Trainer(TrainOptions o, comm::Grid& g)
       : opts(std::move(o)),
@@ -233,6 +235,7 @@ struct Trainer {
   }
 
   void save_checkpoint() {
+    progress.mark("writing a checkpoint (world)");
     CheckpointRecord r;
     r.model = cfg.model;
     r.step = step;
@@ -324,6 +327,7 @@ struct Trainer {
       return b;
     };
     w.forward = [this, batch, correct](int mb, int chunk, int slot) {
+      progress.mark("a forward, or waiting for a neighbour stage's message (pp)");
       const MicroBatch b = batch(mb, chunk, slot);
       const double loss = model->forward(b);
       if (correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
@@ -331,6 +335,7 @@ struct Trainer {
       return loss;
     };
     w.backward = [this, batch, dloss](int mb, int chunk, int slot) {
+      progress.mark("a backward, or waiting for a neighbour stage's message (pp)");
       model->backward(batch(mb, chunk, slot), dloss, sync->hook(mb == tc.micro_batches - 1));
     };
     w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
@@ -339,12 +344,17 @@ struct Trainer {
   }
 
   StepResult train_step(int64_t s) {
+    progress.step.store(s);
+    progress.mark("reading the batch");
     data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
     sync->begin_step();
+    progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
     const float dloss = 1.0f / float(loss_terms);
     double loss_sum =
         executor->run(train_actions, stage_work(s, float(tc.dropout), dloss, nullptr), true);
+    progress.mark("the gradient reduction (embedding group, then dp)");
     sync->finish_backward();
+    progress.mark("the gradient norm's all-reduce (dp, tp, pp)");
     // Global gradient norm: every rank holds the summed gradient of its shard.
     const double norm = sync->grad_norm();
     const float scale =
@@ -355,7 +365,9 @@ struct Trainer {
                      {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
                       shard.begin, m.data(), v.data(), shard.begin},
                      acfg, lr, scale, s);
+    progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
+    progress.mark("the loss all-reduce (pp, dp)");
     if (opts.layout.pp > 1) loss_sum = grid.pp.allreduce_sum(loss_sum);  // the last stage's
     const double loss =
         (opts.layout.dp > 1 ? grid.dp.allreduce_sum(loss_sum) : loss_sum) / double(loss_terms);
@@ -371,6 +383,7 @@ struct Trainer {
     int64_t correct = 0;
     const bool classifier = family.data == DataKind::images;
     for (int e = 0; e < tc.eval_batches; ++e) {
+      progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
       data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
       sum += executor->run(eval_actions, stage_work(0, 0.0f, 0.0f, classifier ? &correct : nullptr),
                            false);
@@ -468,6 +481,8 @@ struct Trainer {
   }
 
   int run() {
+    const Watchdog watchdog(progress, opts.hang_timeout_s, grid.rank);
+    progress.mark("choosing and loading the checkpoint (world)");
     const std::string resume_from = choose_checkpoint();
     if (!resume_from.empty()) {
       load_checkpoint(resume_from);
@@ -521,6 +536,7 @@ struct Trainer {
       const uint64_t bytes_now = comm_bytes_total();
       const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
       comm_bytes_before = bytes_now;
+      progress.mark("gathering the per-rank figures (world)");
       int64_t peak = int64_t(alloc.peak_bytes);
       int64_t busy_us = int64_t(r.busy_s * 1e6);
       MPI_CHECK(MPI_Gather(&busy_us, 1, MPI_INT64_T, row.rank_busy_us.data(), 1, MPI_INT64_T, 0,
@@ -568,6 +584,7 @@ struct Trainer {
         }
       }
       const bool ckpt_due = tc.ckpt_every > 0 && s % tc.ckpt_every == 0;
+      progress.mark("the stop-signal agreement (world)");
       // Every rank must agree to stop at the same step boundary.
       int stop_local = g_stop_signal, stop = 0;
       MPI_CHECK(MPI_Allreduce(&stop_local, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
@@ -691,6 +708,8 @@ int run_training(TrainOptions opts) {
     throw UsageError(e);
   if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
     throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
+  if (!(opts.hang_timeout_s >= 0))
+    throw UsageError("--hang-timeout must be 0 (no watchdog) or a number of seconds");
   if (opts.keep_last < 0)
     throw UsageError(
         fmt::format("--keep-last {} must be 0 (keep every checkpoint) or more", opts.keep_last));

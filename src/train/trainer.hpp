@@ -43,9 +43,10 @@ struct TrainOptions {
   std::string device = "cpu";
   int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;
-  int keep_last = 0;           // > 0: keep only the newest keep_last checkpoints (0: every one)
-  bool dp_inferred = false;    // set by run_training when layout.dp was 0
-  bool allow_changes = false;  // resume with other settings (run_settings) than the checkpoint's
+  double hang_timeout_s = 600;  // a rank that makes no progress this long ends the job; 0: never
+  int keep_last = 0;            // > 0: keep only the newest keep_last checkpoints (0: every one)
+  bool dp_inferred = false;     // set by run_training when layout.dp was 0
+  bool allow_changes = false;   // resume with other settings (run_settings) than the checkpoint's
 };
 
 // Runs training on MPI_COMM_WORLD. Throws UsageError for bad input (every rank agrees before any
