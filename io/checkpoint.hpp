@@ -68,12 +68,21 @@ CheckpointHeader read_checkpoint_header(const std::string& path);
 
 // Each rank reads its own blocks into data (independent I/O; not collective). Every dataset is
 // checked before any is read: UsageError naming the dataset when it is missing or its shape
-// differs from global_shape. Stored values of any float type are converted to float32.
+// differs from global_shape, or when a chunk fails its Fletcher-32 checksum (tensors are written
+// chunked with one). Stored values of any float type are converted to float32.
 void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPiece>& tensors);
 
 // Path of ckpt_<step>.h5 with the largest step in dir, or "" when there is none or dir does not
 // exist (*.tmp and other names are ignored).
 std::string latest_checkpoint(const std::string& dir);
+
+// Every float dataset read whole, so HDF5 checks each chunk's Fletcher-32 checksum.
+struct CheckpointVerification {
+  int64_t tensors = 0;
+  std::vector<std::string> failed;     // fail their checksum or cannot be read
+  std::vector<std::string> unchecked;  // written without checksums (an older writer)
+};
+CheckpointVerification verify_checkpoint(const std::string& path);
 
 // (step, path) of every ckpt_<step>.h5 in dir, by step.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);

@@ -491,8 +491,11 @@ int main(int argc, char** argv) {
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
     std::string info_path;
     info->add_option("file", info_path, "trace.h5 or ckpt_<step>.h5")->required();
-    bool info_all = false;
+    bool info_all = false, info_verify = false;
     info->add_flag("--all", info_all, "every attribute and dataset, not a summary");
+    info->add_flag(
+        "--verify", info_verify,
+        "read every tensor of a checkpoint and check its checksums (exit 1 if any fails)");
 
     // ---- batch
     auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
@@ -616,7 +619,19 @@ int main(int argc, char** argv) {
         fmt::print("SAME within --rtol {:.1e}\n", rtol);
       }
     } else if (info->parsed()) {
-      io::print_info(info_path, std::cout, info_all);
+      if (info_verify) {
+        const io::CheckpointVerification v = io::verify_checkpoint(info_path);
+        for (const std::string& t : v.failed) fmt::print("FAILED {}\n", t);
+        if (!v.unchecked.empty())
+          fmt::print("{} tensors carry no checksum (written by an older mpitron)\n",
+                     v.unchecked.size());
+        fmt::print("{}: {} of {} tensors read back {}\n", info_path,
+                   v.tensors - int64_t(v.failed.size()), v.tensors,
+                   v.failed.empty() ? "intact" : "intact; the file is corrupt");
+        rc = v.failed.empty() ? 0 : 1;
+      } else {
+        io::print_info(info_path, std::cout, info_all);
+      }
     } else if (sched->parsed()) {
       sched_spec.kind = pipeline::parse_schedule(sched_kind);
       rc = cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The run folder's checkpoint files: --keep-last K keeps exactly the newest K, and the .tmp an
-# interrupted write left behind is removed at start-up with a line saying so.
+# The run folder's checkpoint files: --keep-last K keeps exactly the newest K, the .tmp an
+# interrupted write left behind is removed at start-up with a line saying so, and a checkpoint
+# verifies itself: a flipped byte in a tensor is refused with the tensor's name, on every rank.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -18,5 +19,28 @@ grep -q "removed run/ckpt_3.h5.tmp: the remains of an interrupted checkpoint wri
 mpiexec -n 2 "$MPITRON" train "${small[@]}" --steps 8 --ckpt-every 1 --keep-last 1 --allow-changes \
   --out run --resume auto >resume.log 2>&1 || fail "resume failed: $(cat resume.log)"
 [[ $(find run -name "ckpt_*") == "run/ckpt_8.h5" ]] || fail "--keep-last 1 left: $(find run -name "ckpt_*")"
+
+"$MPITRON" info --verify run/ckpt_8.h5 >verify.txt || fail "an intact checkpoint failed --verify"
+grep -q "run/ckpt_8.h5: 156 of 156 tensors read back intact" verify.txt || fail "$(cat verify.txt)"
+cp run/ckpt_8.h5 flipped.h5
+/usr/bin/python3 - <<'PY'
+import h5py
+with h5py.File("flipped.h5", "r") as f:
+    at = f["params/h.3.mlp.c_fc.weight"].id.get_chunk_info(0).byte_offset + 1000
+with open("flipped.h5", "r+b") as g:
+    g.seek(at)
+    b = g.read(1)
+    g.seek(at)
+    g.write(bytes([b[0] ^ 0x01]))
+PY
+rc=0
+"$MPITRON" info --verify flipped.h5 >verify.txt || rc=$?
+if [[ $rc != 1 ]] || ! grep -q "^FAILED params/h.3.mlp.c_fc.weight" verify.txt; then
+  fail "--verify missed the flipped byte (exit $rc): $(cat verify.txt)"
+fi
+# h.3 lives on the last stage only: every rank stops with that stage's message.
+expect_error "flipped.h5: params/h.3.mlp.c_fc.weight fails its checksum" \
+  mpiexec -n 2 "$MPITRON" train "${small[@]}" --steps 10 --pp 2 --allow-changes --out flipped \
+  --resume flipped.h5
 expect_error "--keep-last -1 must be 0" "$MPITRON" train "${small[@]}" --steps 1 --keep-last -1 --out bad
 echo "checkpoint files ok"
