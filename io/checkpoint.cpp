@@ -2,6 +2,7 @@
 #include "io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -250,6 +251,24 @@ Handle create_tensor(hid_t file, const TensorPiece& t) {
       H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT)));
 }
 
+// "" when the folder of path has room for the checkpoint (its float32 tensors, 4 KiB of
+// metadata each, and 256 KiB besides), else the message.
+std::string check_room_for(const std::string& path, const std::vector<TensorPiece>& tensors) {
+  uint64_t need = uint64_t(256) << 10;
+  for (const TensorPiece& t : tensors) need += uint64_t(tensor_numel(t.global_shape)) * 4 + 4096;
+  const fs::path dir =
+      fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  const fs::space_info space = fs::space(dir, ec);
+  if (ec || space.available >= need) return "";
+  const std::string latest = latest_checkpoint(dir.string());
+  return fmt::format(
+      "no room for checkpoint {}: it needs about {:.1f} MiB, {} has {:.1f} MiB free; {} (free "
+      "some space; --keep-last K keeps only the newest K checkpoints)",
+      path, double(need) / (1 << 20), dir.string(), double(space.available) / (1 << 20),
+      latest.empty() ? "no checkpoint was written" : "the last complete one is " + latest);
+}
+
 #ifdef MPITRON_PARALLEL_HDF5
 void write_collective(const std::string& tmp, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
@@ -402,8 +421,14 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   const std::string tmp = path + ".tmp";
-  if (rank == 0) create_parent_folder(path);
-  MPI_CHECK(MPI_Barrier(comm));
+  std::string no_room;
+  if (rank == 0) {
+    create_parent_folder(path);
+    no_room = check_room_for(path, tensors);
+  }
+  // A full disk is refused before anything is written: every rank stops, the last complete
+  // checkpoint stays as it was.
+  comm::throw_on_all_ranks(no_room, 0, comm);
   if (io == CheckpointIo::collective) {
 #ifdef MPITRON_PARALLEL_HDF5
     write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The run folder's checkpoint files: --keep-last K keeps exactly the newest K, the .tmp an
 # interrupted write left behind is removed at start-up with a line saying so, and a checkpoint
-# verifies itself: a flipped byte in a tensor is refused with the tensor's name, on every rank.
+# verifies itself: a flipped byte in a tensor is refused with the tensor's name, on every rank;
+# a full disk (a small tmpfs, where this machine may mount one) stops every rank with a clear
+# error before anything is written, and the previous checkpoint stays loadable.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -42,5 +44,22 @@ fi
 expect_error "flipped.h5: params/h.3.mlp.c_fc.weight fails its checksum" \
   mpiexec -n 2 "$MPITRON" train "${small[@]}" --steps 10 --pp 2 --allow-changes --out flipped \
   --resume flipped.h5
+
+mkdir -p disk
+if mount -t tmpfs -o size=1800k tmpfs disk 2>/dev/null; then
+  trap 'umount "$WORK/disk" 2>/dev/null || true' EXIT
+  tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2)
+  expect_error "no room for checkpoint disk/run/ckpt_2.h5: .* the last complete one is disk/run/ckpt_1.h5" \
+    mpiexec -n 2 "$MPITRON" train "${small[@]}" "${tiny[@]}" --steps 4 --ckpt-every 1 --out disk/run
+  [[ $(find disk/run -name "ckpt_*") == "disk/run/ckpt_1.h5" ]] ||
+    fail "the full disk left: $(find disk/run -name "ckpt_*")"
+  "$MPITRON" info --verify disk/run/ckpt_1.h5 >/dev/null || fail "the last checkpoint was damaged"
+  cp -r disk/run after_full_disk
+  umount disk
+  "$MPITRON" train "${small[@]}" "${tiny[@]}" --steps 4 --ckpt-every 1 --out after_full_disk \
+    --resume auto >after.log 2>&1 || fail "the last checkpoint does not resume: $(cat after.log)"
+else
+  echo "note: cannot mount a tmpfs here: the full-disk case is not tested"
+fi
 expect_error "--keep-last -1 must be 0" "$MPITRON" train "${small[@]}" --steps 1 --keep-last -1 --out bad
 echo "checkpoint files ok"
