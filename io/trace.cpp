@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 
 namespace mpitron::io {
@@ -238,6 +239,17 @@ void TraceWriter::write_matrix(const char* name, std::vector<int64_t> TraceRow::
 
 void TraceWriter::flush() {
   if (!file_.valid() || pending_.empty()) return;
+  try {
+    QuietErrors quiet;
+    write_pending();
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    throw std::runtime_error("cannot write the trace " + path_ +
+                             " (is its disk full?): " + why.substr(0, why.find('\n')));
+  }
+}
+
+void TraceWriter::write_pending() {
   const int64_t b = static_cast<int64_t>(pending_.size());
   std::vector<int64_t> ibuf(b);
   std::vector<double> dbuf(b);

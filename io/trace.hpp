@@ -62,12 +62,14 @@ class TraceWriter {
   ~TraceWriter();  // flush + close; never throws
 
   void append(const TraceRow& row);
-  void flush();  // writes buffered rows, then H5Fflush
+  // Writes buffered rows, then H5Fflush; std::runtime_error naming the file when it cannot.
+  void flush();
   int64_t rows() const { return rows_ + static_cast<int64_t>(pending_.size()); }
 
  private:
   void open_or_create_columns();
   void record_segment(const Attributes& attrs, int64_t first_step);
+  void write_pending();
   void write_matrix(const char* name, std::vector<int64_t> TraceRow::*field);
 
   std::string path_;
