@@ -22,12 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 int64_t block_numel(const Block& b) {
   return numel(b.count);
 }
@@ -220,12 +214,6 @@ void write_groups(hid_t file, const Attributes& root_attrs,
   }
 }
 
-int64_t tensor_numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // Chunks of whole trailing rows, about 1 Mi elements each (HDF5 caps a chunk at 4 GiB).
 std::vector<hsize_t> checksum_chunk(const std::vector<int64_t>& shape) {
   std::vector<hsize_t> chunk(shape.begin(), shape.end());
@@ -241,7 +229,7 @@ Handle create_tensor(hid_t file, const TensorPiece& t) {
   Handle space = tensor_space(t.global_shape);
   Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
   H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));  // every element is written
-  if (!t.global_shape.empty() && tensor_numel(t.global_shape) > 0) {
+  if (!t.global_shape.empty() && numel(t.global_shape) > 0) {
     // Fletcher-32 per chunk, checked by HDF5 on every read: a flipped bit fails the read.
     std::vector<hsize_t> chunk = checksum_chunk(t.global_shape);
     H5_CHECK(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()));
@@ -255,7 +243,7 @@ Handle create_tensor(hid_t file, const TensorPiece& t) {
 // metadata each, and 256 KiB besides), else the message.
 std::string check_room_for(const std::string& path, const std::vector<TensorPiece>& tensors) {
   uint64_t need = uint64_t(256) << 10;
-  for (const TensorPiece& t : tensors) need += uint64_t(tensor_numel(t.global_shape)) * 4 + 4096;
+  for (const TensorPiece& t : tensors) need += uint64_t(numel(t.global_shape)) * 4 + 4096;
   const fs::path dir =
       fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   std::error_code ec;
@@ -524,7 +512,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     }
     Handle type(H5_CHECK(H5Dget_type(d)));
     if (H5Tget_class(type) != H5T_FLOAT) continue;
-    scratch.resize(size_t(std::max<int64_t>(1, tensor_numel(o.shape))));
+    scratch.resize(size_t(std::max<int64_t>(1, numel(o.shape))));
     herr_t read = 0;
     {
       QuietErrors quiet;

@@ -356,6 +356,29 @@ std::vector<int64_t> dataset_shape(hid_t dset) {
   return std::vector<int64_t>(dims.begin(), dims.end());
 }
 
+std::vector<std::string> attribute_changes(const Attributes& before, const Attributes& now,
+                                           bool only_common) {
+  std::vector<std::string> changes;
+  for (const auto& [key, value] : now) {
+    auto it = before.find(key);
+    if (it == before.end()) {
+      if (!only_common) changes.push_back(key + " (unset) -> " + attr_to_string(value));
+    } else if (it->second != value) {
+      changes.push_back(key + " " + attr_to_string(it->second) + " -> " + attr_to_string(value));
+    }
+  }
+  if (!only_common)
+    for (const auto& [key, value] : before)
+      if (!now.count(key)) changes.push_back(key + " " + attr_to_string(value) + " -> (unset)");
+  return changes;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);

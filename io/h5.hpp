@@ -124,6 +124,10 @@ void write_attributes(hid_t obj, const Attributes& attrs);
 // by other tools) are rendered as a string "[a, b, ...]", other kinds as "<type>".
 Attributes read_attributes(hid_t obj);
 std::string attr_to_string(const AttrValue& v);  // 42, 0.001, "text" (quoted)
+// "key old -> new" for each key whose value differs, "key (unset) -> new" and "key old ->
+// (unset)" for keys only one side has (unless only_common), in key order.
+std::vector<std::string> attribute_changes(const Attributes& before, const Attributes& now,
+                                           bool only_common = false);
 
 // One object found by list_objects.
 struct ObjectInfo {
@@ -141,6 +145,7 @@ bool path_exists(hid_t loc, const std::string& path);
 std::vector<int64_t> dataset_shape(hid_t dset);
 std::string dtype_name(hid_t type);
 std::string shape_string(const std::vector<int64_t>& shape);  // "(384,128)", "()" for scalars
+int64_t numel(const std::vector<int64_t>& shape);             // elements; 1 for scalars
 
 // Link creation property list that creates missing intermediate groups.
 Handle lcpl_intermediate();

@@ -13,6 +13,7 @@
 
 #include "io/h5.hpp"
 #include "io/trace.hpp"
+#include "src/human_units.hpp"
 
 namespace mpitron::io {
 
@@ -29,22 +30,6 @@ void print_attributes(const Attributes& attrs, const std::string& indent, std::o
   for (const auto& [k, v] : attrs) w = std::max(w, k.size());
   for (const auto& [k, v] : attrs)
     out << indent << k << std::string(w - k.size(), ' ') << " = " << attr_to_string(v) << "\n";
-}
-
-int64_t numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double x = static_cast<double>(bytes);
-  int u = 0;
-  for (; x >= 1024 && u < 4; ++u) x /= 1024;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", x, units[u]);
-  return buf;
 }
 
 // "1 element", "3 elements".
@@ -163,14 +148,7 @@ void print_segments(hid_t file, const std::vector<ObjectInfo>& objects, std::ost
       out << "?";
     }
     if (prev) {
-      std::vector<std::string> changes;
-      for (const auto& [key, v] : a)
-        if (auto p = prev->find(key); p == prev->end())
-          changes.push_back(key + " (unset) -> " + attr_to_string(v));
-        else if (p->second != v)
-          changes.push_back(key + " " + attr_to_string(p->second) + " -> " + attr_to_string(v));
-      for (const auto& [key, v] : *prev)
-        if (!a.count(key)) changes.push_back(key + " " + attr_to_string(v) + " -> (unset)");
+      const std::vector<std::string> changes = attribute_changes(*prev, a);
       if (changes.empty()) out << ", no setting changed";
       for (const std::string& c : changes) out << ", " << c;
     }
@@ -383,7 +361,7 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
 
   const int64_t np = total(params);
   out << "parameters: " << np << " in " << params.size() << " tensors under /params ("
-      << human_bytes(4 * np) << " as float32)\n";
+      << human_bytes(4.0 * double(np)) << " as float32)\n";
   // optim/<param>/<moment>: which moments exist, and for how many of the parameters.
   std::map<std::string, int64_t> per_moment;
   for (const Tensor& t : moments) {
@@ -395,8 +373,8 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
     out << "no moments under /optim\n";
   } else {
     const int64_t nm = total(moments);
-    out << nm << " in " << moments.size() << " tensors under /optim (" << human_bytes(4 * nm)
-        << "): ";
+    out << nm << " in " << moments.size() << " tensors under /optim ("
+        << human_bytes(4.0 * double(nm)) << "): ";
     std::string names;
     bool same = true;
     for (const auto& [m, count] : per_moment) {
@@ -422,7 +400,7 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
     out << "none\n";
   else
     out << total(buffers) << " in " << count_of(static_cast<int64_t>(buffers.size()), "tensor")
-        << " under /buffers (" << human_bytes(4 * total(buffers)) << " as float32)\n";
+        << " under /buffers (" << human_bytes(4.0 * double(total(buffers))) << " as float32)\n";
   print_blocks(params, out);
   print_largest(params, 5, out);
   out << "(a summary; --all lists every attribute and dataset)\n";
