@@ -83,6 +83,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
     }
     return s;
   };
+  auto held_slot = [&](const Action& a) {  // of a micro-batch already forwarded
+    const int s = slot_of_[a.chunk][a.micro_batch];
+    MPITRON_REQUIRE(s >= 0, fmt::format("{} of micro-batch {} before its forward", op_name(a.op),
+                                        a.micro_batch));
+    return s;
+  };
   auto release = [&](int chunk, int mb) {
     int& s = slot_of_[chunk][mb];
     free_slots_[chunk].push_back(s);
@@ -126,7 +132,7 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         break;
       }
       case Op::recv_gradient: {
-        const StageBoundary b = work.boundary(a.chunk, slot_for(a));
+        const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         MPITRON_REQUIRE(b.output_grad != nullptr, "receive into a chunk with no next stage");
         recvs_.push_back(pp_.irecv(b.output_grad, message(b, a.micro_batch), a.peer, kGradientTag));
         break;
@@ -152,9 +158,7 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       }
       case Op::backward: {
         wait_receives();
-        const int slot = slot_of_[a.chunk][a.micro_batch];
-        MPITRON_REQUIRE(
-            slot >= 0, fmt::format("backward of micro-batch {} before its forward", a.micro_batch));
+        const int slot = held_slot(a);
         const auto t0 = Clock::now();
         work.backward(a.micro_batch, a.chunk, slot);
         timing_.busy_s += seconds_since(t0);
@@ -163,14 +167,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         break;
       }
       case Op::send_activation: {
-        const StageBoundary b = work.boundary(a.chunk, slot_for(a));
+        const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         send(b.output, message(b, a.micro_batch), a.peer, kActivationTag);
         break;
       }
       case Op::send_gradient: {
-        const int slot = slot_of_[a.chunk][a.micro_batch];
-        MPITRON_REQUIRE(slot >= 0, "send_gradient of a micro-batch not in flight");
-        const StageBoundary b = work.boundary(a.chunk, slot);
+        const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         send(b.input_grad, message(b, a.micro_batch), a.peer, kGradientTag);
         break;
       }
