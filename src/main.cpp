@@ -190,18 +190,11 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   if (!tokens_path.empty()) return eval_token_batch(ckpt, tokens_path, dump);
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
-  auto recorded = [&](const io::Attributes& a, const std::string& key) -> std::optional<int64_t> {
-    auto it = a.find(key);
-    if (it == a.end() || !std::holds_alternative<int64_t>(it->second)) return std::nullopt;
-    return std::get<int64_t>(it->second);
-  };
-  if (data_path.empty()) {
-    auto it = rec.data.find("path");
-    const bool have = it != rec.data.end() && std::holds_alternative<std::string>(it->second) &&
-                      std::filesystem::exists(std::get<std::string>(it->second));
-    data_path = have ? std::get<std::string>(it->second) : family.default_data;
-  }
-  const int batches = batches_opt.value_or(int(recorded(rec.settings, "eval.batches").value_or(4)));
+  if (data_path.empty())
+    data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
+                    ? rec.data_path
+                    : family.default_data;
+  const int batches = batches_opt.value_or(rec.eval_batches > 0 ? int(rec.eval_batches) : 4);
   const int batch_size = batch_size_opt.value_or(rec.batch_size > 0 ? int(rec.batch_size) : 8);
   const int seq_len = seq_len_opt.value_or(int(rec.seq_len));
   const uint64_t seed = seed_opt.value_or(uint64_t(rec.seed));

@@ -34,14 +34,7 @@ io::Attributes run_settings(const RunConfig& cfg) {
 }
 
 std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now) {
-  std::vector<std::string> changes;
-  for (const auto& [key, value] : now) {
-    auto it = before.find(key);
-    if (it != before.end() && it->second != value)
-      changes.push_back(fmt::format("{} {} -> {}", key, io::attr_to_string(it->second),
-                                    io::attr_to_string(value)));
-  }
-  return changes;
+  return io::attribute_changes(before, now, /*only_common=*/true);
 }
 
 io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
@@ -59,6 +52,7 @@ io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
   a["train.steps"] = r.steps;
   a["train.batch_size"] = r.batch_size;
   a["train.seq_len"] = r.seq_len;
+  a["eval.batches"] = r.eval_batches;
   return a;
 }
 
@@ -114,14 +108,16 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
   optional_int("train.steps", r.steps);
   optional_int("train.batch_size", r.batch_size);
   optional_int("train.seq_len", r.seq_len);
+  optional_int("eval.batches", r.eval_batches);
   if (auto it = h.root.find("train.lr");
       it != h.root.end() && std::holds_alternative<double>(it->second))
     r.lr = std::get<double>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
+  if (auto p = r.data.find("path");
+      p != r.data.end() && std::holds_alternative<std::string>(p->second))
+    r.data_path = std::get<std::string>(p->second);
   for (const auto& [key, value] : h.root)
-    if (key == "config" || key == "seed" || key.rfind("train.", 0) == 0 ||
-        key.rfind("eval.", 0) == 0)
-      r.settings[key] = value;
+    if (key == "config" || key == "seed" || key.rfind("train.", 0) == 0) r.settings[key] = value;
   return r;
 }
 

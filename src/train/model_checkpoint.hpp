@@ -25,7 +25,9 @@ struct CheckpointRecord {
   int64_t dp = 1, tp = 1, pp = 1, zero = 0;
   double lr = 0;
   int64_t steps = 0, batch_size = 0, seq_len = 0;
-  io::Attributes data;  // the /data group: path, size, checksum, next_step
+  int64_t eval_batches = 0;  // global batches per validation (0: not recorded)
+  io::Attributes data;       // the /data group: path, size, checksum, next_step
+  std::string data_path;     // data.path, "" when not recorded
   // What gives the run its meaning (run_settings): root attributes, compared on resume.
   io::Attributes settings;
 };
