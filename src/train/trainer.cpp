@@ -27,6 +27,7 @@
 #include "io/trace.hpp"
 #include "src/check.hpp"
 #include "src/cpu/gemm.hpp"
+#include "src/human_units.hpp"
 #include "src/model/family.hpp"
 #include "src/pipeline/executor.hpp"
 #include "src/pipeline/schedule.hpp"
@@ -73,19 +74,6 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.1f} {}", b, units[u]);
-}
-
-std::string human_seconds(double s) {
-  if (s < 60) return fmt::format("{:.0f}s", s);
-  if (s < 3600) return fmt::format("{:.0f}m{:02.0f}s", std::floor(s / 60), std::fmod(s, 60));
-  return fmt::format("{:.0f}h{:02.0f}m", std::floor(s / 3600), std::fmod(s / 60, 60));
-}
-
 // 1 - (time every rank computed) / (ranks x the slowest rank's walk through the schedule).
 double measured_bubble(const std::vector<int64_t>& busy_us, double slowest_s) {
   if (busy_us.empty() || slowest_s <= 0) return 0;
@@ -108,6 +96,7 @@ struct Trainer {
   pipeline::ScheduleSpec schedule;
   std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
   std::unique_ptr<pipeline::PipelineExecutor> executor;
+  pipeline::StageWork work;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
   int model_slots = 1;                // activation sets per chunk
   int micro_rows = 0;                 // samples per micro-batch on this rank
@@ -196,6 +185,7 @@ struct Trainer {
         L.pp > 1 ? size_t(micro_rows) * model->boundary(0, 0).elements_per_sample : 0;
     executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, slots,
                                                             message, alloc);
+    work = stage_work();
     shard = sync->owned();
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
@@ -251,7 +241,7 @@ struct Trainer {
     r.seq_len = tc.seq_len;
     r.data = data.attributes();
     r.settings = run_settings(cfg);
-    r.settings["eval.batches"] = int64_t(tc.eval_batches);  // for `mpitron eval`'s defaults
+    r.eval_batches = tc.eval_batches;  // for `mpitron eval`'s defaults
     const std::string path = checkpoint_path(step);
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                          checkpoint_pieces(true), MPI_COMM_WORLD);
@@ -316,31 +306,48 @@ struct Trainer {
     return batch_slice(tc.batch_size, opts.layout.dp, grid.coords.dp_rank, tc.micro_batches, mb);
   }
 
-  // The pipeline's view of the model for one step (train) or evaluation batch.
-  pipeline::StageWork stage_work(int64_t s, float dropout, float dloss, int64_t* correct) {
+  // What the current walk through the schedule computes: a training step or an evaluation batch.
+  struct Walk {
+    int64_t step = 0;
+    float dropout = 0, dloss = 0;
+    int64_t* correct = nullptr;  // counts arg-max hits on the last stage (classifier evaluation)
+  } walk;
+
+  // The pipeline's view of the model, built once (its callbacks read `walk`).
+  pipeline::StageWork stage_work() {
     pipeline::StageWork w;
-    auto batch = [this, s, dropout](int mb, int chunk, int slot) {
-      const RowRange rows = micro_batch_rows(mb);
-      MicroBatch b = micro_batch(s, rows.begin, int(rows.count), dropout);
-      b.slot = slot;
-      b.chunk = chunk;
-      return b;
-    };
-    w.forward = [this, batch, correct](int mb, int chunk, int slot) {
+    w.forward = [this](int mb, int chunk, int slot) {
       progress.mark("a forward, or waiting for a neighbour stage's message (pp)");
-      const MicroBatch b = batch(mb, chunk, slot);
+      const MicroBatch b = micro_batch_of(mb, chunk, slot);
       const double loss = model->forward(b);
-      if (correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
-        *correct += model->count_correct(b);
+      if (walk.correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
+        *walk.correct += model->count_correct(b);
       return loss;
     };
-    w.backward = [this, batch, dloss](int mb, int chunk, int slot) {
+    w.backward = [this](int mb, int chunk, int slot) {
       progress.mark("a backward, or waiting for a neighbour stage's message (pp)");
-      model->backward(batch(mb, chunk, slot), dloss, sync->hook(mb == tc.micro_batches - 1));
+      model->backward(micro_batch_of(mb, chunk, slot), walk.dloss,
+                      sync->hook(mb == tc.micro_batches - 1));
     };
     w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
     w.rows = [this](int mb) { return int(micro_batch_rows(mb).count); };
     return w;
+  }
+
+  MicroBatch micro_batch_of(int mb, int chunk, int slot) const {
+    const RowRange rows = micro_batch_rows(mb);
+    MicroBatch b = micro_batch(walk.step, rows.begin, int(rows.count), walk.dropout);
+    b.slot = slot;
+    b.chunk = chunk;
+    return b;
+  }
+
+  // A sum the last stage of each DP rank holds, on every rank.
+  template <class T>
+  T sum_over_stages_and_dp(T v) {
+    if (opts.layout.pp > 1) v = grid.pp.allreduce_sum(v);
+    if (opts.layout.dp > 1) v = grid.dp.allreduce_sum(v);
+    return v;
   }
 
   StepResult train_step(int64_t s) {
@@ -350,8 +357,8 @@ struct Trainer {
     sync->begin_step();
     progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
     const float dloss = 1.0f / float(loss_terms);
-    double loss_sum =
-        executor->run(train_actions, stage_work(s, float(tc.dropout), dloss, nullptr), true);
+    walk = {s, float(tc.dropout), dloss, nullptr};
+    const double loss_sum = executor->run(train_actions, work, true);
     progress.mark("the gradient reduction (embedding group, then dp)");
     sync->finish_backward();
     progress.mark("the gradient norm's all-reduce (dp, tp, pp)");
@@ -368,9 +375,7 @@ struct Trainer {
     progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
     progress.mark("the loss all-reduce (pp, dp)");
-    if (opts.layout.pp > 1) loss_sum = grid.pp.allreduce_sum(loss_sum);  // the last stage's
-    const double loss =
-        (opts.layout.dp > 1 ? grid.dp.allreduce_sum(loss_sum) : loss_sum) / double(loss_terms);
+    const double loss = sum_over_stages_and_dp(loss_sum) / double(loss_terms);
     return {loss, norm, lr, executor->timing().busy_s, executor->timing().total_s};
   }
 
@@ -385,17 +390,11 @@ struct Trainer {
     for (int e = 0; e < tc.eval_batches; ++e) {
       progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
       data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
-      sum += executor->run(eval_actions, stage_work(0, 0.0f, 0.0f, classifier ? &correct : nullptr),
-                           false);
+      walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr};
+      sum += executor->run(eval_actions, work, false);
     }
-    if (opts.layout.pp > 1) {
-      sum = grid.pp.allreduce_sum(sum);
-      correct = grid.pp.allreduce_sum(correct);
-    }
-    if (opts.layout.dp > 1) {
-      sum = grid.dp.allreduce_sum(sum);
-      correct = grid.dp.allreduce_sum(correct);
-    }
+    sum = sum_over_stages_and_dp(sum);
+    correct = sum_over_stages_and_dp(correct);
     const double samples = double(tc.eval_batches) * tc.batch_size;
     return {sum / (samples * model->loss_terms_per_sample()),
             classifier ? double(correct) / samples : std::numeric_limits<double>::quiet_NaN()};
