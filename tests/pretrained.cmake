@@ -1,0 +1,1 @@
+# pretrained tests
