@@ -5,6 +5,7 @@
 #include <span>
 
 #include "src/check.hpp"
+#include "src/model/cnn.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/mlp.hpp"
 
@@ -23,6 +24,10 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
   if (g.vocab_size < 256)
     throw UsageError(fmt::format(
         "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
+}
+
+int64_t image_inputs(const ModelConfig& m) {
+  return m.get("channels") * m.get("image") * m.get("image");
 }
 
 const ModelFamily kFamilies[] = {
@@ -60,6 +65,48 @@ const ModelFamily kFamilies[] = {
      build_mlp,
      [](const ModelConfig& m) { return m.get("input"); },
      [](const ModelConfig& m) { return m.get("classes"); }},
+    {"alexnet",
+     "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "
+     "channels split over TP",
+     DataKind::images,
+     "/usr/share/datasets/fashion-mnist",
+     "install Debian's dataset-fashion-mnist, or pass --data",
+     {{"channels", 1, "input channels"},
+      {"image", 28, "input height and width"},
+      {"classes", 10, "labels predicted"},
+      {"width", 32, "channels of the first convolution (then 2x, 4x, 4x)"},
+      {"hidden", 256, "width of the classifier's hidden layer"},
+      {"norm_group", 8, "samples per batch-norm statistics group (ghost batch)"}},
+     validate_cnn,
+     validate_alexnet_layout,
+     build_alexnet,
+     image_inputs,
+     [](const ModelConfig& m) { return m.get("classes"); },
+     nullptr,
+     nullptr,
+     [](const ModelConfig& m) { return m.get("norm_group"); }},
+    {"resnet",
+     "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
+     "blocks split into pipeline stages",
+     DataKind::images,
+     "/usr/share/datasets/fashion-mnist",
+     "install Debian's dataset-fashion-mnist, or pass --data",
+     {{"channels", 1, "input channels"},
+      {"image", 28, "input height and width"},
+      {"classes", 10, "labels predicted"},
+      {"width", 16, "channels of the stem and first stage (then 2x, 4x)"},
+      {"blocks_per_stage", 3, "basic blocks per width (what pipeline stages divide: 3 x this)"},
+      {"norm_group", 8, "samples per batch-norm statistics group (ghost batch)"}},
+     validate_cnn,
+     validate_resnet_layout,
+     build_resnet,
+     image_inputs,
+     [](const ModelConfig& m) { return m.get("classes"); },
+     [](const ModelConfig& m) { return 3 * int(m.get("blocks_per_stage")); },
+     [](const ModelConfig& m, const RegistrySlice& s) {
+       return cnn_registry(cnn_spec(CnnKind::resnet, m), s);
+     },
+     [](const ModelConfig& m) { return m.get("norm_group"); }},
 };
 
 }  // namespace

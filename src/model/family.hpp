@@ -45,6 +45,8 @@ struct ModelFamily {
   // blocks stages divide among themselves, and the registry of any slice without building it.
   int (*pipeline_blocks)(const ModelConfig& model) = nullptr;
   ParamRegistry (*registry)(const ModelConfig& model, const RegistrySlice& slice) = nullptr;
+  // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole groups.
+  int64_t (*sample_group)(const ModelConfig& model) = nullptr;
 };
 
 // Every family, in the table's order.

@@ -301,7 +301,7 @@ StageBoundary GptModel::boundary(int chunk, int slot) {
   GptChunk& ch = chunks[chunk];
   GptActs& a = ch.slots[slot];
   StageBoundary b;
-  b.elements_per_sample = size_t(T) * cfg.n_embd;
+  b.input_elements = b.output_elements = size_t(T) * cfg.n_embd;
   if (!ch.first) {
     b.input = a.encoded;
     b.input_grad = dresidual;

@@ -28,6 +28,8 @@ int64_t Model::count_correct(const MicroBatch& mb) const {
   return correct;
 }
 
+void Model::end_step(comm::Group&) {}
+
 StageBoundary Model::boundary(int, int) {
   throw UsageError(fmt::format("the {} family runs as one pipeline stage (--pp 1)", config.type));
 }

@@ -34,7 +34,8 @@ struct MicroBatch {
   int chunk = 0;             // which of this stage's model chunks runs it (interleaved pipelines)
   int64_t first_sample = 0;  // global index of samples.rows' first row in the step's batch
   int64_t step = 0;
-  float dropout = 0.0f;  // 0 in evaluation
+  float dropout = 0.0f;   // 0 in evaluation
+  bool training = false;  // batch norm: the group's statistics (else the running statistics)
   uint64_t seed = 0;
 };
 
@@ -76,7 +77,9 @@ struct StageBoundary {
   const float* output = nullptr;      // the chunk's output after its forward, to send on
   float* output_grad = nullptr;       // receive the gradient of the output here before backward
   const float* input_grad = nullptr;  // after backward: the gradient of the input, to send back
-  size_t elements_per_sample = 0;     // of each; a micro-batch of r samples sends r times this
+  // Per sample, a micro-batch of r samples sends r times these: the input and its gradient, the
+  // output and its gradient.
+  size_t input_elements = 0, output_elements = 0;
 };
 
 // Output of the last forward of a slot: (rows, positions, classes) logits.
@@ -109,6 +112,9 @@ class Model {
   virtual int64_t count_correct(const MicroBatch& mb) const;
   // The pipeline boundary of a chunk's slot (families that split into stages; the others throw).
   virtual StageBoundary boundary(int chunk, int slot);
+  // After a training step's last backward, on every rank of the dp group: state that is no
+  // gradient but sums over the step's samples (batch-norm running statistics).
+  virtual void end_step(comm::Group& dp);
 
  protected:
   // After the registry is filled: pads flat_size to how.flat_align, allocates and initialises

@@ -100,8 +100,9 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
     recvs_.clear();
     timing_.wait_s += seconds_since(t0);
   };
-  auto message = [&](const StageBoundary& b, int mb) {
-    const size_t n = size_t(work.rows(mb)) * b.elements_per_sample;
+  // Elements of micro-batch mb's message across the chunk's input (or its output) boundary.
+  auto message = [&](size_t per_sample, int mb) {
+    const size_t n = size_t(work.rows(mb)) * per_sample;
     MPITRON_REQUIRE(n <= message_elements_, "a boundary message larger than planned");
     return n;
   };
@@ -128,13 +129,15 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       case Op::recv_activation: {
         const StageBoundary b = work.boundary(a.chunk, slot_for(a));
         MPITRON_REQUIRE(b.input != nullptr, "receive into a chunk with no previous stage");
-        recvs_.push_back(pp_.irecv(b.input, message(b, a.micro_batch), a.peer, kActivationTag));
+        recvs_.push_back(
+            pp_.irecv(b.input, message(b.input_elements, a.micro_batch), a.peer, kActivationTag));
         break;
       }
       case Op::recv_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         MPITRON_REQUIRE(b.output_grad != nullptr, "receive into a chunk with no next stage");
-        recvs_.push_back(pp_.irecv(b.output_grad, message(b, a.micro_batch), a.peer, kGradientTag));
+        recvs_.push_back(pp_.irecv(b.output_grad, message(b.output_elements, a.micro_batch), a.peer,
+                                   kGradientTag));
         break;
       }
       case Op::forward: {
@@ -168,12 +171,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       }
       case Op::send_activation: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.output, message(b, a.micro_batch), a.peer, kActivationTag);
+        send(b.output, message(b.output_elements, a.micro_batch), a.peer, kActivationTag);
         break;
       }
       case Op::send_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.input_grad, message(b, a.micro_batch), a.peer, kGradientTag);
+        send(b.input_grad, message(b.input_elements, a.micro_batch), a.peer, kGradientTag);
         break;
       }
     }

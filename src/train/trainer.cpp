@@ -36,6 +36,7 @@
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/model_checkpoint.hpp"
+#include "src/train/pretrained.hpp"
 #include "src/train/step_backend.hpp"
 #include "src/train/watchdog.hpp"
 
@@ -181,8 +182,12 @@ struct Trainer {
     sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
                                       GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc,
                                       &grid.pp, &grid.embedding);
-    const size_t message =
-        L.pp > 1 ? size_t(micro_rows) * model->boundary(0, 0).elements_per_sample : 0;
+    size_t message = 0;  // the largest boundary message of any chunk
+    for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
+      const StageBoundary b = model->boundary(c, 0);
+      message = std::max(
+          {message, size_t(micro_rows) * b.input_elements, size_t(micro_rows) * b.output_elements});
+    }
     executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, slots,
                                                             message, alloc);
     work = stage_work();
@@ -283,6 +288,21 @@ struct Trainer {
       spdlog::warn("data differs from the data the checkpoint was trained on");
   }
 
+  // --init-from: every rank reads its own parameter pieces; the first failure stops every rank.
+  void init_from(const std::string& source) {
+    std::string error;
+    try {
+      load_pretrained_parameters(source, cfg.model, parameter_pieces(*model, true));
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+    constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
+    const int64_t minus_first =
+        grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
+    if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
+    if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
+  }
+
   // ---- one step -------------------------------------------------------------------------------
 
   MicroBatch micro_batch(int64_t s, int64_t global_row, int rows, float dropout) const {
@@ -311,6 +331,7 @@ struct Trainer {
     int64_t step = 0;
     float dropout = 0, dloss = 0;
     int64_t* correct = nullptr;  // counts arg-max hits on the last stage (classifier evaluation)
+    bool training = false;
   } walk;
 
   // The pipeline's view of the model, built once (its callbacks read `walk`).
@@ -339,6 +360,7 @@ struct Trainer {
     MicroBatch b = micro_batch(walk.step, rows.begin, int(rows.count), walk.dropout);
     b.slot = slot;
     b.chunk = chunk;
+    b.training = walk.training;
     return b;
   }
 
@@ -357,8 +379,10 @@ struct Trainer {
     sync->begin_step();
     progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
     const float dloss = 1.0f / float(loss_terms);
-    walk = {s, float(tc.dropout), dloss, nullptr};
+    walk = {s, float(tc.dropout), dloss, nullptr, true};
     const double loss_sum = executor->run(train_actions, work, true);
+    progress.mark("the batch-norm statistics' all-reduce (dp)");
+    model->end_step(grid.dp);
     progress.mark("the gradient reduction (embedding group, then dp)");
     sync->finish_backward();
     progress.mark("the gradient norm's all-reduce (dp, tp, pp)");
@@ -390,7 +414,7 @@ struct Trainer {
     for (int e = 0; e < tc.eval_batches; ++e) {
       progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
       data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
-      walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr};
+      walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
       sum += executor->run(eval_actions, work, false);
     }
     sum = sum_over_stages_and_dp(sum);
@@ -447,6 +471,7 @@ struct Trainer {
     a["layout.virtual_stages"] = int64_t(L.virtual_stages);
     a["layout.stage_layers"] = stage_layers_text();
     a["gemm"] = std::string(cpu::gemm_library());
+    if (!opts.init_from.empty()) a["init_from"] = opts.init_from;
     a["parameters"] = total_parameters();
     return a;
   }
@@ -482,10 +507,16 @@ struct Trainer {
   int run() {
     const Watchdog watchdog(progress, opts.hang_timeout_s, grid.rank);
     progress.mark("choosing and loading the checkpoint (world)");
+    if (!opts.init_from.empty() && !opts.resume.empty() && opts.resume != "auto")
+      throw UsageError(
+          "--init-from and --resume CKPT exclude each other (with --resume auto, a "
+          "checkpoint in --out wins over --init-from)");
     const std::string resume_from = choose_checkpoint();
     if (!resume_from.empty()) {
       load_checkpoint(resume_from);
       if (is_root()) spdlog::info("resumed from {} at step {}", resume_from, step);
+    } else if (!opts.init_from.empty()) {
+      init_from(opts.init_from);
     }
     std::string trace_error;
     if (is_root()) {
@@ -705,6 +736,16 @@ int run_training(TrainOptions opts) {
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
     throw UsageError(e);
+  if (family.sample_group) {
+    const int64_t group = family.sample_group(opts.cfg.model),
+                  rows = tc.batch_size / (int64_t(L.dp) * tc.micro_batches);
+    if (rows % group != 0)
+      throw UsageError(fmt::format(
+          "micro-batches of {} samples (batch {} / dp {} / micro-batches {}) do not hold whole "
+          "batch-norm groups of {} (model.norm_group): choose --batch-size as a multiple of {}",
+          rows, tc.batch_size, L.dp, tc.micro_batches, group,
+          group * int64_t(L.dp) * tc.micro_batches));
+  }
   if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
     throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
   if (!(opts.hang_timeout_s >= 0))

@@ -1,0 +1,568 @@
+#include "src/model/cnn.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "layers/batchnorm.hpp"
+#include "layers/crossentropy.hpp"
+#include "layers/dropout.hpp"
+#include "layers/linear.hpp"
+#include "layers/relu.hpp"
+#include "src/check.hpp"
+#include "src/model/activation_plan.hpp"
+#include "src/model/tensor_parallel.hpp"
+
+namespace mpitron {
+
+namespace {
+
+constexpr float kBnEps = 1e-5f;
+constexpr double kBnMomentum = 0.1;  // running = (1 - m) running + m * batch statistic (PyTorch)
+
+int key(const ModelConfig& m, const char* k) {
+  return int(m.get(k));
+}
+
+ConvBnSpec conv_bn(std::string conv, std::string bn, int IC, int OC, int H, int K, int stride,
+                   int pad, ChannelSplit split, bool relu, bool pool) {
+  ConvBnSpec s;
+  s.conv = std::move(conv);
+  s.bn = std::move(bn);
+  s.IC = IC, s.OC = OC, s.H = H, s.W = H, s.K = K, s.stride = stride, s.pad = pad;
+  s.split = split, s.relu = relu, s.pool = pool;
+  return s;
+}
+
+}  // namespace
+
+CnnSpec cnn_spec(CnnKind kind, const ModelConfig& m) {
+  CnnSpec s;
+  s.kind = kind;
+  s.channels = key(m, "channels");
+  s.image = key(m, "image");
+  s.classes = key(m, "classes");
+  s.group = key(m, "norm_group");
+  const int W = key(m, "width"), n = s.image;
+  if (kind == CnnKind::alexnet) {
+    using enum ChannelSplit;
+    s.convs = {conv_bn("conv1", "bn1", s.channels, W, n, 3, 1, 1, column, true, true),
+               conv_bn("conv2", "bn2", W, 2 * W, n / 2, 3, 1, 1, row, true, true),
+               conv_bn("conv3", "bn3", 2 * W, 4 * W, n / 4, 3, 1, 1, column, true, false),
+               conv_bn("conv4", "bn4", 4 * W, 4 * W, n / 4, 3, 1, 1, row, true, true)};
+    const int side = s.convs.back().out_h();
+    s.features = 4 * W * side * side;
+    s.hidden = key(m, "hidden");
+    return s;
+  }
+  s.convs = {conv_bn("conv1", "bn1", s.channels, W, n, 3, 1, 1, ChannelSplit::none, true, false)};
+  int in = W, side = n;
+  const int per_stage = key(m, "blocks_per_stage");
+  for (int stage = 0; stage < 3; ++stage) {
+    const int out = W << stage;
+    for (int i = 0; i < per_stage; ++i) {
+      const int stride = stage > 0 && i == 0 ? 2 : 1;
+      const std::string p = fmt::format("layer{}.{}.", stage + 1, i);
+      CnnBlockSpec b;
+      b.c1 = conv_bn(p + "conv1", p + "bn1", in, out, side, 3, stride, 1, ChannelSplit::none, true,
+                     false);
+      const int next = b.c1.OH();
+      b.c2 = conv_bn(p + "conv2", p + "bn2", out, out, next, 3, 1, 1, ChannelSplit::none, false,
+                     false);
+      b.projection = stride != 1 || in != out;
+      if (b.projection)
+        b.down = conv_bn(p + "downsample.0", p + "downsample.1", in, out, side, 1, stride, 0,
+                         ChannelSplit::none, false, false);
+      s.blocks.push_back(std::move(b));
+      in = out, side = next;
+    }
+  }
+  s.features = in;
+  return s;
+}
+
+namespace {
+
+void register_conv_bn(ParamRegistry& r, const ConvBnSpec& u, StageOwner owner, int block) {
+  const int conv_dim = u.split == ChannelSplit::column ? 0 : u.split == ChannelSplit::row ? 1 : -1;
+  const int bn_dim = u.split == ChannelSplit::column ? 0 : -1;
+  const float fan_in = float(u.IC * u.K * u.K);
+  r.add(u.conv + ".weight", {u.OC, u.IC, u.K, u.K}, InitKind::normal, std::sqrt(2.0f / fan_in),
+        true, {conv_dim, 1, owner, block});
+  r.add(u.bn + ".weight", {u.OC}, InitKind::ones, 0, false, {bn_dim, 1, owner, block});
+  r.add(u.bn + ".bias", {u.OC}, InitKind::zeros, 0, false, {bn_dim, 1, owner, block});
+  r.add_buffer(u.bn + ".running_mean", {u.OC}, InitKind::zeros, {bn_dim, 1, owner, block});
+  r.add_buffer(u.bn + ".running_var", {u.OC}, InitKind::ones, {bn_dim, 1, owner, block});
+}
+
+}  // namespace
+
+ParamRegistry cnn_registry(const CnnSpec& s, const RegistrySlice& slice) {
+  ParamRegistry r(slice);
+  const bool alexnet = s.kind == CnnKind::alexnet;
+  for (const ConvBnSpec& u : s.convs)
+    register_conv_bn(r, u, alexnet ? StageOwner::every : StageOwner::first, -1);
+  for (size_t l = 0; l < s.blocks.size(); ++l) {
+    const CnnBlockSpec& b = s.blocks[l];
+    register_conv_bn(r, b.c1, StageOwner::block, int(l));
+    register_conv_bn(r, b.c2, StageOwner::block, int(l));
+    if (b.projection) register_conv_bn(r, b.down, StageOwner::block, int(l));
+  }
+  const int64_t F = s.features, K = s.classes;
+  if (alexnet) {
+    const int64_t H = s.hidden;
+    r.add("fc1.weight", {H, F}, InitKind::normal, std::sqrt(2.0f / float(F)), true, {0});
+    r.add("fc1.bias", {H}, InitKind::zeros, 0, false, {0});
+    r.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
+    r.add("fc2.bias", {K}, InitKind::zeros, 0, false);
+  } else {
+    r.add("fc.weight", {K, F}, InitKind::normal, std::sqrt(1.0f / float(F)), true,
+          {-1, 1, StageOwner::last});
+    r.add("fc.bias", {K}, InitKind::zeros, 0, false, {-1, 1, StageOwner::last});
+  }
+  return r;
+}
+
+void validate_cnn(const ModelConfig& m, const TrainConfig&) {
+  if (m.get("classes") < 2)
+    throw UsageError(fmt::format("model.classes must be at least 2 (got {})", m.get("classes")));
+  const int64_t minimum = m.type == "alexnet" ? 8 : 4;
+  if (m.get("image") < minimum)
+    throw UsageError(fmt::format(
+        "model.image {} is too small for the {} family's pooling and strides (at least {})",
+        m.get("image"), m.type, minimum));
+}
+
+void validate_alexnet_layout(const ModelConfig& m, int tp) {
+  if (m.get("width") % tp != 0 || m.get("hidden") % tp != 0)
+    throw UsageError(fmt::format(
+        "--tp {} does not divide the channels: model.width ({}) and model.hidden ({}) split "
+        "evenly over TP",
+        tp, m.get("width"), m.get("hidden")));
+}
+
+void validate_resnet_layout(const ModelConfig&, int tp) {
+  if (tp != 1)
+    throw UsageError(fmt::format(
+        "the resnet family runs at --tp 1 (got --tp {}); it splits over pipeline stages (--pp), "
+        "and the alexnet family splits its channels over TP",
+        tp));
+}
+
+// ---- the model ------------------------------------------------------------------------------
+
+namespace {
+
+size_t per_sample_in(const ConvBnSpec& u) {
+  return size_t(u.IC) * u.H * u.W;
+}
+size_t per_sample_out(const ConvBnSpec& u) {
+  return size_t(u.OC) * u.out_h() * u.out_w();
+}
+
+size_t pooled(const ConvBn& u) {  // pool outputs of a planned micro-batch
+  return size_t(u.shape.N) * u.C * (u.shape.OH() / 2) * (u.shape.OW() / 2);
+}
+
+PhiloxStream dropout_stream(const MicroBatch& mb) {
+  return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), 0), 0xD50Full)};
+}
+
+void add_into(float* dst, const float* src, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
+    : spec(s), B(how.micro_rows), self_(comm::Group::solo()) {
+  tp_ = how.tp ? how.tp : &self_;
+  const int tp = how.slice.tp;
+  MPITRON_REQUIRE(tp_->size() == tp && tp_->rank() == how.slice.tp_rank,
+                  "the TP group does not match the registry slice");
+  config = m;
+  const RegistrySlice& slice = how.slice;
+  const int nblocks = int(s.blocks.size());
+  for (size_t k = 0; k < slice.chunks.size(); ++k) {
+    Chunk ch;
+    ch.first = slice.stage == 0 && k == 0;
+    ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
+    const int begin = slice.chunks[k].begin, end = std::min(slice.chunks[k].end, nblocks);
+    MPITRON_REQUIRE(s.kind == CnnKind::alexnet || end > begin, "a chunk without blocks");
+    for (int l = begin; l < end; ++l) ch.blocks.push_back(Block{l});
+    chunks.push_back(std::move(ch));
+  }
+  registry = cnn_registry(s, slice);
+  allocate_tensors(how);
+
+  // Units at this rank's sizes.
+  auto local = [&](const ConvBnSpec& u) {
+    ConvBn c;
+    c.spec = u;
+    const int ic = u.split == ChannelSplit::row ? u.IC / tp : u.IC;
+    const int oc = u.split == ChannelSplit::column ? u.OC / tp : u.OC;
+    c.shape = {B, ic, u.H, u.W, oc, u.K, u.K, u.stride, u.pad};
+    c.C = oc;
+    return c;
+  };
+  if (chunks.front().first)
+    for (const ConvBnSpec& u : s.convs) trunk.push_back(local(u));
+  for (Chunk& ch : chunks)
+    for (Block& b : ch.blocks) {
+      const CnnBlockSpec& bs = s.blocks[b.index];
+      b.c1 = local(bs.c1);
+      b.c2 = local(bs.c2);
+      b.projection = bs.projection;
+      if (b.projection) b.down = local(bs.down);
+    }
+  for (Chunk& ch : chunks) {
+    const bool alexnet = s.kind == CnnKind::alexnet;
+    ch.in_elements = ch.first ? size_t(s.channels) * s.image * s.image
+                              : per_sample_in(s.blocks[ch.blocks.front().index].c1);
+    ch.out_elements = ch.last   ? size_t(s.classes)
+                      : alexnet ? 0
+                                : per_sample_out(s.blocks[ch.blocks.back().index].c2);
+  }
+
+  // Parameters, buffers and running-statistics sums.
+  float* p = params.data();
+  bind(
+      registry, [p](size_t o) { return p + o; }, false);
+  head.Hl = s.hidden / tp;
+  float* buf = buffers.data();
+  size_t stat_at = 0;
+  each_unit([&](ConvBn& u) {
+    for (const ParamInfo& b : registry.buffers()) {
+      if (b.name == u.spec.bn + ".running_mean") u.running_mean = buf + b.offset;
+      if (b.name == u.spec.bn + ".running_var") u.running_var = buf + b.offset;
+    }
+    MPITRON_REQUIRE(u.running_mean && u.running_var, "batch norm without running statistics");
+    u.stats = stat_at;
+    stat_at += 2 * size_t(u.C);
+  });
+  stat_sums.assign(stat_at, 0.0);
+
+  // Gradient segments in flat order: the trunk, each block, the classifier (those held here).
+  std::vector<std::pair<size_t, size_t*>> starts;  // (flat offset, where its index goes)
+  segment_of_block_.assign(s.blocks.size(), SIZE_MAX);
+  if (!trunk.empty())
+    starts.push_back({registry.at(trunk.front().spec.conv + ".weight").offset, &trunk_segment_});
+  for (Chunk& ch : chunks)
+    for (Block& b : ch.blocks)
+      starts.push_back(
+          {registry.at(b.c1.spec.conv + ".weight").offset, &segment_of_block_[b.index]});
+  if (chunks.back().last)
+    starts.push_back({registry.at(s.kind == CnnKind::alexnet ? "fc1.weight" : "fc.weight").offset,
+                      &head_segment_});
+  for (size_t i = 0; i < starts.size(); ++i) {
+    *starts[i].second = segments.size();
+    segments.push_back({i == 0 ? 0 : starts[i].first,
+                        i + 1 < starts.size() ? starts[i + 1].first : flat_size, false});
+  }
+
+  // Activations of every slot, planned once.
+  const int slot_count = std::max(1, how.slots);
+  const int G = s.group;
+  size_t widest = 0, work = 0, argmax_count = 0;
+  auto note = [&](ConvBn& u) {
+    const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
+    widest = std::max({widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
+                       size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
+    cpu::Conv2dShape full = u.shape;
+    work = std::max(work, cpu::conv2d_workspace(full));
+    if (u.spec.pool) argmax_count += pooled(u);
+  };
+  each_unit(note);
+  widest = std::max({widest, size_t(s.features), size_t(s.classes), size_t(head.Hl)});
+  argmax_count *= slot_count;
+  argmax_store = Buffer<int32_t>(*how.alloc, std::max<size_t>(argmax_count, 1));
+  // Pool winners are int32: they come from their own allocation, handed out in the same order.
+  auto carve_unit = [&](ConvBn& u, ActivationCarver& a, int32_t*& am) {
+    u.slots.resize(slot_count);
+    const size_t n = size_t(B) * u.C * u.shape.OH() * u.shape.OW();
+    const size_t groups = size_t(std::max(1, B / G)) * u.C;
+    for (ConvBn::Acts& x : u.slots) {
+      x.conv = a.take(n);
+      x.mean = a.take(groups);
+      x.rstd = a.take(groups);
+      x.bn = a.take(n);
+      x.relu = u.spec.relu ? a.take(n) : nullptr;
+      x.pool = u.spec.pool ? a.take(pooled(u)) : nullptr;
+      x.argmax = u.spec.pool ? am : nullptr;
+      if (u.spec.pool) am += pooled(u);
+      x.out = x.pool ? x.pool : x.relu ? x.relu : x.bn;
+    }
+  };
+  acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
+    int32_t* am = argmax_store.data();
+    for (ConvBn& u : trunk) carve_unit(u, a, am);
+    for (Chunk& ch : chunks) {
+      ch.input.assign(slot_count, nullptr);
+      if (!ch.first)
+        for (float*& in : ch.input) in = a.take(size_t(B) * ch.in_elements);
+      for (Block& b : ch.blocks) {
+        carve_unit(b.c1, a, am);
+        carve_unit(b.c2, a, am);
+        if (b.projection) carve_unit(b.down, a, am);
+        const size_t n = size_t(B) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
+        b.sum.assign(slot_count, nullptr);
+        b.out.assign(slot_count, nullptr);
+        for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take(n), b.out[k] = a.take(n);
+      }
+    }
+    head_slots.assign(chunks.back().last ? slot_count : 0, {});
+    for (HeadActs& h : head_slots) {
+      h.features = a.take(size_t(B) * s.features);
+      h.hidden = a.take(size_t(B) * std::max(1, head.Hl));
+      h.relu = a.take(size_t(B) * std::max(1, head.Hl));
+      h.logits = a.take(size_t(B) * s.classes);
+      h.lse = a.take(B);
+      h.losses = a.take(B);
+    }
+  });
+  dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
+    for (float** t : {&d0, &d1, &t0, &t1, &t2}) *t = d.take(size_t(B) * widest);
+    workspace = d.take(std::max<size_t>(work, 1));
+  });
+}
+
+void CnnModel::bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address,
+                    bool gradients) {
+  auto at = [&](const std::string& name) -> float* {
+    const ParamInfo* p = reg.find(name);
+    return p ? address(p->offset) : nullptr;
+  };
+  each_unit([&](ConvBn& u) {
+    (gradients ? u.dw : u.w) = at(u.spec.conv + ".weight");
+    (gradients ? u.dbn_w : u.bn_w) = at(u.spec.bn + ".weight");
+    (gradients ? u.dbn_b : u.bn_b) = at(u.spec.bn + ".bias");
+  });
+  const bool alexnet = spec.kind == CnnKind::alexnet;
+  (gradients ? head.dfc1_w : head.fc1_w) = at(alexnet ? "fc1.weight" : "fc.weight");
+  (gradients ? head.dfc1_b : head.fc1_b) = at(alexnet ? "fc1.bias" : "fc.bias");
+  (gradients ? head.dfc2_w : head.fc2_w) = alexnet ? at("fc2.weight") : nullptr;
+  (gradients ? head.dfc2_b : head.fc2_b) = alexnet ? at("fc2.bias") : nullptr;
+}
+
+void CnnModel::bind_gradients(const std::function<float*(size_t)>& address) {
+  bind(registry, address, true);
+}
+
+void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training) {
+  ConvBn::Acts& a = u.slots[slot];
+  cpu::Conv2dShape shape = u.shape;
+  shape.N = rows;
+  const int HW = shape.OH() * shape.OW();
+  const size_t n = size_t(rows) * u.C * HW;
+  cpu::conv2d_forward(a.conv, workspace, x, u.w, static_cast<const float*>(nullptr), shape);
+  if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(*tp_, a.conv, n);
+  if (training) {
+    const int G = spec.group;
+    cpu::batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G,
+                             kBnEps);
+    cpu::batchnorm2d_group_stats(stat_sums.data() + u.stats, stat_sums.data() + u.stats + u.C,
+                                 a.mean, a.rstd, rows / G, u.C, HW, G, kBnEps);
+  } else {
+    cpu::batchnorm2d_forward_eval(a.bn, a.conv, u.bn_w, u.bn_b, u.running_mean, u.running_var, rows,
+                                  u.C, HW, kBnEps);
+  }
+  if (u.spec.relu) cpu::relu_forward(a.relu, a.bn, n);
+  if (u.spec.pool)
+    cpu::maxpool2d_forward(a.pool, a.argmax, a.relu ? a.relu : a.bn,
+                           cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
+}
+
+void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x,
+                                int rows) {
+  const ConvBn::Acts& a = u.slots[slot];
+  cpu::Conv2dShape shape = u.shape;
+  shape.N = rows;
+  const int HW = shape.OH() * shape.OW();
+  const size_t n = size_t(rows) * u.C * HW;
+  float* g = dy;
+  if (u.spec.pool) {
+    cpu::maxpool2d_backward(t0, g, a.argmax,
+                            cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
+    g = t0;
+  }
+  // ReLU's output is positive exactly where its input is: it stands in for the input.
+  if (u.spec.relu) cpu::relu_backward(g, g, a.relu, n);
+  cpu::batchnorm2d_backward(t1, u.dbn_w, u.dbn_b, g, a.conv, u.bn_w, a.mean, a.rstd, rows, u.C, HW,
+                            spec.group);
+  cpu::conv2d_backward(dx, u.dw, static_cast<float*>(nullptr), workspace, t1, x, u.w, shape);
+  // A column split's input is replicated: its gradient is the sum of every rank's part.
+  if (dx && u.spec.split == ChannelSplit::column)
+    tp::copy_to_tp_backward(*tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W);
+}
+
+const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool training) {
+  for (ConvBn& u : trunk) {
+    conv_bn_forward(u, slot, x, rows, training);
+    x = u.slots[slot].out;
+  }
+  return x;
+}
+
+void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool training) {
+  conv_bn_forward(b.c1, slot, x, rows, training);
+  conv_bn_forward(b.c2, slot, b.c1.slots[slot].out, rows, training);
+  const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
+  const float* shortcut = x;
+  if (b.projection) {
+    conv_bn_forward(b.down, slot, x, rows, training);
+    shortcut = b.down.slots[slot].out;
+  }
+  const float* branch = b.c2.slots[slot].out;
+  float* sum = b.sum[slot];
+#pragma omp simd
+  for (size_t i = 0; i < n; ++i) sum[i] = branch[i] + shortcut[i];
+  cpu::relu_forward(b.out[slot], sum, n);
+}
+
+void CnnModel::block_backward(Block& b, int slot, float* dout, float* dx, const float* x,
+                              int rows) {
+  const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
+  cpu::relu_backward(dout, dout, b.out[slot], n);                      // dout now holds d(sum)
+  conv_bn_backward(b.c2, slot, dout, t2, b.c1.slots[slot].out, rows);  // c2 has no ReLU
+  conv_bn_backward(b.c1, slot, t2, dx, x, rows);
+  if (b.projection) {
+    conv_bn_backward(b.down, slot, dout, t2, x, rows);
+    add_into(dx, t2, size_t(rows) * b.c1.shape.IC * b.c1.shape.H * b.c1.shape.W);
+  } else {
+    add_into(dx, dout, n);
+  }
+}
+
+double CnnModel::forward(const MicroBatch& mb) {
+  MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
+  Chunk& ch = chunks[mb.chunk];
+  const int rows = mb.samples.rows, slot = mb.slot;
+  MPITRON_REQUIRE(rows <= B && slot >= 0 && slot < int(ch.input.size()),
+                  "micro-batch larger than planned");
+  MPITRON_REQUIRE(!mb.training || rows % spec.group == 0,
+                  "a training micro-batch must hold whole batch-norm groups");
+  if (mb.training && mb.chunk == 0) stat_groups += rows / spec.group;
+  const float* x = ch.input[slot];
+  if (ch.first) {
+    MPITRON_REQUIRE(mb.samples.features && mb.samples.labels, "the model reads images");
+    x = trunk_forward(slot, mb.samples.features, rows, mb.training);
+  }
+  for (Block& b : ch.blocks) {
+    block_forward(b, slot, x, rows, mb.training);
+    x = b.out[slot];
+  }
+  if (!ch.last) return 0.0;
+  HeadActs& h = head_slots[slot];
+  const int F = spec.features, K = spec.classes;
+  if (spec.kind == CnnKind::alexnet) {
+    cpu::dropout_forward(h.features, x, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample),
+                         rows, F);
+    tp::column_parallel_linear_forward(*tp_, h.hidden, h.features, head.fc1_w, head.fc1_b, rows, F,
+                                       head.Hl);
+    cpu::relu_forward(h.relu, h.hidden, size_t(rows) * head.Hl);
+    tp::row_parallel_linear_forward(*tp_, h.logits, h.relu, head.fc2_w, head.fc2_b, rows, head.Hl,
+                                    K);
+  } else {
+    const ConvBn& last = ch.blocks.back().c2;
+    cpu::global_avgpool_forward(h.features, x, rows, F, last.shape.OH() * last.shape.OW());
+    cpu::linear_forward(h.logits, h.features, head.fc1_w, head.fc1_b, rows, F, K);
+  }
+  MPITRON_REQUIRE(mb.samples.labels || !ch.first, "the model reads labels");
+  cpu::crossentropy_forward(h.losses, h.lse, h.logits, mb.samples.labels, rows, K);
+  double sum = 0.0;
+  for (int i = 0; i < rows; ++i) sum += h.losses[i];
+  return sum;
+}
+
+void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  Chunk& ch = chunks[mb.chunk];
+  const int rows = mb.samples.rows, slot = mb.slot;
+  const int F = spec.features, K = spec.classes;
+  if (ch.last) {
+    HeadActs& h = head_slots[slot];
+    cpu::crossentropy_backward(h.logits, h.logits, h.lse, mb.samples.labels, dloss, rows, K);
+    if (spec.kind == CnnKind::alexnet) {
+      tp::row_parallel_linear_backward(*tp_, t0, head.dfc2_w, head.dfc2_b, h.logits, h.relu,
+                                       head.fc2_w, rows, head.Hl, K);
+      cpu::relu_backward(t0, t0, h.hidden, size_t(rows) * head.Hl);
+      tp::column_parallel_linear_backward(*tp_, t1, head.dfc1_w, head.dfc1_b, t0, h.features,
+                                          head.fc1_w, rows, F, head.Hl);
+      cpu::dropout_backward(d0, t1, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), rows,
+                            F);
+    } else {
+      const ConvBn& last = ch.blocks.back().c2;
+      cpu::linear_backward(t0, head.dfc1_w, head.dfc1_b, h.logits, h.features, head.fc1_w, rows, F,
+                           K);
+      cpu::global_avgpool_backward(d0, t0, rows, F, last.shape.OH() * last.shape.OW());
+    }
+    ready(head_segment_);
+  }  // else d0 holds the gradient of the chunk's output, received from the next stage
+  float *g = d0, *other = d1;
+  for (int k = int(ch.blocks.size()) - 1; k >= 0; --k) {
+    Block& b = ch.blocks[k];
+    const float* x = k > 0      ? ch.blocks[k - 1].out[slot]
+                     : ch.first ? trunk.back().slots[slot].out
+                                : ch.input[slot];
+    block_backward(b, slot, g, other, x, rows);
+    std::swap(g, other);
+    ready(segment_of_block_[b.index]);
+  }
+  if (!ch.first) return;  // g is the chunk's input gradient (boundary().input_grad)
+  for (int i = int(trunk.size()) - 1; i >= 0; --i) {
+    const float* x = i > 0 ? trunk[i - 1].slots[slot].out : mb.samples.features;
+    conv_bn_backward(trunk[i], slot, g, i > 0 ? other : nullptr, x, rows);
+    std::swap(g, other);
+  }
+  ready(trunk_segment_);
+}
+
+ModelOutput CnnModel::output(int slot) const {
+  return {head_slots[slot].logits, 1, spec.classes};
+}
+
+StageBoundary CnnModel::boundary(int chunk, int slot) {
+  if (spec.kind == CnnKind::alexnet) return Model::boundary(chunk, slot);
+  Chunk& ch = chunks[chunk];
+  StageBoundary b;
+  b.input_elements = ch.in_elements;
+  b.output_elements = ch.out_elements;
+  if (!ch.first) {
+    b.input = ch.input[slot];
+    b.input_grad = ch.blocks.size() % 2 == 0 ? d0 : d1;
+  }
+  if (!ch.last) {
+    b.output = ch.blocks.back().out[slot];
+    b.output_grad = d0;
+  }
+  return b;
+}
+
+void CnnModel::end_step(comm::Group& dp) {
+  if (stat_sums.empty()) return;
+  std::vector<double> sums = stat_sums;
+  sums.push_back(double(stat_groups));
+  dp.allreduce_sum(sums.data(), sums.size());
+  const double groups = sums.back();
+  std::fill(stat_sums.begin(), stat_sums.end(), 0.0);
+  stat_groups = 0;
+  if (groups <= 0) return;
+  each_unit([&](ConvBn& u) {
+    for (int c = 0; c < u.C; ++c) {
+      const double mean = sums[u.stats + c] / groups, var = sums[u.stats + u.C + c] / groups;
+      u.running_mean[c] = float((1 - kBnMomentum) * u.running_mean[c] + kBnMomentum * mean);
+      u.running_var[c] = float((1 - kBnMomentum) * u.running_var[c] + kBnMomentum * var);
+    }
+  });
+}
+
+std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how) {
+  return std::make_unique<CnnModel>(cnn_spec(CnnKind::alexnet, m), m, how);
+}
+
+std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how) {
+  return std::make_unique<CnnModel>(cnn_spec(CnnKind::resnet, m), m, how);
+}
+
+}  // namespace mpitron

@@ -1,0 +1,151 @@
+// The convolutional families on NCHW images: "alexnet" (conv-BN-ReLU pairs with max pooling and a
+// dropout-linear-ReLU-linear classifier, channel-parallel over TP) and "resnet" (He et al. 2016:
+// a stem, basic residual blocks in three widths, global average pooling, a linear classifier,
+// split into pipeline stages by blocks). Batch norm takes its statistics over ghost groups of
+// model.norm_group samples, so no layout changes them (layers/batchnorm.hpp).
+//   alexnet: c1 (col) c2 (row) pool c3 (col) c4 (row) pool | dropout fc1 (col) relu fc2 (row)
+//   resnet:  stem | [conv-bn-relu conv-bn (+ shortcut) relu] x 3n | avgpool fc
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/conv2d.hpp"
+#include "layers/pool.hpp"
+#include "src/model/config.hpp"
+#include "src/model/model.hpp"
+
+namespace mpitron {
+
+enum class CnnKind { alexnet, resnet };
+
+// How a convolution splits over TP (Megatron's pair, over channels): column splits its output
+// channels (batch norm and ReLU then run on the shard), row splits its input channels and sums the
+// partial outputs over TP (one all-reduce per pair).
+enum class ChannelSplit { none, column, row };
+
+// conv (no bias) -> batch norm -> optional ReLU -> optional 2x2 max pool, at global sizes.
+struct ConvBnSpec {
+  std::string conv, bn;  // parameter name prefixes: <conv>.weight, <bn>.{weight,bias,running_*}
+  int IC = 1, OC = 1, H = 1, W = 1, K = 3, stride = 1, pad = 1;
+  ChannelSplit split = ChannelSplit::none;
+  bool relu = true, pool = false;
+  int OH() const { return (H + 2 * pad - K) / stride + 1; }
+  int OW() const { return (W + 2 * pad - K) / stride + 1; }
+  int out_h() const { return pool ? OH() / 2 : OH(); }
+  int out_w() const { return pool ? OW() / 2 : OW(); }
+};
+
+// A network's units in order: alexnet's four convolutions (no blocks), or resnet's stem and then
+// one basic block per pipeline block (c1, c2 and, where the shape changes, the shortcut's 1x1).
+struct CnnBlockSpec {
+  ConvBnSpec c1, c2;
+  bool projection = false;
+  ConvBnSpec down;  // with projection
+};
+
+struct CnnSpec {
+  CnnKind kind = CnnKind::resnet;
+  int channels = 1, image = 28, classes = 10, group = 8;
+  std::vector<ConvBnSpec> convs;     // alexnet: all of them; resnet: the stem
+  std::vector<CnnBlockSpec> blocks;  // resnet's residual blocks (what pipeline stages divide)
+  int features = 0;                  // classifier input: resnet's last width, alexnet's flattened
+  int hidden = 0;                    // alexnet: fc1's width
+};
+
+CnnSpec cnn_spec(CnnKind kind, const ModelConfig& m);
+ParamRegistry cnn_registry(const CnnSpec& spec, const RegistrySlice& slice);
+
+void validate_cnn(const ModelConfig& m, const TrainConfig& t);
+void validate_alexnet_layout(const ModelConfig& m, int tp);
+void validate_resnet_layout(const ModelConfig& m, int tp);
+std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how);
+std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how);
+
+// A conv-BN unit at this rank's sizes, with its weights and one slot's activations.
+struct ConvBn {
+  ConvBnSpec spec;
+  cpu::Conv2dShape shape;  // N = planned rows; IC/OC this rank's
+  int C = 0;               // batch-norm channels held here (OC, or OC/tp after a column split)
+  float *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;     // (OC,IC,K,K), (C), (C)
+  float *dw = nullptr, *dbn_w = nullptr, *dbn_b = nullptr;  // their gradients
+  float *running_mean = nullptr, *running_var = nullptr;    // (C) buffers
+  size_t stats = 0;  // offset of its (mean, var) sums in the model's running-statistics sums
+  struct Acts {
+    float *conv, *mean, *rstd, *bn, *relu, *pool;  // relu/pool null where absent
+    int32_t* argmax;
+    const float* out;  // what the next unit reads
+  };
+  std::vector<Acts> slots;
+};
+
+class CnnModel final : public Model {
+ public:
+  CnnModel(const CnnSpec& spec, const ModelConfig& m, const ModelBuild& how);
+  void bind_gradients(const std::function<float*(size_t)>& address) override;
+  double forward(const MicroBatch& mb) override;
+  void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
+  ModelOutput output(int slot) const override;
+  int loss_terms_per_sample() const override { return 1; }
+  StageBoundary boundary(int chunk, int slot) override;
+  void end_step(comm::Group& dp) override;
+
+  CnnSpec spec;
+  int B = 0;  // planned rows
+  struct Block {
+    int index = 0;
+    ConvBn c1, c2, down;
+    bool projection = false;
+    std::vector<float*> sum, out;  // per slot: c2 + shortcut, then its ReLU (B,OC,H,W)
+  };
+  struct Chunk {
+    bool first = false, last = false;  // holds the stem or the alexnet trunk / the classifier
+    std::vector<Block> blocks;
+    std::vector<float*> input;  // per slot: the received input of a chunk that is not first
+    size_t in_elements = 0, out_elements = 0;  // per sample, at the chunk's boundaries
+  };
+  std::vector<ConvBn> trunk;  // alexnet's convolutions, or resnet's stem (first chunk's)
+  std::vector<Chunk> chunks;
+  struct Head {  // resnet's fc is fc1 here
+    float *fc1_w = nullptr, *fc1_b = nullptr, *fc2_w = nullptr, *fc2_b = nullptr;
+    float *dfc1_w = nullptr, *dfc1_b = nullptr, *dfc2_w = nullptr, *dfc2_b = nullptr;
+    int Hl = 0;  // alexnet: fc1's outputs held here
+  } head;
+  struct HeadActs {
+    float *features, *hidden, *relu, *logits, *lse, *losses;
+  };
+  std::vector<HeadActs> head_slots;
+  Buffer<float> acts, dacts;
+  Buffer<int32_t> argmax_store;
+  float *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
+  float *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
+  float* workspace = nullptr;                         // convolution im2col scratch
+  std::vector<double> stat_sums;                      // per BN: (C) mean sums then (C) var sums
+  int64_t stat_groups = 0;                            // groups counted into stat_sums this step
+
+ private:
+  void conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training);
+  // dy is overwritten (ReLU's backward runs in place); dx may be nullptr (the image).
+  void conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x, int rows);
+  const float* trunk_forward(int slot, const float* x, int rows, bool training);
+  void block_forward(Block& b, int slot, const float* x, int rows, bool training);
+  void block_backward(Block& b, int slot, float* dout, float* dx, const float* x, int rows);
+  // Points the weights (or, with gradients, their gradients) at address(flat offset).
+  void bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address, bool gradients);
+  template <class Fn>
+  void each_unit(Fn&& fn) {
+    for (ConvBn& u : trunk) fn(u);
+    for (Chunk& ch : chunks)
+      for (Block& b : ch.blocks) {
+        fn(b.c1);
+        fn(b.c2);
+        if (b.projection) fn(b.down);
+      }
+  }
+  comm::Group self_;
+  comm::Group* tp_ = nullptr;
+  size_t trunk_segment_ = SIZE_MAX, head_segment_ = SIZE_MAX;
+  std::vector<size_t> segment_of_block_;
+};
+
+}  // namespace mpitron
