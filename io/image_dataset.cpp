@@ -185,4 +185,24 @@ void fill_image_batch(const ImageDataset& data, Split split, uint64_t seed, int6
   }
 }
 
+void augment_images(float* pixels, int64_t count, int rows, int cols, int pad, uint64_t seed,
+                    int64_t step, int64_t sample_begin) {
+  const PhiloxStream rng{seed, fnv1a64("images.augment")};
+  std::vector<float> copy(size_t(rows) * cols);
+  const uint32_t span = uint32_t(2 * pad + 1);
+  for (int64_t i = 0; i < count; ++i) {
+    const Philox4x32 r = rng.block((uint64_t(step) << 32) | uint64_t(sample_begin + i));
+    const int dy = int(r.v[0] % span) - pad, dx = int(r.v[1] % span) - pad;
+    const bool flip = (r.v[2] & 1u) != 0;
+    float* img = pixels + size_t(i) * rows * cols;
+    std::copy(img, img + copy.size(), copy.begin());
+    for (int y = 0; y < rows; ++y)
+      for (int x = 0; x < cols; ++x) {
+        const int sy = y + dy, sx0 = x + dx, sx = flip ? cols - 1 - sx0 : sx0;
+        const bool inside = sy >= 0 && sy < rows && sx0 >= 0 && sx0 < cols;
+        img[size_t(y) * cols + x] = inside ? copy[size_t(sy) * cols + sx] : 0.0f;
+      }
+  }
+}
+
 }  // namespace mpitron::io

@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <string_view>
 #include <toml.hpp>
 
 #include "src/check.hpp"
@@ -49,6 +51,38 @@ void read_table(const toml::value& root, const std::string& table,
   }
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8, or -1. TOML documents are UTF-8,
+// and toml11 3.7 reads out of bounds when it reports a malformed sequence inside a string, so
+// such input is refused before parsing.
+std::ptrdiff_t invalid_utf8_at(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return std::ptrdiff_t(i);
+    }
+    if (i + n >= s.size()) return std::ptrdiff_t(i);  // the sequence is cut off
+    for (size_t k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return std::ptrdiff_t(i);
+      cp = cp << 6 | (b & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return std::ptrdiff_t(i);
+    i += n + 1;
+  }
+  return -1;
+}
+
 // "model.n_layer=6": the value as TOML (6, 3e-4, "text", true), or as a string when it is not
 // TOML (model.type=mlp).
 void apply_override(toml::value& root, const std::string& assignment) {
@@ -61,6 +95,8 @@ void apply_override(toml::value& root, const std::string& assignment) {
   const std::string text = assignment.substr(eq + 1);
   if (table != "model" && table != "train")
     throw UsageError(fmt::format("--set {}: the sections are model and train", assignment));
+  if (invalid_utf8_at(assignment) >= 0)
+    throw UsageError(fmt::format("--set {}: not valid UTF-8", assignment));
   toml::value value;
   try {
     std::istringstream in("v = " + text);
@@ -69,6 +105,8 @@ void apply_override(toml::value& root, const std::string& assignment) {
     value = toml::value(text);
   }
   if (!root.contains(table)) root.as_table()[table] = toml::table{};
+  if (!root.as_table()[table].is_table())
+    throw UsageError(fmt::format("--set {}: '{}' in the file is not a table", assignment, table));
   root.as_table()[table].as_table()[key] = value;
 }
 
@@ -77,9 +115,14 @@ void apply_override(toml::value& root, const std::string& assignment) {
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (!std::filesystem::is_regular_file(path))
     throw UsageError(fmt::format("config file '{}' does not exist", path));
+  std::ifstream file(path, std::ios::binary);
+  const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  if (const std::ptrdiff_t at = invalid_utf8_at(text); at >= 0)
+    throw UsageError(fmt::format("{}: not valid TOML: byte {} is not valid UTF-8", path, at));
   toml::value root;
   try {
-    root = toml::parse(path);
+    std::istringstream in(text);
+    root = toml::parse(in, path);
   } catch (const std::exception& e) {
     std::string what = e.what();
     throw UsageError(fmt::format("{}: not valid TOML: {}", path, what.substr(0, what.find('\n'))));
@@ -133,7 +176,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"eval_batches", setter(t.eval_batches)},
               {"ckpt_every", setter(t.ckpt_every)},
               {"log_every", setter(t.log_every)},
-              {"micro_batches", setter(t.micro_batches)}},
+              {"micro_batches", setter(t.micro_batches)},
+              {"augment", setter(t.augment)}},
              source);
   t.seed = uint64_t(seed);
   return cfg;
@@ -165,6 +209,8 @@ std::string config_keys_help() {
       {"ckpt_every", fmt::format("{}", d.ckpt_every), "checkpoint every N steps (0: at the end)"},
       {"log_every", fmt::format("{}", d.log_every), "progress line every N steps"},
       {"micro_batches", fmt::format("{}", d.micro_batches), "micro-batches per rank and step"},
+      {"augment", fmt::format("{}", d.augment),
+       "images: 1 = random crop (2-pixel padding) and flip"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "
@@ -207,6 +253,9 @@ void validate_config(const RunConfig& cfg) {
   if (t.steps < 0) throw UsageError(fmt::format("steps must not be negative (got {})", t.steps));
   if (!(t.lr > 0 && std::isfinite(t.lr)))
     throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
+  if (t.augment != 0 && t.augment != 1)
+    throw UsageError(
+        fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));
   if (!(t.dropout >= 0 && t.dropout < 1))
     throw UsageError(fmt::format("dropout must be in [0, 1) (got {})", t.dropout));
   if (!(t.beta1 >= 0 && t.beta1 < 1) || !(t.beta2 >= 0 && t.beta2 < 1))

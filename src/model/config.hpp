@@ -39,6 +39,7 @@ struct TrainConfig {
   int ckpt_every = 0;    // 0: only the final checkpoint
   int log_every = 10;
   int micro_batches = 1;  // gradient accumulation steps per global batch
+  int augment = 0;        // images: 1 = random 2-pixel shifts and horizontal flips in training
 };
 
 struct RunConfig {

@@ -28,6 +28,8 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
   else
     io::fill_image_batch(images, split, seed, index, first_row, rows, features.data(),
                          labels.data());
+  if (kind == DataKind::images && augment && split == io::Split::train)
+    io::augment_images(features.data(), rows, images.rows, images.cols, 2, seed, index, first_row);
 }
 
 SampleView BatchSource::view(int64_t local_row, int rows) const {

@@ -23,6 +23,7 @@ struct BatchSource {
   Buffer<int32_t> tokens;  // text: (capacity, seq_len + 1)
   Buffer<float> features;  // images: (capacity, pixels)
   Buffer<int32_t> labels;  // images: (capacity)
+  bool augment = false;    // images: crop and flip training batches (io::augment_images)
 
   // Loads the data a family reads; UsageError when missing or unfit (too short, ...).
   static BatchSource load(DataKind kind, const std::string& path, int seq_len, int64_t capacity,

@@ -135,11 +135,14 @@ struct Trainer {
     micro_rows =
         int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
     data = BatchSource::load(family.data, opts.data, tc.seq_len, local_rows, alloc);
+    data.augment = tc.augment != 0;
     if (family.data == DataKind::images) {
       const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
       if (want != have)
-        throw UsageError(fmt::format("{}: images have {} pixels, the model takes {} inputs",
-                                     opts.data, have, want));
+        throw UsageError(fmt::format(
+            "{}: images are {}x{} ({} pixels), the {} model takes {} inputs: set its size keys "
+            "(--help-config) to fit the data",
+            opts.data, data.images.rows, data.images.cols, have, cfg.model.type, want));
       if (family.classes(cfg.model) < data.images.classes)
         throw UsageError(fmt::format("{}: labels go up to {}, the model has {} classes", opts.data,
                                      data.images.classes - 1, family.classes(cfg.model)));
@@ -460,6 +463,7 @@ struct Trainer {
     a["train.grad_clip"] = tc.grad_clip;
     a["train.dropout"] = tc.dropout;
     a["train.micro_batches"] = int64_t(tc.micro_batches);
+    a["train.augment"] = int64_t(tc.augment);
     a["layout.world"] = int64_t(grid.shape.world);
     a["layout.dp"] = int64_t(L.dp);
     a["layout.tp"] = int64_t(L.tp);
@@ -672,22 +676,25 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
       sum += counts[s];
     }
     if (sum != blocks)
-      throw UsageError(fmt::format(
-          "--stage-layers sums to {} blocks but the model has {} (n_layer): the stages must hold "
-          "every block once",
-          sum, blocks));
+      throw UsageError(
+          fmt::format("--stage-layers sums to {} blocks but the model has {} (n_layer, or 3 x "
+                      "blocks_per_stage): the stages must hold "
+                      "every block once",
+                      sum, blocks));
   } else {
     if (stages > blocks)
       throw UsageError(fmt::format(
-          "--pp {}{} makes {} pipeline stages for {} blocks (n_layer): more stages than blocks; "
+          "--pp {}{} makes {} pipeline stages for {} blocks (n_layer, or 3 x blocks_per_stage): "
+          "more stages than blocks; "
           "use at most {}",
           L.pp, L.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", L.virtual_stages) : "",
           stages, blocks, blocks));
     if (L.schedule == pipeline::ScheduleKind::interleaved && blocks % stages != 0)
-      throw UsageError(fmt::format(
-          "n_layer ({}) is not divisible by --pp {} x --virtual-stages {}: the interleaved "
-          "schedule gives every model chunk the same number of blocks",
-          blocks, L.pp, L.virtual_stages));
+      throw UsageError(
+          fmt::format("the model's {} blocks (n_layer, or 3 x blocks_per_stage) do not divide by "
+                      "--pp {} x --virtual-stages {}: the interleaved "
+                      "schedule gives every model chunk the same number of blocks",
+                      blocks, L.pp, L.virtual_stages));
     for (int s = 0; s < stages; ++s) counts.push_back(blocks / stages + (s < blocks % stages));
   }
   std::vector<std::pair<int, int>> ranges;

@@ -12,7 +12,7 @@ expect_error "ZeRO stage" mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --
 expect_error "dp-reduce" mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --dp-reduce tree --batch-size 8
 # Pipeline layouts (gpt-tiny has 4 blocks).
 expect_error "more stages than blocks" mpiexec -n 5 "$MPITRON" train "${common[@]}" --pp 5 --batch-size 8
-expect_error "--pp 2 x --virtual-stages 4 makes 8 pipeline stages for 4 blocks (n_layer): more stages than blocks" \
+expect_error "--pp 2 x --virtual-stages 4 makes 8 pipeline stages for 4 blocks (n_layer, or 3 x blocks_per_stage): more stages than blocks" \
   mpiexec -n 2 "$MPITRON" train "${common[@]}" --pp 2 --schedule interleaved --virtual-stages 4 --micro-batches 2 --batch-size 8
 expect_error "global batch 8 is not divisible by dp (1) x micro-batches (3)" \
   mpiexec -n 2 "$MPITRON" train "${common[@]}" --pp 2 --micro-batches 3 --batch-size 8
@@ -20,7 +20,7 @@ expect_error "global batch 8 is not divisible by dp (2) x micro-batches (8)" \
   mpiexec -n 4 "$MPITRON" train "${common[@]}" --dp 2 --pp 2 --micro-batches 8 --batch-size 8
 sed 's/^n_layer = 4$/n_layer = 6/' "$TINY" >six_blocks.toml
 grep -qx "n_layer = 6" six_blocks.toml || fail "could not make a 6-block config from $TINY"
-expect_error "n_layer (6) is not divisible by --pp 2 x --virtual-stages 2" \
+expect_error "the model's 6 blocks (n_layer, or 3 x blocks_per_stage) do not divide by --pp 2 x --virtual-stages 2" \
   mpiexec -n 2 "$MPITRON" train --config six_blocks.toml --data "$data" --steps 2 --seq-len 16 --batch-size 8 \
   --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2
 expect_error "--micro-batches 3 is not a multiple of --pp 2" \
