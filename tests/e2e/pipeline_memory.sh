@@ -6,9 +6,21 @@
 # GPipe keeps all m, so it holds more at m = 8 and grows with m. The message buffers are a pool
 # that grows to the most sends in flight, which depends on timing: a rank has at most pp - rank
 # activations and a gradient unmatched, so m = 1000 may hold up to pp buffers more than m = 8.
+# Usage: pipeline_memory.sh MPITRON REPO WORK [gpt|resnet]: the resnet runs its 6 blocks of 4-16
+# channels on Fashion-MNIST (batch-norm groups of one sample, so micro-batches of one hold them).
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
-data=$(corpus)
+family=${4:-gpt}
+if [[ $family == resnet ]]; then
+  fmnist=/usr/share/datasets/fashion-mnist
+  [[ -e $fmnist/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $fmnist is missing"; exit 77; }
+  model=(--config "$REPO/configs/resnet-fmnist.toml" --data "$fmnist" --set model.width=4
+    --set model.blocks_per_stage=2 --set model.norm_group=1)
+  export MESSAGE_BYTES=$((1 * 4 * 28 * 28 * 4))  # the widest boundary: 1 sample x 4 x 28 x 28
+else
+  model=(--config small.toml --data "$(corpus)" --seq-len 16)
+  export MESSAGE_BYTES=$((1 * 16 * 32 * 4))  # one sample x T 16 x C 32, float32
+fi
 cat >small.toml <<'EOF'
 # A GPT small enough for 1000 micro-batches in a test.
 [model]
@@ -20,21 +32,21 @@ block_size = 16
 vocab_size = 256
 EOF
 run() {  # run SCHEDULE MICRO_BATCHES: one sample per micro-batch, 2 steps, evaluation at the end
-  mpiexec -n 4 "$MPITRON" train --config small.toml --data "$data" --pp 4 --schedule "$1" \
-    --micro-batches "$2" --batch-size "$2" --seq-len 16 --steps 2 --eval-every 0 \
+  mpiexec -n 4 "$MPITRON" train "${model[@]}" --pp 4 --schedule "$1" \
+    --micro-batches "$2" --batch-size "$2" --steps 2 --eval-every 0 \
     --eval-batches 1 --log-every 1 --out "$1_m$2" >"$1_m$2.log" 2>&1 ||
     fail "--schedule $1 --micro-batches $2 failed: $(cat "$1_m$2.log")"
 }
 for schedule in 1f1b gpipe; do for m in 8 1000; do run "$schedule" "$m"; done; done
 /usr/bin/python3 - <<'PY'
-import sys, h5py
+import os, sys, h5py
 def rows(name):  # (step 1: training only; step 2: training and the final evaluation), per rank
     with h5py.File(f"{name}/trace.h5", "r") as f:
         a = f["trace/rank_activation_bytes"][:]
     assert a.shape == (2, 4), f"{name}: rank_activation_bytes has shape {a.shape}"
     return [list(map(int, r)) for r in a]
 runs = {(s, m): rows(f"{s}_m{m}") for s in ("1f1b", "gpipe") for m in (8, 1000)}
-message = 1 * 16 * 32 * 4  # one micro-batch's boundary tensor: 1 sample x T 16 x C 32, float32
+message = int(os.environ["MESSAGE_BYTES"])  # one micro-batch's widest boundary tensor
 print(f"activation bytes per rank (pp 4, micro-batches of 1 sample; a message buffer is {message} bytes)")
 print(f"{'schedule':>9} {'m':>5} {'after':>9} " + " ".join(f"{'rank ' + str(r):>10}" for r in range(4)))
 for (s, m), r in runs.items():
@@ -59,4 +71,4 @@ for e in errors:
     print("FAIL:", e, file=sys.stderr)
 sys.exit(1 if errors else 0)
 PY
-echo "pipeline memory ok"
+echo "$family pipeline memory ok"
