@@ -1,4 +1,5 @@
-// mpitron command line: train | eval | generate | compare | info | batch.
+// mpitron command line: train | eval | generate | compare | info | batch | import | export |
+// tokenize.
 // Bad input is one line on stderr (from rank 0) and a non-zero exit, never a crash or a hang.
 #include <fmt/ranges.h>
 #include <mpi.h>
@@ -6,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "io/arrays.hpp"
+#include "io/bpe_tokenizer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/inspect.hpp"
@@ -28,6 +31,7 @@
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/model_checkpoint.hpp"
+#include "src/train/pretrained.hpp"
 #include "src/train/trainer.hpp"
 
 #ifdef MPITRON_HAVE_CUDA
@@ -86,8 +90,64 @@ int sample_token(const float* logits, int V, double temperature, int top_k, doub
   return idx[cut - 1];
 }
 
+// The BPE tokenizer of a checkpoint's text: --tokenizer DIR when given, else the folder recorded in
+// the token file the checkpoint was trained on; none (byte tokens) for a text file.
+std::optional<io::BpeTokenizer> checkpoint_tokenizer(const std::string& ckpt,
+                                                     const CheckpointRecord& rec,
+                                                     const std::string& tokenizer_dir) {
+  if (!tokenizer_dir.empty()) return io::BpeTokenizer::load(tokenizer_dir);
+  const std::string& data = rec.data_path;
+  if (data.empty()) return std::nullopt;
+  if (!std::filesystem::exists(data)) {
+    if (std::filesystem::path(data).extension() != ".h5") return std::nullopt;
+    throw UsageError(fmt::format(
+        "{} was trained on the token file {}, which does not exist: give --tokenizer DIR", ckpt,
+        data));
+  }
+  if (!io::is_token_file(data)) return std::nullopt;
+  const io::TokenFileInfo info = io::read_token_file_info(data);
+  if (!io::has_tokenizer_files(info.tokenizer))
+    throw UsageError(fmt::format(
+        "{} was trained on {}, made with the tokenizer in '{}', which is gone: give --tokenizer "
+        "DIR",
+        ckpt, data, info.tokenizer));
+  return io::BpeTokenizer::load(info.tokenizer);
+}
+
+// A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
+void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
+                 int64_t model_vocab) {
+  if (model_vocab < data_vocab)
+    throw UsageError(fmt::format(
+        "{} has a vocabulary of {} tokens, but {} has vocab_size {} (set model.vocab_size >= {})",
+        what, data_vocab, model, model_vocab, data_vocab));
+}
+
+// `mpitron tokenize`: a text file as a token file, with a progress line about once a second.
+int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const std::string& out) {
+  if (tokenizer_dir.empty()) throw UsageError("tokenize needs --tokenizer DIR");
+  if (std::filesystem::path(out).extension() != ".h5")
+    throw UsageError(fmt::format("--out {} must name an HDF5 token file (.h5)", out));
+  io::BpeTokenizer tok = io::BpeTokenizer::load(tokenizer_dir);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const io::TokenFileInfo info =
+      io::tokenize_file(tok, in, out, [&](int64_t done, int64_t total, int64_t n) {
+        fmt::print("tokenize: {:.1f} of {:.1f} MB ({:.1f} MB/s), {} tokens\n", done / 1e6,
+                   total / 1e6, done / 1e6 / seconds(), n);
+        std::fflush(stdout);
+      });
+  const double s = seconds();
+  fmt::print("wrote {}: {} tokens ({}) from {} bytes of {} in {:.2f} s ({:.1f} MB/s), vocab {}\n",
+             out, info.tokens, info.vocab_size > 65536 ? "uint32" : "uint16", info.source_bytes, in,
+             s, info.source_bytes / 1e6 / std::max(s, 1e-9), info.vocab_size);
+  return 0;
+}
+
 int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens, double temperature,
-                 int top_k, double top_p, uint64_t seed) {
+                 int top_k, double top_p, uint64_t seed, const std::string& tokenizer_dir) {
   if (tokens < 0) throw UsageError("--tokens must not be negative");
   if (!(top_p > 0 && top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   if (top_k < 0) throw UsageError("--top-k must not be negative (0: no limit)");
@@ -99,18 +159,26 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
   if (family.data != DataKind::text)
     throw UsageError(fmt::format("{} holds a '{}' model, which does not generate text (use eval)",
                                  ckpt, rec.model.type));
-  const int T = int(family.sample_size(rec.model)), V = int(family.classes(rec.model));
+  const int T = int(family.sample_size(rec.model));
+  int V = int(family.classes(rec.model));
+  std::optional<io::BpeTokenizer> bpe = checkpoint_tokenizer(ckpt, rec, tokenizer_dir);
+  if (bpe) {
+    check_vocab("the tokenizer " + bpe->dir(), bpe->vocab_size(), ckpt, V);
+    V = bpe->vocab_size();  // ids of a padded vocabulary beyond the tokenizer's decode to nothing
+  }
   if (V < 256)
     throw UsageError(fmt::format("{} has a vocabulary of {}: too small for byte tokens", ckpt, V));
   DeviceAllocator alloc{"cpu"};
   std::unique_ptr<Model> model = load_for_inference(ckpt, rec, 1, T, alloc);
   std::vector<int32_t> text(prompt.begin(), prompt.end());
   for (auto& t : text) t = uint8_t(t);
+  if (bpe) text = bpe->encode(prompt);
   if (text.size() > size_t(T))
     fmt::print(stderr,
-               "note: the prompt has {} bytes and the model sees at most {} (block_size): the "
+               "note: the prompt has {} {} and the model sees at most {} (block_size): the "
                "first {} condition nothing\n",
-               text.size(), T, text.size() - size_t(T));
+               text.size(), bpe ? "tokens" : "bytes", T, text.size() - size_t(T));
+  if (text.empty() && bpe) text = bpe->encode("\n");
   if (text.empty()) text.push_back('\n');  // an empty prompt starts from a line break
   std::fputs(prompt.c_str(), stdout);
   std::vector<int32_t> window(T + 1, 0);
@@ -126,38 +194,62 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
     const int next = sample_token(out.logits + size_t(len - 1) * out.classes, V, temperature, top_k,
                                   top_p, rng.uniform(uint64_t(i)));
     text.push_back(next);
-    std::fputc(next < 256 ? next : '?', stdout);
+    if (bpe) {
+      const std::string_view piece = bpe->token_bytes(next);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    } else {
+      std::fputc(next < 256 ? next : '?', stdout);
+    }
     std::fflush(stdout);
   }
   std::fputc('\n', stdout);
   return 0;
 }
 
-// Logits, loss and every parameter gradient of a checkpoint on a batch of tokens (B, T+1), with
-// dropout off: what the PyTorch oracle in validate/ checks.
+// Logits, loss and every parameter gradient of a checkpoint on one batch, with dropout off: what
+// the PyTorch oracles in validate/ check. The file holds /tokens (B, T+1) for a language model, or
+// /images (B, pixels) as bytes 0-255 and /labels (B) for a classifier, which runs as in training
+// (batch norm over its groups of the batch).
 int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
                      const std::string& dump) {
   DeviceAllocator alloc{"cpu"};
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
-  if (family.data != DataKind::text)
-    throw UsageError(fmt::format("--tokens needs a language model; {} holds a '{}' model", ckpt,
-                                 rec.model.type));
-  std::vector<int64_t> shape;
-  std::vector<int32_t> tokens = io::read_int32_dataset(tokens_path, "tokens", shape);
-  if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
-    throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
-  const int B = int(shape[0]), T = int(shape[1] - 1);
-  if (T > family.sample_size(rec.model))
-    throw UsageError(
-        fmt::format("sequence length {} exceeds block size {}", T, family.sample_size(rec.model)));
-  for (int32_t t : tokens)
-    if (t < 0 || t >= family.classes(rec.model))
-      throw UsageError(fmt::format("token {} is outside the vocabulary", t));
+  const bool text = family.data == DataKind::text;
+  std::vector<int64_t> shape, label_shape;
+  std::vector<int32_t> tokens =
+      io::read_int32_dataset(tokens_path, text ? "tokens" : "images", shape);
+  std::vector<int32_t> labels;
+  std::vector<float> pixels;
+  int B = 0, T = 0;
+  if (text) {
+    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
+      throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
+    B = int(shape[0]), T = int(shape[1] - 1);
+    if (T > family.sample_size(rec.model))
+      throw UsageError(fmt::format("sequence length {} exceeds block size {}", T,
+                                   family.sample_size(rec.model)));
+    for (int32_t t : tokens)
+      if (t < 0 || t >= family.classes(rec.model))
+        throw UsageError(fmt::format("token {} is outside the vocabulary", t));
+  } else {
+    labels = io::read_int32_dataset(tokens_path, "labels", label_shape);
+    if (shape.size() != 2 || shape[1] != family.sample_size(rec.model) || shape[0] < 1 ||
+        label_shape != std::vector<int64_t>{shape[0]})
+      throw UsageError(fmt::format("{}: /images must be (B, {}) and /labels (B)", tokens_path,
+                                   family.sample_size(rec.model)));
+    B = int(shape[0]);
+    for (int32_t l : labels)
+      if (l < 0 || l >= family.classes(rec.model))
+        throw UsageError(fmt::format("label {} is outside the model's classes", l));
+    for (int32_t v : tokens) pixels.push_back(float(v) / 255.0f);
+  }
   std::unique_ptr<Model> model = load_for_inference(ckpt, rec, B, T, alloc);
   GradStorage grads = GradStorage::full(*model, alloc);
   MicroBatch mb;
-  mb.samples = {tokens.data(), nullptr, nullptr, B};
+  mb.samples = text ? SampleView{tokens.data(), nullptr, nullptr, B}
+                    : SampleView{nullptr, pixels.data(), labels.data(), B};
+  mb.training = !text;
   const double terms = double(B) * model->loss_terms_per_sample();
   const double loss = model->forward(mb) / terms;
   fmt::print("loss {:.8f}\n", loss);
@@ -185,7 +277,7 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
 int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
              std::string data_path, std::optional<int> batches_opt,
              std::optional<int> batch_size_opt, std::optional<int> seq_len_opt,
-             std::optional<uint64_t> seed_opt) {
+             std::optional<uint64_t> seed_opt, const std::string& tokenizer_dir) {
   cpu::set_compute_threads(cpu::default_compute_threads(1));
   if (!tokens_path.empty()) return eval_token_batch(ckpt, tokens_path, dump);
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
@@ -207,8 +299,19 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     throw UsageError("--batch-size and --batches must be positive");
   DeviceAllocator alloc{"cpu"};
   BatchSource data = BatchSource::load(family.data, data_path, T, batch_size, alloc);
-  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, batch_size, T, alloc);
   const int K = int(family.classes(rec.model));
+  if (text && !data.text.is_tokens()) {
+    // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.
+    if (std::optional<io::BpeTokenizer> bpe = checkpoint_tokenizer(ckpt, rec, tokenizer_dir)) {
+      std::vector<int32_t> ids = bpe->encode(std::string_view(
+          reinterpret_cast<const char*>(data.text.bytes.data()), data.text.bytes.size()));
+      data.text =
+          io::make_token_dataset(data_path, std::move(ids), bpe->vocab_size(), bpe->dir(), T);
+    }
+  }
+  if (text && data.text.is_tokens())
+    check_vocab("the data " + data_path, data.text.vocab_size, ckpt, K);
+  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, batch_size, T, alloc);
   std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
   int64_t correct = 0;
@@ -407,6 +510,9 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     train->add_option("--keep-last", opts.keep_last,
                       "keep only the newest K checkpoints (0: all; the newest always stays)");
+    train->add_option("--init-from", opts.init_from,
+                      "start from pretrained parameters: a Hugging Face GPT-2 folder or "
+                      ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
     train->add_option("--resume", opts.resume,
                       "checkpoint to resume from, or 'auto' (latest in --out)");
     train->add_flag("--allow-changes", opts.allow_changes,
@@ -441,7 +547,9 @@ int main(int argc, char** argv) {
     std::optional<int> eval_nb, eval_bs, eval_T;
     std::optional<uint64_t> eval_seed;
     eval->add_option("--ckpt", eval_ckpt, "checkpoint")->required();
-    eval->add_option("--tokens", eval_tokens, "HDF5 file with /tokens (B, T+1) int32");
+    eval->add_option("--tokens", eval_tokens,
+                     "HDF5 file with /tokens (B, T+1) int32; for classifiers /images (B, pixels) "
+                     "0-255 and /labels (B)");
     eval->add_option("--dump", eval_dump, "write /loss, /logits, /grads/<name> here");
     eval->add_option("--data", eval_data,
                      "validation data: text file or image folder (default: the family's)");
@@ -449,6 +557,10 @@ int main(int argc, char** argv) {
     eval->add_option("--batch-size", eval_bs, "samples per batch (default: the trainer's)");
     eval->add_option("--seq-len", eval_T, "tokens per sequence (default: the trainer's)");
     eval->add_option("--seed", eval_seed, "seed of the validation batches (default: the run's)");
+    std::string eval_tokenizer;
+    eval->add_option("--tokenizer", eval_tokenizer,
+                     "BPE tokenizer folder: encode a text --data with it (default: the one of the "
+                     "token file the checkpoint was trained on)");
 
     // ---- generate
     auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
@@ -467,6 +579,22 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     gen->add_option("--top-p", top_p, "sample within probability mass p")->capture_default_str();
     gen->add_option("--seed", gen_seed, "sampling seed")->capture_default_str();
+    std::string gen_tokenizer;
+    gen->add_option("--tokenizer", gen_tokenizer,
+                    "BPE tokenizer folder for prompt and output (default: the one of the token "
+                    "file the checkpoint was trained on; else byte tokens)");
+
+    // ---- tokenize
+    auto* tokz = app.add_subcommand(
+        "tokenize", "encode a text file with a GPT-2 BPE tokenizer into a token file for --data");
+    std::string tokz_dir, tokz_in, tokz_out;
+    tokz->add_option("--tokenizer", tokz_dir,
+                     "folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
+                     "(io/get_gpt2_tokenizer.sh fetches GPT-2's)")
+        ->required();
+    tokz->add_option("--in", tokz_in, "text file")->required();
+    tokz->add_option("--out", tokz_out, "token file to write (.h5: /tokens and attributes)")
+        ->required();
 
     // ---- compare
     auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
@@ -527,6 +655,27 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     sched->add_option("--png", sched_png, "also draw the timeline (a Gantt chart per rank) here");
 
+    // ---- import / export (Hugging Face GPT-2 weights)
+    auto* imp = app.add_subcommand(
+        "import",
+        "a Hugging Face GPT-2 (model.safetensors + config.json) as an mpitron checkpoint");
+    std::string imp_from, imp_out;
+    bool imp_plan = false;
+    imp->add_option("--from", imp_from,
+                    "folder with model.safetensors and config.json, or the "
+                    ".safetensors file (config.json beside it)")
+        ->required();
+    imp->add_option("--out", imp_out, "checkpoint to write (.h5)");
+    imp->add_flag("--plan", imp_plan,
+                  "print the tensors, shapes and bytes from the header; read no tensor data");
+    auto* exp = app.add_subcommand(
+        "export",
+        "an mpitron GPT checkpoint as Hugging Face GPT-2 (model.safetensors, config.json)");
+    std::string exp_ckpt, exp_out;
+    exp->add_option("ckpt", exp_ckpt, "checkpoint (.h5)")->required();
+    exp->add_option("--out", exp_out, "folder to write model.safetensors and config.json into")
+        ->required();
+
     app.add_subcommand("devices", "list the compute devices this build can use");
 
     std::vector<std::string> commands;
@@ -577,14 +726,20 @@ int main(int argc, char** argv) {
               fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
       }
       opts.data = data_path;
+      if (family.data == DataKind::text && io::is_token_file(data_path))
+        check_vocab("the token file " + data_path, io::read_token_file_info(data_path).vocab_size,
+                    config_path, family.classes(opts.cfg.model));
       opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);
       opts.layout.schedule = pipeline::parse_schedule(schedule);
       rc = run_training(opts);
     } else if (eval->parsed()) {
       rc = cmd_eval(eval_ckpt, eval_tokens, eval_dump, eval_data, eval_nb, eval_bs, eval_T,
-                    eval_seed);
+                    eval_seed, eval_tokenizer);
     } else if (gen->parsed()) {
-      rc = cmd_generate(gen_ckpt, prompt, gen_tokens, temperature, top_k, top_p, gen_seed);
+      rc = cmd_generate(gen_ckpt, prompt, gen_tokens, temperature, top_k, top_p, gen_seed,
+                        gen_tokenizer);
+    } else if (tokz->parsed()) {
+      if (rank == 0) rc = cmd_tokenize(tokz_dir, tokz_in, tokz_out);  // one writer
     } else if (cmp->parsed()) {
       io::TraceComparison c = io::compare_traces(cmp_a, cmp_b);
       fmt::print(
@@ -628,6 +783,17 @@ int main(int argc, char** argv) {
     } else if (sched->parsed()) {
       sched_spec.kind = pipeline::parse_schedule(sched_kind);
       rc = cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);
+    } else if (imp->parsed()) {
+      if (imp_plan) {
+        print_import_plan(imp_from, std::cout);
+      } else {
+        if (imp_out.empty()) throw UsageError("import needs --out CKPT.h5 (or --plan)");
+        import_hf(imp_from, imp_out);
+        fmt::print("imported {} into {}\n", imp_from, imp_out);
+      }
+    } else if (exp->parsed()) {
+      export_hf(exp_ckpt, exp_out);
+      fmt::print("exported {} to {}/model.safetensors and config.json\n", exp_ckpt, exp_out);
     } else if (bat->parsed()) {
       rc = cmd_batch(bat_data, bat_seed, bat_first, bat_steps, bat_bs, bat_T, bat_out, bat_val);
     } else {
