@@ -1,6 +1,8 @@
 // 2-D convolution (cross-correlation, as PyTorch's nn.Conv2d) with stride and zero padding, NCHW:
 // out[n,o,y,x] = b[o] + sum_{i,ky,kx} w[o,i,ky,kx] * in[n,i,y*s+ky-p,x*s+kx-p] (0 outside).
-// CPU: im2col into a caller-owned workspace, then one GEMM per image (Chellapilla et al. 2006).
+// CPU: im2col of a block of images into a caller-owned workspace, then one GEMM per block
+// (Chellapilla et al. 2006); conv2d_*_direct are plain loops, the reference the fast path is tested
+// against.
 #pragma once
 #include <cstddef>
 
@@ -14,6 +16,8 @@ struct Conv2dShape {
 };
 
 // Elements of workspace forward and backward need (the model plans it once, shared by layers).
+// It depends on the shape only; forward and backward use at most kConv2dMaxThreads threads.
+inline constexpr int kConv2dMaxThreads = 8;
 size_t conv2d_workspace(const Conv2dShape& s);
 
 template <class F>
@@ -33,5 +37,22 @@ void conv2d_backward(F* dinp,          // (N,IC,H,W) =, or nullptr to skip
                      const F* inp,     // (N,IC,H,W)
                      const F* weight,  // (OC,IC,KH,KW)
                      const Conv2dShape& s);
+
+// Reference: direct loops (sums in double), no workspace, single-threaded; for tests.
+template <class F>
+void conv2d_forward_direct(F* out,           // (N,OC,OH,OW) =
+                           const F* inp,     // (N,IC,H,W)
+                           const F* weight,  // (OC,IC,KH,KW)
+                           const F* bias,    // (OC) or nullptr
+                           const Conv2dShape& s);
+
+template <class F>
+void conv2d_backward_direct(F* dinp,          // (N,IC,H,W) =, or nullptr to skip
+                            F* dweight,       // (OC,IC,KH,KW) +=
+                            F* dbias,         // (OC) +=, or nullptr
+                            const F* dout,    // (N,OC,OH,OW)
+                            const F* inp,     // (N,IC,H,W)
+                            const F* weight,  // (OC,IC,KH,KW)
+                            const Conv2dShape& s);
 
 }  // namespace mpitron::cpu

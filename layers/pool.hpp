@@ -11,6 +11,7 @@ struct Pool2dShape {
   int OW() const { return (W + 2 * pad - K) / stride + 1; }
 };
 
+// Every window must overlap the image: pad < K (PyTorch asks pad <= K/2).
 // argmax holds, per output, the index (y*W + x) of the winning input in its channel plane; ties
 // go to the first in row-major order, as PyTorch's.
 template <class F>

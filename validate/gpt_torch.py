@@ -7,11 +7,15 @@ autograd so that it shares no code with the hand-written C++ forward and backwar
 Parameter names are exactly the checkpoint's (/params/<name>, ARCHITECTURE.md, "Files"), linear weights
 (out, in) as nn.Linear stores them. The optimizer is torch.optim.AdamW with mpitron's parameter
 groups, learning-rate schedule and global-norm clipping (src/train/adamw.cpp, trainer.cpp).
+It also writes and reads this model in Hugging Face's GPT-2 layout (model.safetensors, written by
+hand in the safetensors library's byte layout, and config.json) for `mpitron import`'s tests.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 import tomllib
 from dataclasses import dataclass, field
 
@@ -238,3 +242,132 @@ def train_step(model: Gpt, opt: torch.optim.Optimizer, tokens, step: int, tc: Tr
     norm = clip_grad_global_norm(model, tc.grad_clip)
     opt.step()
     return {"loss": loss.item(), "grad_norm": norm, "lr": lr}
+
+
+# ---- Hugging Face GPT-2 layout (safetensors written by hand: no safetensors module needed) ----
+
+HF_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
+
+
+def randomize(model: Gpt, seed: int) -> None:
+    """Every parameter random (LayerNorm weights near 1, biases small, not zero), so that a wrong
+    mapping of any tensor changes the logits."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if ".ln_" in name or name.startswith("ln_f"):
+                p.copy_(1.0 + 0.1 * noise if name.endswith("weight") else 0.05 * noise)
+            else:
+                p.copy_((0.02 if p.dim() == 2 else 0.05) * noise)
+
+
+def to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounding to nearest even."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def write_safetensors(path, tensors: dict, metadata: dict | None = None) -> None:
+    """The safetensors library's layout: u64 little-endian header length, compact JSON header
+    (__metadata__ first, tensors by decreasing alignment then name), spaces to a multiple of 8,
+    data. Values: numpy arrays (F32/F64/F16) or ("BF16", uint16 bit array)."""
+    entries = []
+    for name, v in tensors.items():
+        dtype, a = v if isinstance(v, tuple) else (
+            {np.float32: "F32", np.float64: "F64", np.float16: "F16"}[v.dtype.type], v)
+        entries.append((name, dtype, np.ascontiguousarray(a)))
+    entries.sort(key=lambda e: (-e[2].dtype.itemsize, e[0]))
+    header, offset = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, a in entries:
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for _, _, a in entries:
+            f.write(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+
+
+def read_safetensors(path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as float32 (F32, F64, F16, BF16)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, t = e["data_offsets"]
+        raw = data[b:t]
+        if e["dtype"] == "BF16":
+            a = from_bf16_bits(np.frombuffer(raw, dtype="<u2"))
+        else:
+            a = np.frombuffer(raw, dtype=np.dtype(_ST_DTYPES[e["dtype"]]).newbyteorder("<"))
+        out[name] = a.astype(np.float32).reshape(e["shape"])
+    return out
+
+
+def hf_config(cfg: GptConfig) -> dict:
+    return {"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+            "layer_norm_epsilon": LN_EPS, "model_type": "gpt2", "n_ctx": cfg.block_size,
+            "n_embd": cfg.n_embd, "n_head": cfg.n_head, "n_inner": None, "n_layer": cfg.n_layer,
+            "n_positions": cfg.block_size, "vocab_size": cfg.vocab_size}
+
+
+def write_hf_model(folder, model: Gpt, prefix: str = "transformer.", mask_buffers: bool = True,
+                   lm_head: bool = False, dtype: str = "F32", metadata: dict | None = None) -> None:
+    """model.safetensors and config.json as transformers' GPT2LMHeadModel has them: Conv1D
+    weights (in, out), names with `prefix`, optionally the causal-mask buffers older files carry
+    and an explicit lm_head.weight (a copy of wte)."""
+    from pathlib import Path
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, p in model.named_parameters():
+        a = p.detach().numpy().astype(np.float32)
+        if name.endswith(HF_CONV1D):
+            a = a.T
+        if dtype == "BF16":
+            tensors[prefix + name] = ("BF16", to_bf16_bits(a))
+        else:
+            tensors[prefix + name] = a.astype({"F32": np.float32, "F16": np.float16,
+                                               "F64": np.float64}[dtype])
+    if lm_head:
+        tensors["lm_head.weight"] = tensors[prefix + "wte.weight"]
+    if mask_buffers:
+        T = model.cfg.block_size
+        for i in range(model.cfg.n_layer):
+            tensors[f"{prefix}h.{i}.attn.bias"] = np.tril(np.ones((T, T), np.float32))[None, None]
+    write_safetensors(folder / "model.safetensors", tensors,
+                      {"format": "pt"} if metadata is None else metadata)
+    (folder / "config.json").write_text(json.dumps(hf_config(model.cfg), indent=2) + "\n")
+
+
+def load_hf_model(folder, dtype: torch.dtype = torch.float32) -> Gpt:
+    """This module's Gpt from a Hugging Face GPT-2 folder (Conv1D weights transposed back)."""
+    from pathlib import Path
+    folder = Path(folder)
+    c = json.loads((folder / "config.json").read_text())
+    cfg = GptConfig(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"],
+                    block_size=c["n_positions"], vocab_size=c["vocab_size"])
+    tensors = {k.removeprefix("transformer."): v
+               for k, v in read_safetensors(folder / "model.safetensors").items()}
+    model = Gpt(cfg).to(dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            a = tensors[name]
+            p.copy_(torch.from_numpy(np.ascontiguousarray(a.T if name.endswith(HF_CONV1D) else a)))
+    return model

@@ -40,6 +40,9 @@ struct TrainOptions {
   std::string data;    // text file or image folder; "" picks the family's default
   std::string out;     // run folder; "" picks runs/<config>_DP<dp>_TP<tp>_PP<pp>_zero<z>
   std::string resume;  // "", "auto" (latest checkpoint in out, if any) or a checkpoint path
+  // Pretrained parameters to start from when not resuming (HF GPT-2 folder or .safetensors, or an
+  // mpitron checkpoint): parameters only, step 0, fresh optimizer.
+  std::string init_from;
   std::string device = "cpu";
   int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;

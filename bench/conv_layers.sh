@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Conv2d layer timings of mpitron (bench_conv) against PyTorch (bench/torch_conv.py) on the CNN
+# shapes at batch 128, float: conv forward + backward, and BatchNorm2d + ReLU forward + backward.
+# The two run alternately (the order flips every round) with the same threads, pinned with taskset
+# to the first `threads` CPUs; prints per shape the median over rounds of each run's median ms and
+# the ratio mpitron/torch.
+# OpenBLAS picks its kernels from the CPU model; on a virtual CPU it can fall back to SSE3
+# (Prescott) kernels, 3-4x slower: OPENBLAS_CORETYPE is set from the CPU flags unless given.
+# Usage: bench/conv_layers.sh [-r rounds] [-t threads] [-b build_dir] [-o out_dir]
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+rounds=5 threads=2 build="$repo/build" out=""
+while getopts "r:t:b:o:h" opt; do
+  case $opt in
+    r) rounds=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    b) build=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) sed -n '2,10p' "$0"; exit 2 ;;
+  esac
+done
+python=/usr/bin/python3
+bench="$build/bench/bench_conv"
+if [[ ! -x $bench ]]; then
+  echo "error: $bench is missing: cmake --build $build --target bench_conv" >&2
+  exit 1
+fi
+if ! $python -c "import torch" 2>/dev/null; then
+  echo "error: $python cannot import torch (apt-get install python3-torch)" >&2
+  exit 1
+fi
+out=${out:-$(mktemp -d /tmp/conv_layers.XXXXXX)}
+mkdir -p "$out"
+results="$out/results.jsonl"
+: >"$results"
+
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then
+    export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then
+    export OPENBLAS_CORETYPE=Haswell
+  fi
+fi
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+export OMP_PROC_BIND=true OMP_PLACES=cores
+pin=()
+if command -v taskset >/dev/null && (($(nproc) >= threads)); then
+  pin=(taskset -c "0-$((threads - 1))")
+fi
+
+run_one() {  # impl
+  if [[ $1 == mpitron ]]; then
+    "${pin[@]}" "$bench" --threads "$threads" | tee -a "$results"
+  else
+    "${pin[@]}" "$python" "$here/torch_conv.py" --threads "$threads" | tee -a "$results"
+  fi
+}
+
+echo "threads $threads, $rounds rounds, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}," \
+  "pinned: ${pin[*]:-no}"
+for ((r = 1; r <= rounds; r++)); do
+  if ((r % 2)); then order=(mpitron torch); else order=(torch mpitron); fi
+  for impl in "${order[@]}"; do run_one "$impl"; done
+done
+
+$python - "$results" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(impl, shape, key):
+    v = [r[key] for r in rows if r["impl"] == impl and r["shape"] == shape]
+    return statistics.median(v) if v else float("nan")
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+print()
+print(f"{'shape':<15} {'conv m ms':>10} {'conv t ms':>10} {'ratio m/t':>9} "
+      f"{'bn+relu m ms':>12} {'bn+relu t ms':>12} {'ratio m/t':>9}")
+for s in shapes:
+    cm, ct = med("mpitron", s, "conv_ms"), med("torch", s, "conv_ms")
+    bm, bt = med("mpitron", s, "bn_relu_ms"), med("torch", s, "bn_relu_ms")
+    print(f"{s:<15} {cm:>10.1f} {ct:>10.1f} {cm / ct:>9.2f} {bm:>12.1f} {bt:>12.1f} "
+          f"{bm / bt:>9.2f}")
+print("conv: forward + backward (dinp, dweight, dbias), batch 128, float; medians over rounds")
+EOF
+echo "raw results: $results"

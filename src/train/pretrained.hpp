@@ -1,0 +1,58 @@
+// Hugging Face GPT-2 weights in and out: the mapping between HF's names and layout (Conv1D
+// weights stored (in, out), optional "transformer." prefix, tied lm_head) and mpitron's GPT
+// parameters; `mpitron import`, `mpitron export` and `mpitron train --init-from`.
+#pragma once
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.hpp"
+#include "src/model/config.hpp"
+
+namespace mpitron {
+
+// A Hugging Face model: the weights (model.safetensors) and its config.json. A folder holds both;
+// for a .safetensors file, config.json is looked for beside it. UsageError when either is missing
+// or the folder holds a sharded model (model.safetensors.index.json).
+struct HfSource {
+  std::string weights, config;
+};
+HfSource resolve_hf_source(const std::string& dir_or_file);
+
+// The mpitron GPT config of a GPT-2 config.json (n_layer, n_head, n_embd, n_positions ->
+// block_size, vocab_size). UsageError naming the key for what mpitron's GPT does not compute:
+// another model_type, activation (gelu_new / gelu_pytorch_tanh only), layer_norm_epsilon other
+// than mpitron's 1e-5, n_inner other than 4 * n_embd, untied or rescaled attention variants.
+ModelConfig read_hf_gpt2_config(const std::string& config_json);
+
+// config.json of an mpitron GPT, as transformers' GPT2Config writes it (GPT2LMHeadModel).
+std::string hf_gpt2_config_json(const ModelConfig& model);
+
+// True for the weights HF stores transposed (Conv1D, (in, out)): c_attn, c_proj, c_fc weights.
+bool hf_transposed(const std::string& mpitron_name);
+
+// `mpitron import --plan`: tensors, dtypes, shapes and bytes from the header, the mapping to
+// mpitron's names and the model config; reads no tensor data. UsageError as import for a header
+// or config that cannot be imported (a truncated file is reported, not refused).
+void print_import_plan(const std::string& from, std::ostream& out);
+
+// `mpitron import`: an mpitron checkpoint (step 0, parameters at global names and shapes, no
+// optimizer state) from a HF GPT-2 model, one tensor at a time from the mapped file. UsageError
+// for a missing, misshapen or unexpected tensor, an lm_head that is not wte, a truncated file.
+void import_hf(const std::string& from, const std::string& out_checkpoint);
+
+// `mpitron export`: DIR/model.safetensors (F32, HF names without prefix, Conv1D layout) and
+// DIR/config.json from an mpitron GPT checkpoint, one tensor in memory at a time.
+void export_hf(const std::string& checkpoint, const std::string& out_dir);
+
+// `train --init-from`: the model config of a pretrained source (HF folder or .safetensors file,
+// or an mpitron checkpoint).
+ModelConfig pretrained_model_config(const std::string& source);
+
+// Fills the pieces ("params/<name>" at global shapes, this rank's blocks) from a pretrained
+// source, after checking that its model equals `model` (UsageError naming the first mismatch,
+// vocabulary first) and that every tensor is there with its shape. Not collective.
+void load_pretrained_parameters(const std::string& source, const ModelConfig& model,
+                                const std::vector<io::TensorPiece>& pieces);
+
+}  // namespace mpitron
