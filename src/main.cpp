@@ -4,12 +4,14 @@
 #include <fmt/ranges.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>  // execv
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -455,6 +457,10 @@ std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* kernels = cpu::better_blas_kernels()) {
+    setenv("OPENBLAS_CORETYPE", kernels, 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then go on with the slow kernels
+  }
   MPI_Init(&argc, &argv);
   spdlog::set_pattern("[%H:%M:%S] %v");
   const int rank = world_rank();

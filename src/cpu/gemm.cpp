@@ -3,6 +3,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #ifdef MPITRON_BLAS
@@ -80,6 +81,18 @@ int default_compute_threads(int ranks) {
   const char* env = std::getenv("OMP_NUM_THREADS");
   if (env && std::atoi(env) > 0) return std::atoi(env);
   return ranks == 1 ? int(std::max(1u, std::thread::hardware_concurrency())) : 1;
+}
+
+const char* better_blas_kernels() {
+#ifdef MPITRON_BLAS
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return nullptr;
+  const char* core = openblas_get_corename();
+  if (core == nullptr || std::string_view(core) != "Prescott") return nullptr;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+  if (__builtin_cpu_supports("avx2")) return "Haswell";
+#endif
+  return nullptr;
 }
 
 void set_compute_threads(int n) {
