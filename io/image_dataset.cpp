@@ -165,24 +165,40 @@ ImageDataset load_image_dataset(const std::string& dir) {
   return d;
 }
 
+namespace {
+
+// Image `image` of a split into out (rows*cols floats, byte / 255) and its label.
+void copy_image(const ImageDataset& data, Split split, uint64_t image, float* out, int32_t* label) {
+  const bool train = split == Split::train;
+  const size_t ppi = size_t(data.pixels_per_image());
+  const uint8_t* in = (train ? data.train_pixels : data.val_pixels).data() + image * ppi;
+  for (size_t p = 0; p < ppi; ++p) out[p] = float(in[p]) / 255.0f;
+  *label = (train ? data.train_labels : data.val_labels)[image];
+}
+
+}  // namespace
+
 void fill_image_batch(const ImageDataset& data, Split split, uint64_t seed, int64_t index,
                       int64_t sample_begin, int64_t count, float* pixels, int32_t* labels) {
   const int64_t n = data.count(split);
   MPITRON_REQUIRE(n > 0, "fill_image_batch on a split with no images");
-  const bool train = split == Split::train;
-  const std::vector<uint8_t>& src = train ? data.train_pixels : data.val_pixels;
-  const std::vector<int32_t>& src_labels = train ? data.train_labels : data.val_labels;
+  const PhiloxStream rng{seed, fnv1a64(split == Split::train ? "images.train" : "images.val")};
   const size_t ppi = size_t(data.pixels_per_image());
-  const PhiloxStream rng{seed, fnv1a64(train ? "images.train" : "images.val")};
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t sample = uint64_t(sample_begin + i);
     const Philox4x32 r = rng.block((uint64_t(index) << 32) | sample);
     const uint64_t image = (uint64_t(r.v[0]) | (uint64_t(r.v[1]) << 32)) % uint64_t(n);
-    const uint8_t* in = src.data() + image * ppi;
-    float* out = pixels + size_t(i) * ppi;
-    for (size_t p = 0; p < ppi; ++p) out[p] = float(in[p]) / 255.0f;
-    labels[i] = src_labels[image];
+    copy_image(data, split, image, pixels + size_t(i) * ppi, labels + i);
   }
+}
+
+void fill_image_rows(const ImageDataset& data, Split split, int64_t first, int64_t count,
+                     float* pixels, int32_t* labels) {
+  MPITRON_REQUIRE(first >= 0 && count >= 0 && first + count <= data.count(split),
+                  "images outside the split");
+  const size_t ppi = size_t(data.pixels_per_image());
+  for (int64_t i = 0; i < count; ++i)
+    copy_image(data, split, uint64_t(first + i), pixels + size_t(i) * ppi, labels + i);
 }
 
 void augment_images(float* pixels, int64_t count, int rows, int cols, int pad, uint64_t seed,

@@ -40,6 +40,10 @@ ImageDataset load_image_dataset(const std::string& dir);
 void fill_image_batch(const ImageDataset& data, Split split, uint64_t seed, int64_t index,
                       int64_t sample_begin, int64_t count, float* pixels, int32_t* labels);
 
+// Images [first, first + count) of a split in file order: pixels (count, rows*cols) as byte / 255.
+void fill_image_rows(const ImageDataset& data, Split split, int64_t first, int64_t count,
+                     float* pixels, int32_t* labels);
+
 // Training augmentation in place (Krizhevsky et al. 2012; the usual CIFAR recipe): each image is
 // shifted by (dy, dx) in [-pad, pad] with zeros coming in (a random crop of the zero-padded image)
 // and mirrored left-right with probability 1/2, drawn from Philox keyed by (seed, step, global

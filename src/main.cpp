@@ -279,7 +279,7 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
 int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std::string& dump,
              std::string data_path, std::optional<int> batches_opt,
              std::optional<int> batch_size_opt, std::optional<int> seq_len_opt,
-             std::optional<uint64_t> seed_opt, const std::string& tokenizer_dir) {
+             std::optional<uint64_t> seed_opt, const std::string& tokenizer_dir, bool whole_split) {
   cpu::set_compute_threads(cpu::default_compute_threads(1));
   if (!tokens_path.empty()) return eval_token_batch(ckpt, tokens_path, dump);
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
@@ -288,7 +288,11 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
                     ? rec.data_path
                     : family.default_data;
-  const int batches = batches_opt.value_or(rec.eval_batches > 0 ? int(rec.eval_batches) : 4);
+  if (whole_split && (family.data != DataKind::images || batches_opt))
+    throw UsageError(
+        "--whole-split evaluates an image classifier on every validation image once, in order: "
+        "it takes no --batches, and a language model's validation is its sampled batches");
+  int batches = batches_opt.value_or(rec.eval_batches > 0 ? int(rec.eval_batches) : 4);
   const int batch_size = batch_size_opt.value_or(rec.batch_size > 0 ? int(rec.batch_size) : 8);
   const int seq_len = seq_len_opt.value_or(int(rec.seq_len));
   const uint64_t seed = seed_opt.value_or(uint64_t(rec.seed));
@@ -317,29 +321,42 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
   int64_t correct = 0;
+  const int64_t images = text ? 0 : data.images.count(io::Split::val);
+  if (whole_split) batches = int((images + batch_size - 1) / batch_size);
+  int64_t samples = 0;
   for (int b = 0; b < batches; ++b) {
-    data.fill(io::Split::val, seed, b, 0, batch_size);
+    int rows = batch_size;
+    if (whole_split) {
+      rows = int(std::min<int64_t>(batch_size, images - int64_t(b) * batch_size));
+      io::fill_image_rows(data.images, io::Split::val, int64_t(b) * batch_size, rows,
+                          data.features.data(), data.labels.data());
+    } else {
+      data.fill(io::Split::val, seed, b, 0, batch_size);
+    }
+    samples += rows;
     MicroBatch mb;
-    mb.samples = data.view(0, batch_size);
+    mb.samples = data.view(0, rows);
     sum += model->forward(mb);
     if (text) continue;
     const ModelOutput out = model->output(0);
-    for (int r = 0; r < batch_size; ++r) {
+    for (int r = 0; r < rows; ++r) {
       const float* row = out.logits + size_t(r) * K;
       const int pred = int(std::max_element(row, row + K) - row);
       confusion[size_t(mb.samples.labels[r]) * K + pred] += 1;
       correct += pred == mb.samples.labels[r];
     }
   }
-  const double samples = double(batches) * batch_size;
   if (text) {
     fmt::print("val_loss {:.6f} ({} batches of {}x{} from {}, seed {})\n",
-               sum / (samples * model->loss_terms_per_sample()), batches, batch_size, T, data_path,
-               seed);
+               sum / (double(samples) * model->loss_terms_per_sample()), batches, batch_size, T,
+               data_path, seed);
     return 0;
   }
-  fmt::print("val_loss {:.6f} ({} batches of {} from {}, seed {})\nval_accuracy {:.4f}\n",
-             sum / samples, batches, batch_size, data_path, seed, double(correct) / samples);
+  const std::string drawn =
+      whole_split ? fmt::format("every one of the {} validation images", images)
+                  : fmt::format("{} batches of {}, seed {}", batches, batch_size, seed);
+  fmt::print("val_loss {:.6f} ({} from {})\nval_accuracy {:.4f}\n", sum / double(samples), drawn,
+             data_path, double(correct) / double(samples));
   fmt::print("confusion matrix (rows: label, columns: prediction)\n     ");
   for (int k = 0; k < K; ++k) fmt::print("{:>6}", k);
   fmt::print("\n");
@@ -563,6 +580,9 @@ int main(int argc, char** argv) {
     eval->add_option("--batch-size", eval_bs, "samples per batch (default: the trainer's)");
     eval->add_option("--seq-len", eval_T, "tokens per sequence (default: the trainer's)");
     eval->add_option("--seed", eval_seed, "seed of the validation batches (default: the run's)");
+    bool eval_whole = false;
+    eval->add_flag("--whole-split", eval_whole,
+                   "classifiers: every validation image once, in order (the test accuracy)");
     std::string eval_tokenizer;
     eval->add_option("--tokenizer", eval_tokenizer,
                      "BPE tokenizer folder: encode a text --data with it (default: the one of the "
@@ -740,7 +760,7 @@ int main(int argc, char** argv) {
       rc = run_training(opts);
     } else if (eval->parsed()) {
       rc = cmd_eval(eval_ckpt, eval_tokens, eval_dump, eval_data, eval_nb, eval_bs, eval_T,
-                    eval_seed, eval_tokenizer);
+                    eval_seed, eval_tokenizer, eval_whole);
     } else if (gen->parsed()) {
       rc = cmd_generate(gen_ckpt, prompt, gen_tokens, temperature, top_k, top_p, gen_seed,
                         gen_tokenizer);

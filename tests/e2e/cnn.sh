@@ -29,6 +29,11 @@ PY
 cat eval.txt
 grep -qE "^val_accuracy 0\.(7[5-9]|[89])" eval.txt || fail "eval accuracy missing or below 75%"
 [[ $(grep -cE '^ +[0-9]+( +[0-9]+){10}$' eval.txt) == 10 ]] || fail "eval printed no 10x10 confusion matrix"
+# The whole t10k split once, in order: Fashion-MNIST's test set has 1000 images of every class.
+"$MPITRON" eval --ckpt alex/ckpt_300.h5 --whole-split --batch-size 300 >whole.txt
+grep -q "every one of the 10000 validation images" whole.txt || fail "--whole-split: $(head -1 whole.txt)"
+[[ $(grep -E '^ +[0-9]+( +[0-9]+){10}$' whole.txt | awk '{s = 0; for (i = 2; i <= NF; i++) s += $i;
+  print s}' | sort -u) == 1000 ]] || fail "--whole-split did not see 1000 images of every class"
 
 # Resume: the running statistics travel in the checkpoint (/buffers), so the resumed validation
 # losses (evaluation mode reads them) equal the uninterrupted run's.
@@ -59,5 +64,6 @@ expect_error "do not hold whole batch-norm groups of 8" \
   mpiexec -n 4 "$MPITRON" train --config "$RES" --dp 4 "${tiny[@]}" --out e4
 expect_error "the resnet family runs at --tp 1" \
   mpiexec -n 2 "$MPITRON" train --config "$RES" --tp 2 "${tiny[@]}" --out e5
+expect_error "it takes no --batches" "$MPITRON" eval --ckpt alex/ckpt_300.h5 --whole-split --batches 3
 expect_error "model.image 4 is too small" "$MPITRON" train --config "$ALEX" --set model.image=4 "${tiny[@]}" --out e6
 echo "cnn ok"
