@@ -49,6 +49,11 @@ uint64_t BatchSource::checksum() const {
 }
 
 io::Attributes BatchSource::attributes() const {
+  if (kind == DataKind::text && text.is_tokens())
+    return {{"path", text.path},
+            {"tokens", int64_t(text.size())},
+            {"vocab_size", text.vocab_size},
+            {"checksum", int64_t(text.checksum)}};
   if (kind == DataKind::text)
     return {{"path", text.path},
             {"bytes", int64_t(text.bytes.size())},
@@ -59,6 +64,9 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
+  if (kind == DataKind::text && text.is_tokens())
+    return fmt::format("data {} ({} tokens, vocabulary {})", text.path, text.size(),
+                       text.vocab_size);
   if (kind == DataKind::text)
     return fmt::format("data {} ({} bytes)", text.path, text.bytes.size());
   return fmt::format("data {} ({} training and {} validation images of {}x{}, {} classes)",
