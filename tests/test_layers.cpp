@@ -25,64 +25,20 @@
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
 #include "layers/residual.hpp"
+#include "tests/grad_check.hpp"
 
 namespace mpitron::cpu {
 namespace {
 
-using Vec = std::vector<double>;
+using namespace grad_check;  // NOLINT: the shared helpers and constants
 
 constexpr int B = 2, T = 5, C = 8, NH = 2, V = 11, N = B * T;
-constexpr double kH = 1e-6;    // finite-difference step
-constexpr double kTol = 1e-6;  // max|analytic - numeric| / max|numeric|
-// Buffers that must be assigned start as NaN, so any element left unwritten (or read) shows up;
-// buffers that must accumulate start at kPrefill, which is taken out before comparing.
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kPrefill = 0.75;
-
-Vec randn(size_t n, std::mt19937& g, double scale = 1.0, double shift = 0.0) {
-  std::normal_distribution<double> d(shift, scale);
-  Vec v(n);
-  for (double& x : v) x = d(g);
-  return v;
-}
 
 std::vector<int32_t> randint(size_t n, int hi, std::mt19937& g) {
   std::uniform_int_distribution<int32_t> d(0, hi - 1);
   std::vector<int32_t> v(n);
   for (int32_t& x : v) x = d(g);
   return v;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-Vec minus(Vec v, double c) {
-  for (double& x : v) x -= c;
-  return v;
-}
-
-// max|a - n| / max(max|n|, 1e-12) with n the central difference of loss() in every element of x.
-// NaN in `analytic` (an assigned buffer left unwritten) makes the result NaN, which fails checks.
-double grad_error(const std::function<double()>& loss, Vec& x, const Vec& analytic) {
-  EXPECT_EQ(x.size(), analytic.size());
-  double max_diff = 0, max_num = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double x0 = x[i];
-    x[i] = x0 + kH;
-    const double lp = loss();
-    x[i] = x0 - kH;
-    const double lm = loss();
-    x[i] = x0;
-    const double num = (lp - lm) / (2 * kH);
-    const double diff = std::fabs(analytic[i] - num);
-    if (std::isnan(diff)) return kNaN;
-    max_diff = std::max(max_diff, diff);
-    max_num = std::max(max_num, std::fabs(num));
-  }
-  return max_diff / std::max(max_num, 1e-12);
 }
 
 // ---- gradient checks ----------------------------------------------------------------------------
