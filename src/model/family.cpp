@@ -26,6 +26,9 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
         "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
 }
 
+constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
+constexpr const char* kFashionMnistHint = "install Debian's dataset-fashion-mnist, or pass --data";
+
 int64_t image_inputs(const ModelConfig& m) {
   return m.get("channels") * m.get("image") * m.get("image");
 }
@@ -51,8 +54,8 @@ const ModelFamily kFamilies[] = {
     {"mlp",
      "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",
      DataKind::images,
-     "/usr/share/datasets/fashion-mnist",
-     "install Debian's dataset-fashion-mnist, or pass --data",
+     kFashionMnist,
+     kFashionMnistHint,
      {{"input", 784, "input features (pixels per image)"},
       {"hidden", 256, "width of the hidden layer"},
       {"classes", 10, "labels predicted"},
@@ -69,8 +72,8 @@ const ModelFamily kFamilies[] = {
      "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "
      "channels split over TP",
      DataKind::images,
-     "/usr/share/datasets/fashion-mnist",
-     "install Debian's dataset-fashion-mnist, or pass --data",
+     kFashionMnist,
+     kFashionMnistHint,
      {{"channels", 1, "input channels"},
       {"image", 28, "input height and width"},
       {"classes", 10, "labels predicted"},
@@ -89,8 +92,8 @@ const ModelFamily kFamilies[] = {
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
      "blocks split into pipeline stages",
      DataKind::images,
-     "/usr/share/datasets/fashion-mnist",
-     "install Debian's dataset-fashion-mnist, or pass --data",
+     kFashionMnist,
+     kFashionMnistHint,
      {{"channels", 1, "input channels"},
       {"image", 28, "input height and width"},
       {"classes", 10, "labels predicted"},
