@@ -191,7 +191,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
     const int begin = slice.chunks[k].begin, end = std::min(slice.chunks[k].end, nblocks);
     MPITRON_REQUIRE(s.kind == CnnKind::alexnet || end > begin, "a chunk without blocks");
-    for (int l = begin; l < end; ++l) ch.blocks.push_back(Block{l});
+    for (int l = begin; l < end; ++l) ch.blocks.emplace_back().index = l;
     chunks.push_back(std::move(ch));
   }
   registry = cnn_registry(s, slice);
