@@ -242,7 +242,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     u.stats = stat_at;
     stat_at += 2 * size_t(u.C);
   });
-  stat_sums.assign(stat_at, 0.0);
+  stat_sums.assign(stat_at + 1, 0.0);  // the last: groups counted
 
   // Gradient segments in flat order: the trunk, each block, the classifier (those held here).
   std::vector<std::pair<size_t, size_t*>> starts;  // (flat offset, where its index goes)
@@ -270,8 +270,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
     widest = std::max({widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
                        size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
-    cpu::Conv2dShape full = u.shape;
-    work = std::max(work, cpu::conv2d_workspace(full));
+    work = std::max(work, cpu::conv2d_workspace(u.shape));
     if (u.spec.pool) argmax_count += pooled(u);
   };
   each_unit(note);
@@ -540,21 +539,20 @@ StageBoundary CnnModel::boundary(int chunk, int slot) {
 }
 
 void CnnModel::end_step(comm::Group& dp) {
-  if (stat_sums.empty()) return;
-  std::vector<double> sums = stat_sums;
-  sums.push_back(double(stat_groups));
+  std::vector<double>& sums = stat_sums;
+  sums.back() = double(stat_groups);
   dp.allreduce_sum(sums.data(), sums.size());
   const double groups = sums.back();
-  std::fill(stat_sums.begin(), stat_sums.end(), 0.0);
   stat_groups = 0;
-  if (groups <= 0) return;
-  each_unit([&](ConvBn& u) {
-    for (int c = 0; c < u.C; ++c) {
-      const double mean = sums[u.stats + c] / groups, var = sums[u.stats + u.C + c] / groups;
-      u.running_mean[c] = float((1 - kBnMomentum) * u.running_mean[c] + kBnMomentum * mean);
-      u.running_var[c] = float((1 - kBnMomentum) * u.running_var[c] + kBnMomentum * var);
-    }
-  });
+  if (groups > 0)
+    each_unit([&](ConvBn& u) {
+      for (int c = 0; c < u.C; ++c) {
+        const double mean = sums[u.stats + c] / groups, var = sums[u.stats + u.C + c] / groups;
+        u.running_mean[c] = float((1 - kBnMomentum) * u.running_mean[c] + kBnMomentum * mean);
+        u.running_var[c] = float((1 - kBnMomentum) * u.running_var[c] + kBnMomentum * var);
+      }
+    });
+  std::fill(sums.begin(), sums.end(), 0.0);
 }
 
 std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how) {

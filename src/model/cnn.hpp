@@ -120,8 +120,8 @@ class CnnModel final : public Model {
   float *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
   float *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
   float* workspace = nullptr;                         // convolution im2col scratch
-  std::vector<double> stat_sums;                      // per BN: (C) mean sums then (C) var sums
-  int64_t stat_groups = 0;                            // groups counted into stat_sums this step
+  std::vector<double> stat_sums;  // per BN: (C) mean sums, (C) var sums; last, the groups summed
+  int64_t stat_groups = 0;        // groups counted into stat_sums this step
 
  private:
   void conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training);
