@@ -311,6 +311,12 @@ Trace read_trace(const std::string& path) {
     if (shape.size() != 1)
       throw UsageError("trace " + path + " has /trace/step of shape " + shape_string(shape) +
                        "; expected one dimension (not an mpitron trace?)");
+    // Every row takes at least its 8-byte step in the file: a longer extent is corruption.
+    const uintmax_t bytes = std::filesystem::file_size(path);
+    if (shape[0] < 0 || uintmax_t(shape[0]) > bytes / 8)
+      throw UsageError("trace " + path + " claims " + std::to_string(shape[0]) +
+                       " rows, more than its " + std::to_string(bytes) +
+                       " bytes can hold (a damaged file?)");
     t.step = read_column<int64_t>(group, path, "step", shape[0], kMissing);
   }
   const int64_t n = static_cast<int64_t>(t.step.size());

@@ -58,7 +58,8 @@ run_one() {
     "$build/tests/fuzz/$name" -timeout="$timeout" -rss_limit_mb="$rss_mb" "$crash" \
       >"$crash.log" 2>&1 || true
     frame=$(grep -E '^ +#[0-9]+ ' "$crash.log" |
-      grep -v -E '__sanitizer|__interceptor_|__asan|fuzzer::|libc\.so|__restore_rt|linux-vdso' | head -n 1 || true)
+      grep -v -E '__sanitizer|__interceptor_|__asan|fuzzer::|libc\.so|__restore_rt|linux-vdso' |
+      grep -v -E ' in (malloc|calloc|realloc|operator new)' | head -n 1 || true)
     saved=1
     if [[ "$crash" != */oom-* && "$crash" != */leak-* && "$frame" == *libhdf5* ]]; then
       [[ "$frame" == *" in "* ]] && frame=${frame#* in }
