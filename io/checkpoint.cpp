@@ -512,6 +512,12 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     }
     Handle type(H5_CHECK(H5Dget_type(d)));
     if (H5Tget_class(type) != H5T_FLOAT) continue;
+    // Stored uncompressed, a tensor cannot hold more floats than the file has bytes / 4.
+    if (numel(o.shape) < 0 || uintmax_t(numel(o.shape)) > std::filesystem::file_size(path) / 4)
+      throw UsageError(
+          fmt::format("{}: tensor {} claims shape {}, more than the file can hold "
+                      "(a damaged file?)",
+                      path, o.path, shape_string(o.shape)));
     scratch.resize(size_t(std::max<int64_t>(1, numel(o.shape))));
     herr_t read = 0;
     {

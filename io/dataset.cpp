@@ -65,6 +65,14 @@ TextDataset load_token_dataset(const std::string& path, int seq_len, double val_
   if (shape.size() != 1 || shape[0] != info.tokens)
     throw UsageError(fmt::format("token file {}: /tokens has shape {}, expected ({})", path,
                                  shape_string(shape), info.tokens));
+  {
+    // Read as int32 only what converts to it without a wider buffer: integers of up to 4 bytes.
+    Handle type(H5_CHECK(H5Dget_type(dset)));
+    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) > 4)
+      throw UsageError(fmt::format(
+          "token file {}: /tokens is not of 16- or 32-bit integers (not an mpitron token file?)",
+          path));
+  }
   std::vector<int32_t> tokens(size_t(info.tokens));
   if (!tokens.empty())
     H5_CHECK(H5Dread(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()));

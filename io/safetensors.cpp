@@ -122,7 +122,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(base + 8, base + 8 + n);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number
     throw fail(fmt::format("header is not JSON ({})", e.what()));
   }
   if (!header.is_object())

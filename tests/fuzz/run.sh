@@ -59,9 +59,9 @@ run_one() {
       >"$crash.log" 2>&1 || true
     frame=$(grep -E '^ +#[0-9]+ ' "$crash.log" |
       grep -v -E '__sanitizer|__interceptor_|__asan|fuzzer::|libc\.so|__restore_rt|linux-vdso' |
-      grep -v -E ' in (malloc|calloc|realloc|operator new)' | head -n 1 || true)
+      grep -v -E ' in (malloc|calloc|realloc|operator new)|sysdeps/' | head -n 1 || true)
     saved=1
-    if [[ "$crash" != */oom-* && "$crash" != */leak-* && "$frame" == *libhdf5* ]]; then
+    if [[ "$crash" != */leak-* && "$frame" == *libhdf5* ]]; then
       [[ "$frame" == *" in "* ]] && frame=${frame#* in }
       echo "hdf5 $(basename "$crash"): ${frame%% (*}" >>"$work/$name.hdf5"
     else
