@@ -34,7 +34,6 @@ import argparse
 import gzip
 import math
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ try:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import cnn_torch
+    from oracle_test import read_dump, rel_err, run  # the GPT oracle's helpers
 except ImportError as e:
     print(f"SKIP: {e.name} is not importable by {sys.executable} "
           "(Debian: apt-get install python3-torch python3-h5py)")
@@ -60,18 +60,6 @@ FAMILIES = {
 }
 M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
-
-
-def run(cmd: list[str], log: Path) -> str:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    with open(log, "a") as f:
-        f.write(f"$ {' '.join(cmd)}\n{p.stdout}{p.stderr}\n")
-    if p.returncode != 0:
-        sys.stderr.write(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
-        sys.exit(2)
-    print(f"  ran {Path(cmd[0]).name} {cmd[1]} in {time.perf_counter() - t0:.1f}s")
-    return p.stdout
 
 
 # ---- mpitron's image batches (src/philox.hpp, io/image_dataset.cpp), re-derived ---------------
@@ -130,26 +118,6 @@ def batch(data: dict, seed: int, split: str, index: int, count: int) -> tuple[np
 
 
 # ---- comparisons ------------------------------------------------------------------------------
-
-def rel_err(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    diff = float(np.max(np.abs(a - b))) if a.size else 0.0
-    scale = float(np.max(np.abs(b))) if b.size else 0.0
-    if scale == 0.0:
-        return diff, 0.0 if diff == 0.0 else math.inf
-    return diff, diff / scale
-
-
-def read_dump(path: Path) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
-    with h5py.File(path, "r") as f:
-        loss = float(f["loss"][0])
-        logits = f["logits"][()]
-        grads = {}
-        f["grads"].visititems(
-            lambda n, o: grads.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
-    return loss, logits, grads
-
 
 def table(rows: list, rtol: float) -> tuple[bool, dict]:
     """rows of (name, mpitron, torch fp32, torch fp64); prints them, returns (all pass, worst
