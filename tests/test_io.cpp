@@ -18,6 +18,7 @@
 #include "io/h5.hpp"
 #include "io/inspect.hpp"
 #include "io/trace.hpp"
+#include "tests/mpi_environment.hpp"
 
 namespace fs = std::filesystem;
 using namespace mpitron;
@@ -25,21 +26,8 @@ using namespace mpitron::io;
 
 namespace {
 
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    int up = 0;
-    MPI_Initialized(&up);
-    if (!up) MPI_Init(nullptr, nullptr);
-  }
-  void TearDown() override {
-    int down = 0;
-    MPI_Finalized(&down);
-    if (!down) MPI_Finalize();
-  }
-};
 [[maybe_unused]] ::testing::Environment* const mpi_env =
-    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+    ::testing::AddGlobalTestEnvironment(new mpitron::testing::MpiEnvironment);
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 

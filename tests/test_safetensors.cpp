@@ -18,6 +18,7 @@
 #include "io/safetensors.hpp"
 #include "src/check.hpp"
 #include "src/train/pretrained.hpp"
+#include "tests/mpi_environment.hpp"
 
 namespace fs = std::filesystem;
 using namespace mpitron;
@@ -27,23 +28,17 @@ namespace {
 
 fs::path temp_dir();
 
-// import_hf writes its checkpoint over MPI_COMM_SELF: a singleton MPI for the whole binary.
-class MpiEnvironment : public ::testing::Environment {
+// import_hf writes its checkpoint over MPI_COMM_SELF: a singleton MPI for the whole binary, and
+// the scratch folder removed after the last test.
+class Environment : public mpitron::testing::MpiEnvironment {
  public:
-  void SetUp() override {
-    int up = 0;
-    MPI_Initialized(&up);
-    if (!up) MPI_Init(nullptr, nullptr);
-  }
   void TearDown() override {
-    int down = 0;
-    MPI_Finalized(&down);
-    if (!down) MPI_Finalize();
+    MpiEnvironment::TearDown();
     fs::remove_all(temp_dir());
   }
 };
 [[maybe_unused]] ::testing::Environment* const mpi_env =
-    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+    ::testing::AddGlobalTestEnvironment(new Environment);
 
 fs::path temp_dir() {
   static const fs::path dir = [] {
