@@ -50,12 +50,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)io::verify_checkpoint(path);
   } catch (const UsageError&) {
   }
-  for (bool full : {false, true}) {
-    try {
-      std::ostringstream out;
-      io::print_info(path, out, full);
-    } catch (const UsageError&) {
-    }
-  }
+  fuzz::print_info_both_ways(path);
   return 0;
 }

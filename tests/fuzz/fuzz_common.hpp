@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <string>
+
+#include "io/inspect.hpp"
+#include "src/check.hpp"
 
 namespace mpitron::fuzz {
 
@@ -39,6 +43,17 @@ inline void write_file(const std::string& path, const uint8_t* data, size_t size
   if (!f || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) {
     std::perror(path.c_str());
     std::abort();
+  }
+}
+
+// `mpitron info` of a file, summary and full; a UsageError is the right answer to a bad file.
+inline void print_info_both_ways(const std::string& path) {
+  for (bool full : {false, true}) {
+    try {
+      std::ostringstream out;
+      io::print_info(path, out, full);
+    } catch (const UsageError&) {
+    }
   }
 }
 

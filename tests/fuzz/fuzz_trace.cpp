@@ -18,13 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)io::read_trace(path);
   } catch (const UsageError&) {
   }
-  for (bool full : {false, true}) {
-    try {
-      std::ostringstream out;
-      io::print_info(path, out, full);
-    } catch (const UsageError&) {
-    }
-  }
+  fuzz::print_info_both_ways(path);
   try {
     (void)io::compare_traces(path, path);
   } catch (const UsageError&) {
