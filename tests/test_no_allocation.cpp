@@ -18,12 +18,14 @@
 #include "src/train/adamw.hpp"
 #include "src/train/grad_sync.hpp"
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)  // clang's spelling of GCC's __SANITIZE_ADDRESS__
-#define __SANITIZE_ADDRESS__ 1
+#if defined(__SANITIZE_ADDRESS__)  // GCC's ASan; clang says __has_feature(address_sanitizer)
+#define MPITRON_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MPITRON_UNDER_ASAN 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__)  // ASan owns malloc: no counting hooks beside it
+#if defined(MPITRON_UNDER_ASAN)  // ASan owns malloc: no counting hooks beside it
 #define MPITRON_COUNT_MALLOC 0
 #else
 #define MPITRON_COUNT_MALLOC 1
