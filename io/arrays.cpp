@@ -33,6 +33,12 @@ std::vector<int32_t> read_int32_dataset(const std::string& path, const std::stri
   if (!path_exists(file, name)) throw UsageError(fmt::format("{} has no dataset /{}", path, name));
   Handle dset(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
   shape = dataset_shape(dset);
+  {
+    Handle type(H5_CHECK(H5Dget_type(dset)));
+    require_sound_numeric_type(type, "/" + name);
+    if (H5Tget_class(type) != H5T_INTEGER)
+      throw UsageError(fmt::format("{}: /{} holds {}, not integers", path, name, dtype_name(type)));
+  }
   size_t n = 1;
   for (auto d : shape) n *= size_t(d);
   std::vector<int32_t> data(n);

@@ -465,6 +465,7 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
                        shape_string(t.global_shape) +
                        " (was it written for another model config?)");
     Handle type(H5_CHECK(H5Dget_type(d)));
+    require_sound_numeric_type(type, t.dataset);
     if (H5Tget_class(type) != H5T_FLOAT)
       throw UsageError("checkpoint " + path + " has " + t.dataset + " of type " + dtype_name(type) +
                        "; expected floating point");
@@ -485,7 +486,7 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
         read = H5Dread(dsets[i], H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p);
       }
       if (read < 0)
-        throw UsageError("checkpoint " + path + ": " + t.dataset +
+        throw UsageError(t.dataset +
                          " fails its checksum or cannot be read (the file is corrupt; resume "
                          "from another checkpoint)");
       p += n;
@@ -511,6 +512,7 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
                                      &config) == H5Z_FILTER_FLETCHER32;
     }
     Handle type(H5_CHECK(H5Dget_type(d)));
+    require_sound_numeric_type(type, "tensor " + o.path);
     if (H5Tget_class(type) != H5T_FLOAT) continue;
     // Stored uncompressed, a tensor cannot hold more floats than the file has bytes / 4.
     if (numel(o.shape) < 0 || uintmax_t(numel(o.shape)) > std::filesystem::file_size(path) / 4)

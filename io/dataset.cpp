@@ -68,6 +68,7 @@ TextDataset load_token_dataset(const std::string& path, int seq_len, double val_
   {
     // Read as int32 only what converts to it without a wider buffer: integers of up to 4 bytes.
     Handle type(H5_CHECK(H5Dget_type(dset)));
+    require_sound_numeric_type(type, "/tokens");
     if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) > 4)
       throw UsageError(fmt::format(
           "token file {}: /tokens is not of 16- or 32-bit integers (not an mpitron token file?)",

@@ -1,6 +1,8 @@
 // HDF5 helpers: error reporting, id ownership, attributes, object listing, opening user files.
 #include "io/h5.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -218,8 +220,9 @@ std::string format_double(double x) {
 }
 
 // Reads one attribute of any type (see read_attributes).
-AttrValue read_attribute(hid_t attr) {
+AttrValue read_attribute(hid_t attr, const std::string& name) {
   Handle type(H5_CHECK(H5Aget_type(attr)));
+  require_sound_numeric_type(type, fmt::format("attribute '{}'", name));
   Handle space(H5_CHECK(H5Aget_space(attr)));
   const hssize_t n = H5_CHECK(H5Sget_simple_extent_npoints(space));
   const H5T_class_t cls = H5Tget_class(type);
@@ -268,7 +271,7 @@ AttrValue read_attribute(hid_t attr) {
       while (!s.empty() && s.back() == ' ') s.pop_back();
     return s;
   }
-  return "<" + std::to_string(n) + " x " + dtype_name(type) + ">";
+  return fmt::format("<{} x {}>", n, dtype_name(type));
 }
 
 herr_t collect_attr_name(hid_t, const char* name, const H5A_info_t*, void* data) {
@@ -307,7 +310,7 @@ Attributes read_attributes(hid_t obj) {
   Attributes out;
   for (const auto& name : names) {
     Handle a(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)));
-    out[name] = read_attribute(a);
+    out[name] = read_attribute(a, name);
   }
   return out;
 }
@@ -319,6 +322,27 @@ std::string attr_to_string(const AttrValue& v) {
 }
 
 // ---- objects ------------------------------------------------------------------------------------
+
+void require_sound_numeric_type(hid_t type, const std::string& what) {
+  const H5T_class_t cls = H5Tget_class(type);
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) return;
+  const size_t bits = 8 * H5Tget_size(type), precision = H5Tget_precision(type);
+  const int offset = H5Tget_offset(type);
+  bool sound =
+      bits > 0 && bits <= 128 && precision > 0 && offset >= 0 && size_t(offset) + precision <= bits;
+  if (sound && cls == H5T_FLOAT) {
+    size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+    sound = H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) >= 0 && spos < precision &&
+            esize > 0 && esize < 64 && epos + esize <= precision && mpos + msize <= precision;
+  }
+  if (!sound) {
+    const UserFileScope* f = current_scope;
+    throw UsageError(
+        fmt::format("{}{} has a damaged datatype ({} bytes, {} bits of precision at "
+                    "offset {}); the file is corrupt",
+                    f ? f->what_ + " " + f->path_ + ": " : "", what, bits / 8, precision, offset));
+  }
+}
 
 std::string dtype_name(hid_t type) {
   const size_t size = H5Tget_size(type);
@@ -381,7 +405,10 @@ int64_t numel(const std::vector<int64_t>& shape) {
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + ")";
 }
 

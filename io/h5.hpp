@@ -50,6 +50,7 @@ class UserFileScope {
   std::string path_, what_;
   const UserFileScope* prev_;
   friend void h5_fail(const char*, int, const char*);
+  friend void require_sound_numeric_type(hid_t, const std::string&);
 };
 
 }  // namespace mpitron::io
@@ -144,6 +145,9 @@ std::vector<ObjectInfo> list_objects(hid_t file);
 bool path_exists(hid_t loc, const std::string& path);
 std::vector<int64_t> dataset_shape(hid_t dset);
 std::string dtype_name(hid_t type);
+// Throws UsageError("<file>: <what> has a damaged datatype ...") when an integer or float type's
+// bit fields do not fit its size: HDF5 1.10 converts such types past the end of its buffers.
+void require_sound_numeric_type(hid_t type, const std::string& what);
 std::string shape_string(const std::vector<int64_t>& shape);  // "(384,128)", "()" for scalars
 int64_t numel(const std::vector<int64_t>& shape);             // elements; 1 for scalars
 

@@ -117,6 +117,10 @@ TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
     if (shape.size() != 1)
       throw UsageError("trace " + path + " has /trace/step of shape " + shape_string(shape) +
                        "; expected one dimension (not an mpitron trace?)");
+    {
+      Handle type(H5_CHECK(H5Dget_type(step)));
+      require_sound_numeric_type(type, "/trace/step");
+    }
     std::vector<int64_t> steps(shape[0]);
     if (!steps.empty())
       H5_CHECK(H5Dread(step, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()));
@@ -286,6 +290,10 @@ std::vector<T> read_column(hid_t group, const std::string& path, const char* nam
                      "; expected one dimension (not an mpitron trace?)");
   const int64_t count = std::min(n, shape[0]);
   if (count == 0) return out;
+  {
+    Handle type(H5_CHECK(H5Dget_type(d)));
+    require_sound_numeric_type(type, "/trace/" + std::string(name));
+  }
   Handle fspace(H5_CHECK(H5Dget_space(d)));
   const hsize_t start[1] = {0}, cnt[1] = {static_cast<hsize_t>(count)};
   H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, cnt, nullptr));

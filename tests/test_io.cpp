@@ -526,6 +526,37 @@ TEST_F(IoTest, TruncatedCheckpointIsUsageError) {
   EXPECT_NE(msg2.find("truncated or corrupt"), std::string::npos) << msg2;
 }
 
+// A datatype whose precision does not fit its size (found by fuzzing): HDF5 1.10 converts it past
+// the end of its buffers, so the readers refuse it first. The file's int64 type messages (class 0,
+// signed, 8 bytes, offset 0, precision 64) get precision 0xffc0.
+TEST_F(IoTest, DamagedIntegerDatatypeIsUsageError) {
+  const std::string t = path("trace.h5");
+  {
+    TraceWriter w(t, {{"seed", int64_t{7}}}, -1, 1);
+    TraceRow row;
+    row.step = 1;
+    w.append(row);
+  }
+  std::string bytes;
+  {
+    std::ifstream in(t, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string int64_type("\x10\x08\x00\x00\x08\x00\x00\x00\x00\x00\x40\x00", 12);
+  int patched = 0;
+  for (size_t at = bytes.find(int64_type); at != std::string::npos;
+       at = bytes.find(int64_type, at + 1), ++patched) {
+    bytes[at + 10] = char(0xc0);
+    bytes[at + 11] = char(0xff);
+  }
+  ASSERT_GE(patched, 2);  // the seed attribute and /trace/step
+  std::ofstream(t, std::ios::binary) << bytes;
+  const std::string msg = usage_error_of([&] { read_trace(t); });
+  EXPECT_NE(msg.find(t), std::string::npos) << msg;
+  EXPECT_NE(msg.find("has a damaged datatype (8 bytes, 65472 bits of precision"), std::string::npos)
+      << msg;
+}
+
 TEST_F(IoTest, ShapeMismatchAndMissingTensorAreUsageErrors) {
   const std::string p = path("ckpt_40.h5");
   write_test_checkpoint(p, CheckpointIo::gather);
