@@ -81,6 +81,7 @@ main: build data
 test: build data
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory fuzz
 
 # One clang build with ASan+UBSan serves both: the unit and mpi tests, and the libFuzzer targets
 # (its libraries carry the fuzzer's coverage instrumentation too).

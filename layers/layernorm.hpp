@@ -1,5 +1,5 @@
 // LayerNorm over the last dimension (Ba et al. 2016): y = (x - mean) * rstd * weight + bias,
-// rstd = 1/sqrt(var + 1e-5), biased variance.
+// rstd = 1/sqrt(var + eps), biased variance; eps 1e-5 (GPT-2), 1e-12 for BERT.
 #pragma once
 
 namespace mpitron::cpu {
@@ -11,7 +11,7 @@ void layernorm_forward(F* out,           // (N,C)
                        const F* inp,     // (N,C)
                        const F* weight,  // (C)
                        const F* bias,    // (C)
-                       int N, int C);
+                       int N, int C, double eps = 1e-5);
 
 template <class F>
 void layernorm_backward(F* dinp,          // (N,C)  += (residual stream)

@@ -158,7 +158,7 @@ int cmd_generate(const std::string& ckpt, const std::string& prompt, int tokens,
   cpu::set_compute_threads(cpu::default_compute_threads(1));
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
-  if (family.data != DataKind::text)
+  if (!family.generates)
     throw UsageError(fmt::format("{} holds a '{}' model, which does not generate text (use eval)",
                                  ckpt, rec.model.type));
   const int T = int(family.sample_size(rec.model));
@@ -217,14 +217,33 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
   DeviceAllocator alloc{"cpu"};
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
-  const bool text = family.data == DataKind::text;
+  const DataKind kind = family.data(rec.model);
+  const bool text = is_sequence_data(kind);
   std::vector<int64_t> shape, label_shape;
   std::vector<int32_t> tokens =
       io::read_int32_dataset(tokens_path, text ? "tokens" : "images", shape);
   std::vector<int32_t> labels;
   std::vector<float> pixels;
   int B = 0, T = 0;
-  if (text) {
+  if (kind == DataKind::verses) {
+    // Rows of T ids and a label (io/verse_dataset.hpp).
+    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 4)
+      throw UsageError(fmt::format("{}: /tokens must be (B, T+1): T ids and a label", tokens_path));
+    B = int(shape[0]), T = int(shape[1] - 1);
+    if (T > family.sample_size(rec.model))
+      throw UsageError(fmt::format("sequence length {} exceeds the position table ({})", T,
+                                   family.sample_size(rec.model)));
+    const int64_t V = rec.model.get("vocab_size"), K = family.classes(rec.model);
+    for (int b = 0; b < B; ++b) {
+      for (int t = 0; t < T; ++t)
+        if (int32_t id = tokens[size_t(b) * (T + 1) + t]; id < 0 || id >= V)
+          throw UsageError(fmt::format("token {} is outside the vocabulary ({})", id, V));
+      const int32_t label = tokens[size_t(b) * (T + 1) + T];
+      if (label < 0 || label >= K)
+        throw UsageError(fmt::format("label {} is outside the model's {} classes", label, K));
+      labels.push_back(label);
+    }
+  } else if (text) {
     if (shape.size() != 2 || shape[0] < 1 || shape[1] < 2)
       throw UsageError(fmt::format("{}: /tokens must be (B, T+1)", tokens_path));
     B = int(shape[0]), T = int(shape[1] - 1);
@@ -249,8 +268,9 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
   std::unique_ptr<Model> model = load_for_inference(ckpt, rec, B, T, alloc);
   GradStorage grads = GradStorage::full(*model, alloc);
   MicroBatch mb;
-  mb.samples = text ? SampleView{tokens.data(), nullptr, nullptr, B}
-                    : SampleView{nullptr, pixels.data(), labels.data(), B};
+  mb.samples = text
+                   ? SampleView{tokens.data(), nullptr, labels.empty() ? nullptr : labels.data(), B}
+                   : SampleView{nullptr, pixels.data(), labels.data(), B};
   mb.training = !text;
   const double terms = double(B) * model->loss_terms_per_sample();
   const double loss = model->forward(mb) / terms;
@@ -265,6 +285,10 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
   std::vector<int64_t> lshape{B, out.positions, out.classes};
   pieces.push_back(
       {"logits", lshape, io::flat_range_blocks(lshape, 0, int64_t(logits.size())), logits.data()});
+  std::vector<DumpTensor> inputs = model->input_dump(0);
+  for (DumpTensor& d : inputs)
+    pieces.push_back({d.name, d.shape, io::flat_range_blocks(d.shape, 0, int64_t(d.values.size())),
+                      d.values.data()});
   for (const ParamInfo& p : model->registry.params())
     pieces.push_back({"grads/" + p.name, p.global_shape,
                       io::flat_range_blocks(p.global_shape, 0, int64_t(p.numel)),
@@ -288,7 +312,7 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
                     ? rec.data_path
                     : family.default_data;
-  if (whole_split && (family.data != DataKind::images || batches_opt))
+  if (whole_split && (family.data(rec.model) != DataKind::images || batches_opt))
     throw UsageError(
         "--whole-split evaluates an image classifier on every validation image once, in order: "
         "it takes no --batches, and a language model's validation is its sampled batches");
@@ -296,15 +320,16 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   const int batch_size = batch_size_opt.value_or(rec.batch_size > 0 ? int(rec.batch_size) : 8);
   const int seq_len = seq_len_opt.value_or(int(rec.seq_len));
   const uint64_t seed = seed_opt.value_or(uint64_t(rec.seed));
-  const bool text = family.data == DataKind::text;
-  const int T = text ? (seq_len > 0 ? seq_len : int(family.sample_size(rec.model))) : 0;
-  if (text && T > family.sample_size(rec.model))
+  const DataKind kind = family.data(rec.model);
+  const bool text = kind == DataKind::text, sequences = is_sequence_data(kind);
+  const int T = sequences ? (seq_len > 0 ? seq_len : int(family.sample_size(rec.model))) : 0;
+  if (sequences && T > family.sample_size(rec.model))
     throw UsageError(
         fmt::format("--seq-len {} exceeds block size {}", T, family.sample_size(rec.model)));
   if (batch_size <= 0 || batches <= 0)
     throw UsageError("--batch-size and --batches must be positive");
   DeviceAllocator alloc{"cpu"};
-  BatchSource data = BatchSource::load(family.data, data_path, T, batch_size, alloc);
+  BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc);
   const int K = int(family.classes(rec.model));
   if (text && !data.text.is_tokens()) {
     // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.
@@ -321,7 +346,7 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
   int64_t correct = 0;
-  const int64_t images = text ? 0 : data.images.count(io::Split::val);
+  const int64_t images = kind == DataKind::images ? data.images.count(io::Split::val) : 0;
   if (whole_split) batches = int((images + batch_size - 1) / batch_size);
   int64_t samples = 0;
   for (int b = 0; b < batches; ++b) {
@@ -354,6 +379,7 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   }
   const std::string drawn =
       whole_split ? fmt::format("every one of the {} validation images", images)
+      : sequences ? fmt::format("{} batches of {}x{}, seed {}", batches, batch_size, T, seed)
                   : fmt::format("{} batches of {}, seed {}", batches, batch_size, seed);
   fmt::print("val_loss {:.6f} ({} from {})\nval_accuracy {:.4f}\n", sum / double(samples), drawn,
              data_path, double(correct) / double(samples));
@@ -752,7 +778,7 @@ int main(int argc, char** argv) {
               fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
       }
       opts.data = data_path;
-      if (family.data == DataKind::text && io::is_token_file(data_path))
+      if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path))
         check_vocab("the token file " + data_path, io::read_token_file_info(data_path).vocab_size,
                     config_path, family.classes(opts.cfg.model));
       opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);

@@ -214,6 +214,48 @@ TEST(LayerGradCheck, Gelu) {
   EXPECT_LT(grad_error(loss, inp, dinp), kTol);
 }
 
+TEST(LayerGradCheck, GeluErf) {
+  std::mt19937 g(16);
+  Vec inp = randn(N * C, g, 2.0), G = randn(N * C, g), out(N * C);
+  auto loss = [&] {
+    gelu_erf_forward(out.data(), inp.data(), inp.size());
+    return dot(G, out);
+  };
+  loss();
+  for (size_t i = 0; i < inp.size(); ++i) {
+    const double x = inp[i];
+    EXPECT_NEAR(out[i], 0.5 * x * std::erfc(-x / std::sqrt(2.0)), 1e-14);
+  }
+  Vec dinp(N * C, kNaN);
+  gelu_erf_backward(dinp.data(), G.data(), inp.data(), inp.size());
+  EXPECT_LT(grad_error(loss, inp, dinp), kTol);
+}
+
+// BERT's LayerNorm: eps 1e-12; rows of tiny variance show the difference from 1e-5.
+TEST(LayerGradCheck, LayerNormEps) {
+  std::mt19937 g(21);
+  Vec inp = randn(N * C, g, 1e-3, 0.5), w = randn(C, g, 0.5, 1.0), b = randn(C, g),
+      G = randn(N * C, g);
+  Vec out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C,
+                      1e-12);
+    return dot(G, out);
+  };
+  loss();
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += inp[n * C + c] / C;
+    for (int c = 0; c < C; ++c) v += (inp[n * C + c] - m) * (inp[n * C + c] - m) / C;
+    EXPECT_NEAR(rstd[n] / (1.0 / std::sqrt(v + 1e-12)), 1.0, 1e-12);
+  }
+  Vec dinp(N * C, kPrefill), dw(C, kPrefill), db(C, kPrefill);
+  layernorm_backward(dinp.data(), dw.data(), db.data(), G.data(), inp.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  EXPECT_LT(grad_error(loss, inp, minus(dinp, kPrefill)), kTol);
+  EXPECT_LT(grad_error(loss, w, minus(dw, kPrefill)), kTol);
+}
+
 TEST(LayerGradCheck, Relu) {
   std::mt19937 g(17);
   Vec inp = randn(N * C, g), G = randn(N * C, g), out(N * C);

@@ -85,6 +85,13 @@ TEST(Model, GptMicroBatchesInFlightKeepTheirOwnActivations) {
   check_slots(to_model_config(GptConfig{2, 2, 16, 8, 256}), 8, 0);
 }
 
+TEST(Model, BertMicroBatchesInFlightKeepTheirOwnActivations) {
+  ModelConfig cfg = default_model_config("bert");
+  cfg.dims["n_embd"] = 16;
+  cfg.dims["block_size"] = 10;
+  check_slots(cfg, 10, 0);  // masked LM
+}
+
 TEST(Model, MlpMicroBatchesInFlightKeepTheirOwnActivations) {
   ModelConfig cfg = default_model_config("mlp");
   cfg.dims["input"] = 20;
@@ -94,8 +101,12 @@ TEST(Model, MlpMicroBatchesInFlightKeepTheirOwnActivations) {
 }
 
 TEST(Model, FamiliesAreNamedByTypeAndUnknownTypesRefused) {
-  EXPECT_EQ(model_family("gpt").data, DataKind::text);
-  EXPECT_EQ(model_family("mlp").data, DataKind::images);
+  EXPECT_EQ(model_family("gpt").data(default_model_config("gpt")), DataKind::text);
+  EXPECT_EQ(model_family("mlp").data(default_model_config("mlp")), DataKind::images);
+  ModelConfig bert = default_model_config("bert");
+  EXPECT_EQ(model_family("bert").data(bert), DataKind::text);  // masked-LM pretraining
+  bert.dims["task"] = 1;
+  EXPECT_EQ(model_family("bert").data(bert), DataKind::verses);
   try {
     model_family("cnn");
     FAIL() << "an unknown type was accepted";

@@ -1,5 +1,6 @@
 // GELU, tanh approximation: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); backward
 // uses the exact derivative of that formula, dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) du/dx.
+// Exact (erf) GELU: y = x Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2)), dy/dx = Phi(x) + x phi(x).
 #include "layers/gelu.hpp"
 
 #include <algorithm>
@@ -13,6 +14,8 @@ namespace mpitron::cpu {
 namespace {
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kCubic = 0.044715;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
 constexpr ptrdiff_t kParallelMin = 1 << 14;  // below this, threading costs more than it saves
 }  // namespace
 
@@ -59,6 +62,32 @@ void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
                         std::min(kBlock, len - b * kBlock));
 }
 
+template <class F>
+void gelu_erf_forward(F* out, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t i = 0; i < len; ++i) {
+    const F x = inp[i];
+    out[i] = F(0.5) * x * (F(1) + std::erf(x * F(kInvSqrt2)));
+  }
+}
+
+template <class F>
+void gelu_erf_backward(F* dinp, const F* dout, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n);
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t i = 0; i < len; ++i) {
+    const F x = inp[i];
+    const F cdf = F(0.5) * (F(1) + std::erf(x * F(kInvSqrt2)));
+    const F pdf = F(kInvSqrt2Pi) * std::exp(F(-0.5) * x * x);
+    dinp[i] = dout[i] * (cdf + x * pdf);
+  }
+}
+
+template void gelu_erf_forward<float>(float*, const float*, size_t);
+template void gelu_erf_forward<double>(double*, const double*, size_t);
+template void gelu_erf_backward<float>(float*, const float*, const float*, size_t);
+template void gelu_erf_backward<double>(double*, const double*, const double*, size_t);
 template void gelu_forward<float>(float*, const float*, size_t);
 template void gelu_forward<double>(double*, const double*, size_t);
 template void gelu_backward<float>(float*, const float*, const float*, size_t);

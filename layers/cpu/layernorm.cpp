@@ -1,4 +1,4 @@
-// LayerNorm over the last dimension: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + 1e-5);
+// LayerNorm over the last dimension: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps);
 // dx = rstd * (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)), accumulated into the residual stream.
 #include "layers/layernorm.hpp"
 
@@ -9,13 +9,9 @@
 
 namespace mpitron::cpu {
 
-namespace {
-constexpr double kEps = 1e-5;
-}  // namespace
-
 template <class F>
 void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
-                       int N, int C) {
+                       int N, int C, double eps) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const F* x = inp + ptrdiff_t(n) * C;
@@ -28,7 +24,7 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
       const F d = x[c] - m;
       sq += d * d;
     }
-    const F s = F(1) / std::sqrt(sq / F(C) + F(kEps));
+    const F s = F(1) / std::sqrt(sq / F(C) + F(eps));
     for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
     rstd[n] = s;
@@ -72,9 +68,9 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
-                                       const float*, int, int);
+                                       const float*, int, int, double);
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
-                                        const double*, int, int);
+                                        const double*, int, int, double);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,

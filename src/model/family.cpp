@@ -5,6 +5,7 @@
 #include <span>
 
 #include "src/check.hpp"
+#include "src/model/bert.hpp"
 #include "src/model/cnn.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/mlp.hpp"
@@ -36,7 +37,7 @@ int64_t image_inputs(const ModelConfig& m) {
 const ModelFamily kFamilies[] = {
     {"gpt",
      "GPT-2 decoder (causal language model)",
-     DataKind::text,
+     [](const ModelConfig&) { return DataKind::text; },
      "data/kjv.txt",
      "create it with io/get_bible.sh, or pass --data",
      {{"n_layer", 4, "transformer blocks (what pipeline stages divide)"},
@@ -50,10 +51,12 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return m.get("block_size"); },
      [](const ModelConfig& m) { return m.get("vocab_size"); },
      [](const ModelConfig& m) { return int(m.get("n_layer")); },
-     [](const ModelConfig& m, const RegistrySlice& s) { return gpt_registry(gpt_config(m), s); }},
+     [](const ModelConfig& m, const RegistrySlice& s) { return gpt_registry(gpt_config(m), s); },
+     nullptr,
+     true},
     {"mlp",
      "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",
-     DataKind::images,
+     [](const ModelConfig&) { return DataKind::images; },
      kFashionMnist,
      kFashionMnistHint,
      {{"input", 784, "input features (pixels per image)"},
@@ -71,7 +74,7 @@ const ModelFamily kFamilies[] = {
     {"alexnet",
      "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "
      "channels split over TP",
-     DataKind::images,
+     [](const ModelConfig&) { return DataKind::images; },
      kFashionMnist,
      kFashionMnistHint,
      {{"channels", 1, "input channels"},
@@ -91,7 +94,7 @@ const ModelFamily kFamilies[] = {
     {"resnet",
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
      "blocks split into pipeline stages",
-     DataKind::images,
+     [](const ModelConfig&) { return DataKind::images; },
      kFashionMnist,
      kFashionMnistHint,
      {{"channels", 1, "input channels"},
@@ -110,6 +113,33 @@ const ModelFamily kFamilies[] = {
        return cnn_registry(cnn_spec(CnnKind::resnet, m), s);
      },
      [](const ModelConfig& m) { return m.get("norm_group"); }},
+    {"bert",
+     "BERT-style encoder: masked-LM pretraining (task 0) or classification of verses (task 1: "
+     "testament, task 2: consecutive pairs)",
+     [](const ModelConfig& m) { return m.get("task") == 0 ? DataKind::text : DataKind::verses; },
+     "data/kjv.txt",
+     "create it with io/get_bible.sh (tasks 1 and 2: io/get_bible.sh data/kjv_verses.txt "
+     "--references), or pass --data",
+     {{"n_layer", 2, "encoder layers"},
+      {"n_head", 4, "attention heads (what tensor parallelism divides)"},
+      {"n_embd", 64, "hidden size"},
+      {"block_size", 128, "position table: the longest sequence"},
+      {"vocab_size", 261, "vocabulary; 261 covers bytes and the five specials at 256-260"},
+      {"type_vocab", 2, "token types (segments A and B)"},
+      {"task", 0, "0 masked-LM pretraining, 1 testament of a verse, 2 consecutive verse pairs",
+       false},
+      {"pad_id", 256, "id of [PAD]", false},
+      {"unk_id", 257, "id of [UNK]", false},
+      {"cls_id", 258, "id of [CLS]", false},
+      {"sep_id", 259, "id of [SEP]", false},
+      {"mask_id", 260, "id of [MASK]", false}},
+     validate_bert,
+     validate_bert_layout,
+     build_bert,
+     [](const ModelConfig& m) { return m.get("block_size"); },
+     [](const ModelConfig& m) { return int64_t(bert_config(m).classes()); },
+     nullptr,
+     [](const ModelConfig& m, const RegistrySlice& s) { return bert_registry(bert_config(m), s); }},
 };
 
 }  // namespace

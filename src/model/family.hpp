@@ -22,14 +22,23 @@ struct ModelKey {
 enum class DataKind {
   text,    // a text file, byte tokens; a sample is seq_len + 1 tokens
   images,  // a folder of IDX files; a sample is an image and its label
+  verses,  // a verse file (io/verse_dataset.hpp); a sample is seq_len ids and its label
 };
+
+// Samples of seq_len tokens (text, verses), and samples with a label (images, verses).
+inline bool is_sequence_data(DataKind k) {
+  return k != DataKind::images;
+}
+inline bool is_labelled_data(DataKind k) {
+  return k != DataKind::text;
+}
 
 struct ModelFamily {
   const char* type;
   const char* description;
-  DataKind data;
-  const char* default_data;  // --data when none is given
-  const char* data_hint;     // how to get the default data
+  DataKind (*data)(const ModelConfig& model);  // what a model of this config reads
+  const char* default_data;                    // --data when none is given
+  const char* data_hint;                       // how to get the default data
   std::vector<ModelKey> keys;
   // UsageError naming the first impossible value of the model and the train settings it limits
   // (keys are already checked for being positive where they must be).
@@ -45,8 +54,10 @@ struct ModelFamily {
   // blocks stages divide among themselves, and the registry of any slice without building it.
   int (*pipeline_blocks)(const ModelConfig& model) = nullptr;
   ParamRegistry (*registry)(const ModelConfig& model, const RegistrySlice& slice) = nullptr;
-  // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole groups.
+  // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole
+  // groups.
   int64_t (*sample_group)(const ModelConfig& model) = nullptr;
+  bool generates = false;  // a causal language model: `mpitron generate` samples from it
 };
 
 // Every family, in the table's order.

@@ -30,6 +30,10 @@ int64_t Model::count_correct(const MicroBatch& mb) const {
 
 void Model::end_step(comm::Group&) {}
 
+std::vector<DumpTensor> Model::input_dump(int) const {
+  return {};
+}
+
 StageBoundary Model::boundary(int, int) {
   throw UsageError(fmt::format("the {} family runs as one pipeline stage (--pp 1)", config.type));
 }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "comm/group.hpp"
@@ -82,6 +83,13 @@ struct StageBoundary {
   size_t input_elements = 0, output_elements = 0;
 };
 
+// A tensor a model fed itself beyond its samples (an encoder's masked inputs), for `eval --dump`.
+struct DumpTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // integers are exact up to 2^24
+};
+
 // Output of the last forward of a slot: (rows, positions, classes) logits.
 struct ModelOutput {
   const float* logits = nullptr;
@@ -115,6 +123,9 @@ class Model {
   // After a training step's last backward, on every rank of the dp group: state that is no
   // gradient but sums over the step's samples (batch-norm running statistics).
   virtual void end_step(comm::Group& dp);
+  // What the slot's last forward derived from its samples (an encoder's masked inputs, token types,
+  // lengths, targets), for the oracle's `eval --dump`; empty for families that use them as given.
+  virtual std::vector<DumpTensor> input_dump(int slot) const;
 
  protected:
   // After the registry is filled: pads flat_size to how.flat_align, allocates and initialises

@@ -1,11 +1,14 @@
 #include "src/model/transformer_block.hpp"
 
+#include <cstring>
+
 #include "layers/attention.hpp"
 #include "layers/dropout.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
+#include "src/cpu/step_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 
 namespace mpitron {
@@ -82,6 +85,87 @@ void transformer_block_backward(float* dresidual, const BlockWeights& dw, const 
                                       w.c_attn_w, N, C, 3 * Cl);
   cpu::layernorm_backward(dresidual, dw.ln_1_w, dw.ln_1_b, d.dln, x, w.ln_1_w, a.ln_1_mean,
                           a.ln_1_rstd, N, C);
+}
+
+namespace {
+
+// Part p (0 q, 1 k, 2 v) of the fused (N,3Cl) attention input and a (N,Cl) buffer, either way.
+void qkv_part_to(float* part, const float* qkv, int p, int N, int Cl) {
+  for (int n = 0; n < N; ++n)
+    std::memcpy(part + size_t(n) * Cl, qkv + size_t(n) * 3 * Cl + size_t(p) * Cl,
+                sizeof(float) * size_t(Cl));
+}
+void qkv_part_from(float* qkv, const float* part, int p, int N, int Cl) {
+  for (int n = 0; n < N; ++n)
+    std::memcpy(qkv + size_t(n) * 3 * Cl + size_t(p) * Cl, part + size_t(n) * Cl,
+                sizeof(float) * size_t(Cl));
+}
+
+}  // namespace
+
+void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,
+                           const BlockShape& s, const BlockDropout& drop) {
+  const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
+  comm::Group& tp = *s.tp;
+  // Query, key and value are separate tensors (BERT's names): each is projected into atty, then
+  // into its columns of the fused buffer the attention kernel reads.
+  const float* const W[3] = {w.q_w, w.k_w, w.v_w};
+  const float* const Bias[3] = {w.q_b, w.k_b, w.v_b};
+  for (int p = 0; p < 3; ++p) {
+    tp::column_parallel_linear_forward(tp, a.atty, x, W[p], Bias[p], N, C, Cl);
+    qkv_part_from(a.qkv, a.atty, p, N, Cl);
+  }
+  cpu::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, s.causal, s.lengths);
+  tp::row_parallel_linear_forward(tp, a.attn_out, a.atty, w.attn_proj_w, w.attn_proj_b, N, Cl, C);
+  cpu::dropout_forward(a.attn_out, a.attn_out, drop.p, drop.attn, drop.row0, N, C);
+  cpu::residual_forward(a.res_attn, x, a.attn_out, size_t(N) * C);
+  cpu::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, a.res_attn, w.ln_1_w, w.ln_1_b, N, C,
+                         s.ln_eps);
+  tp::column_parallel_linear_forward(tp, a.fc, a.ln_1, w.c_fc_w, w.c_fc_b, N, C, 4 * Cl);
+  cpu::gelu_erf_forward(a.fc_gelu, a.fc, size_t(N) * 4 * Cl);
+  tp::row_parallel_linear_forward(tp, a.mlp_out, a.fc_gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * Cl,
+                                  C);
+  cpu::dropout_forward(a.mlp_out, a.mlp_out, drop.p, drop.mlp, drop.row0, N, C);
+  cpu::residual_forward(a.res_mlp, a.ln_1, a.mlp_out, size_t(N) * C);
+  cpu::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_mlp, w.ln_2_w, w.ln_2_b, N, C,
+                         s.ln_eps);
+}
+
+void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, const BlockScratch& d,
+                            const BlockActs& a, const float* x, const EncoderBlockWeights& w,
+                            const BlockShape& s, const BlockDropout& drop) {
+  const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
+  const size_t NC = size_t(N) * C;
+  comm::Group& tp = *s.tp;
+  // d.dln = dL/d res_mlp; its MLP branch then gives dL/d ln_1 (in dresidual) with the skip added.
+  cpu::zero(d.dln, NC);
+  cpu::layernorm_backward(d.dln, dw.ln_2_w, dw.ln_2_b, dresidual, a.res_mlp, w.ln_2_w, a.ln_2_mean,
+                          a.ln_2_rstd, N, C);
+  cpu::dropout_backward(d.dbranch, d.dln, drop.p, drop.mlp, drop.row0, N, C);
+  tp::row_parallel_linear_backward(tp, d.dfc_gelu, dw.mlp_proj_w, dw.mlp_proj_b, d.dbranch,
+                                   a.fc_gelu, w.mlp_proj_w, N, 4 * Cl, C);
+  cpu::gelu_erf_backward(d.dfc, d.dfc_gelu, a.fc, size_t(N) * 4 * Cl);
+  tp::column_parallel_linear_backward(tp, dresidual, dw.c_fc_w, dw.c_fc_b, d.dfc, a.ln_1, w.c_fc_w,
+                                      N, C, 4 * Cl);
+  cpu::residual_forward(dresidual, dresidual, d.dln, NC);
+  // d.dln = dL/d res_attn: the skip's share of dL/dx, and the attention branch's gradient.
+  cpu::zero(d.dln, NC);
+  cpu::layernorm_backward(d.dln, dw.ln_1_w, dw.ln_1_b, dresidual, a.res_attn, w.ln_1_w, a.ln_1_mean,
+                          a.ln_1_rstd, N, C);
+  cpu::dropout_backward(d.dbranch, d.dln, drop.p, drop.attn, drop.row0, N, C);
+  tp::row_parallel_linear_backward(tp, d.datty, dw.attn_proj_w, dw.attn_proj_b, d.dbranch, a.atty,
+                                   w.attn_proj_w, N, Cl, C);
+  cpu::attention_backward(d.dqkv, d.datt, d.datty, a.qkv, a.att, B, T, Cl, NHl, s.causal,
+                          s.lengths);
+  cpu::copy(dresidual, d.dln, NC);
+  float* const dW[3] = {dw.q_w, dw.k_w, dw.v_w};
+  float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
+  const float* const W[3] = {w.q_w, w.k_w, w.v_w};
+  for (int p = 0; p < 3; ++p) {
+    qkv_part_to(d.datty, d.dqkv, p, N, Cl);
+    tp::column_parallel_linear_backward(tp, d.dbranch, dW[p], dB[p], d.datty, x, W[p], N, C, Cl);
+    cpu::residual_forward(dresidual, dresidual, d.dbranch, NC);
+  }
 }
 
 }  // namespace mpitron

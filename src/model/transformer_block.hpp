@@ -1,7 +1,10 @@
-// The pre-LN transformer block shared by the GPT (causal) and the encoder (bidirectional, with a
-// padding mask), forward and backward side by side:
+// Transformer blocks, forward and backward side by side. The GPT's pre-LN block (causal):
 //   x' = x + dropout(c_proj(attn(c_attn(ln_1(x)))))
 //   y  = x' + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x')))))
+// and the encoder's post-LN block (BERT, Devlin et al. 2019; bidirectional with a padding mask,
+// separate query/key/value weights, exact GELU):
+//   h = LN_1(x + dropout(dense(attn(q(x), k(x), v(x)))))
+//   y = LN_2(h + dropout(output(gelu_erf(intermediate(h)))))
 // Tensor parallel as Megatron-LM (Shoeybi et al. 2019): c_attn and mlp.c_fc column-parallel (a
 // rank computes its own heads and its slice of the MLP's inner features), the two c_proj
 // row-parallel, so a block costs one all-reduce in forward and one in backward for attention and
@@ -21,6 +24,7 @@ struct BlockShape {
   bool causal = true;
   const int32_t* lengths = nullptr;  // (B) valid tokens per sequence, nullptr: all T
   comm::Group* tp = nullptr;         // the tensor-parallel group (size 1: no TP)
+  double ln_eps = 1e-5;              // LayerNorm's epsilon (BERT: 1e-12)
   int tp_size() const { return tp ? tp->size() : 1; }
 };
 
@@ -34,7 +38,19 @@ struct BlockWeights {
   float *mlp_proj_w, *mlp_proj_b;    // (C,4Cl), (C)
 };
 
-// Saved by forward for backward, one set per block and micro-batch in flight.
+// The encoder block's parameters (or gradients): this rank's shards, BERT's names.
+struct EncoderBlockWeights {
+  float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;  // (Cl,C), (Cl): attention.self.{query,key,value}
+  float *attn_proj_w, *attn_proj_b;          // (C,Cl), (C): attention.output.dense
+  float *ln_1_w, *ln_1_b;                    // (C): attention.output.LayerNorm
+  float *c_fc_w, *c_fc_b;                    // (4Cl,C), (4Cl): intermediate.dense
+  float *mlp_proj_w, *mlp_proj_b;            // (C,4Cl), (C): output.dense
+  float *ln_2_w, *ln_2_b;                    // (C): output.LayerNorm
+};
+
+// Saved by forward for backward, one set per block and micro-batch in flight. The encoder block
+// fills the same fields in its own order: res_attn = x + attn_out, ln_1 = LN_1(res_attn),
+// res_mlp = ln_1 + mlp_out, ln_2 = LN_2(res_mlp) (its output).
 struct BlockActs {
   float* ln_1;                   // (B,T,C)
   float *ln_1_mean, *ln_1_rstd;  // (B,T)
@@ -75,5 +91,14 @@ void transformer_block_forward(BlockActs& a, const float* x, const BlockWeights&
 void transformer_block_backward(float* dresidual, const BlockWeights& dw, const BlockScratch& d,
                                 const BlockActs& a, const float* x, const BlockWeights& w,
                                 const BlockShape& s, const BlockDropout& drop);
+
+// The encoder block: fills a from x (B,T,C); the block output is a.ln_2.
+void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,
+                           const BlockShape& s, const BlockDropout& drop);
+
+// dresidual (B,T,C): on entry dL/d(block output), on exit dL/dx. Parameter gradients accumulate.
+void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, const BlockScratch& d,
+                            const BlockActs& a, const float* x, const EncoderBlockWeights& w,
+                            const BlockShape& s, const BlockDropout& drop);
 
 }  // namespace mpitron

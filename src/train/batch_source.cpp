@@ -4,15 +4,23 @@
 
 namespace mpitron {
 
-BatchSource BatchSource::load(DataKind kind, const std::string& path, int seq_len, int64_t capacity,
-                              DeviceAllocator& alloc) {
+BatchSource BatchSource::load(const ModelConfig& model, const std::string& path, int seq_len,
+                              int64_t capacity, DeviceAllocator& alloc) {
   BatchSource s;
-  s.kind = kind;
+  s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
-  if (kind == DataKind::text) {
+  if (s.kind == DataKind::text) {
     s.seq_len = seq_len;
     s.text = io::load_text_dataset(path, seq_len);
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
+  } else if (s.kind == DataKind::verses) {
+    s.seq_len = seq_len;
+    s.verses = io::load_verse_dataset(path);
+    s.verse_task = io::VerseTask(model.get("task"));
+    s.verse_tokens = {int32_t(model.get("pad_id")), int32_t(model.get("cls_id")),
+                      int32_t(model.get("sep_id"))};
+    s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
+    s.labels = Buffer<int32_t>(alloc, size_t(capacity));
   } else {
     s.images = io::load_image_dataset(path);
     s.features = Buffer<float>(alloc, size_t(capacity) * s.images.pixels_per_image());
@@ -25,6 +33,9 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
                        int64_t rows) {
   if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
+  else if (kind == DataKind::verses)
+    io::fill_verse_batch(verses, verse_task, verse_tokens, split, seed, index, first_row, rows,
+                         seq_len, tokens.data(), labels.data());
   else
     io::fill_image_batch(images, split, seed, index, first_row, rows, features.data(),
                          labels.data());
@@ -35,17 +46,17 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
 SampleView BatchSource::view(int64_t local_row, int rows) const {
   SampleView v;
   v.rows = rows;
-  if (kind == DataKind::text) {
-    v.tokens = tokens.data() + local_row * (seq_len + 1);
-  } else {
+  if (is_sequence_data(kind)) v.tokens = tokens.data() + local_row * (seq_len + 1);
+  if (kind == DataKind::images)
     v.features = features.data() + local_row * images.pixels_per_image();
-    v.labels = labels.data() + local_row;
-  }
+  if (is_labelled_data(kind)) v.labels = labels.data() + local_row;
   return v;
 }
 
 uint64_t BatchSource::checksum() const {
-  return kind == DataKind::text ? text.checksum : images.checksum;
+  return kind == DataKind::text     ? text.checksum
+         : kind == DataKind::verses ? verses.checksum
+                                    : images.checksum;
 }
 
 io::Attributes BatchSource::attributes() const {
@@ -58,6 +69,9 @@ io::Attributes BatchSource::attributes() const {
     return {{"path", text.path},
             {"bytes", int64_t(text.bytes.size())},
             {"checksum", int64_t(text.checksum)}};
+  if (kind == DataKind::verses)
+    return {
+        {"path", verses.path}, {"verses", verses.verses()}, {"checksum", int64_t(verses.checksum)}};
   return {{"path", images.path},
           {"images", images.count(io::Split::train) + images.count(io::Split::val)},
           {"checksum", int64_t(images.checksum)}};
@@ -69,6 +83,10 @@ std::string BatchSource::describe() const {
                        text.vocab_size);
   if (kind == DataKind::text)
     return fmt::format("data {} ({} bytes)", text.path, text.bytes.size());
+  if (kind == DataKind::verses)
+    return fmt::format("data {} ({} training and {} validation verses, task {})", verses.path,
+                       verses.train.size(), verses.val.size(),
+                       verse_task == io::VerseTask::testament ? "testament" : "verse pairs");
   return fmt::format("data {} ({} training and {} validation images of {}x{}, {} classes)",
                      images.path, images.count(io::Split::train), images.count(io::Split::val),
                      images.rows, images.cols, images.classes);

@@ -1,5 +1,5 @@
-// This rank's part of each global batch, for whichever data a model family reads (text or
-// images): the batch of step s is a pure function of (seed, s), and a rank fills only its rows
+// This rank's part of each global batch, for whichever data a model family reads (text, images
+// or verses): the batch of step s is a pure function of (seed, s), and a rank fills only its rows
 // [first_row, first_row + rows), so every layout sees the baseline's samples.
 #pragma once
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "io/dataset.hpp"
 #include "io/h5.hpp"
 #include "io/image_dataset.hpp"
+#include "io/verse_dataset.hpp"
 #include "src/allocator.hpp"
 #include "src/model/family.hpp"
 #include "src/model/model.hpp"
@@ -18,16 +19,20 @@ struct BatchSource {
   DataKind kind = DataKind::text;
   io::TextDataset text;
   io::ImageDataset images;
-  int seq_len = 0;         // text: tokens per sample
-  int64_t capacity = 0;    // rows the buffers hold
-  Buffer<int32_t> tokens;  // text: (capacity, seq_len + 1)
+  io::VerseDataset verses;
+  io::VerseTask verse_task = io::VerseTask::testament;
+  io::VerseTokens verse_tokens;
+  int seq_len = 0;       // text and verses: tokens per sample
+  int64_t capacity = 0;  // rows the buffers hold
+  Buffer<int32_t>
+      tokens;  // text: (capacity, seq_len + 1); verses: (capacity, seq_len + 1) ids, label
   Buffer<float> features;  // images: (capacity, pixels)
-  Buffer<int32_t> labels;  // images: (capacity)
+  Buffer<int32_t> labels;  // images and verses: (capacity)
   bool augment = false;    // images: crop and flip training batches (io::augment_images)
 
-  // Loads the data a family reads; UsageError when missing or unfit (too short, ...).
-  static BatchSource load(DataKind kind, const std::string& path, int seq_len, int64_t capacity,
-                          DeviceAllocator& alloc);
+  // Loads the data a model reads; UsageError when missing or unfit (too short, ...).
+  static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
+                          int64_t capacity, DeviceAllocator& alloc);
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows).
   void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows);
   // Buffer rows [local_row, local_row + rows).

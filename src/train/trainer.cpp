@@ -134,9 +134,9 @@ struct Trainer {
     local_rows = rank_rows.count;
     micro_rows =
         int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
-    data = BatchSource::load(family.data, opts.data, tc.seq_len, local_rows, alloc);
+    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, alloc);
     data.augment = tc.augment != 0;
-    if (family.data == DataKind::images) {
+    if (data.kind == DataKind::images) {
       const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
       if (want != have)
         throw UsageError(fmt::format(
@@ -161,7 +161,7 @@ struct Trainer {
 
     ModelBuild how;
     how.micro_rows = micro_rows;
-    how.seq_len = family.data == DataKind::text ? tc.seq_len : 0;
+    how.seq_len = is_sequence_data(data.kind) ? tc.seq_len : 0;
     how.slots = slots;
     how.seed = tc.seed;
     how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
@@ -413,7 +413,7 @@ struct Trainer {
   EvalResult evaluate() {
     double sum = 0.0;
     int64_t correct = 0;
-    const bool classifier = family.data == DataKind::images;
+    const bool classifier = is_labelled_data(data.kind);
     for (int e = 0; e < tc.eval_batches; ++e) {
       progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
       data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
@@ -545,8 +545,8 @@ struct Trainer {
                             pipeline::schedule_name(opts.layout.schedule), stage_layers_text(),
                             model_slots)
               : "",
-          family.data == DataKind::text ? fmt::format("{}x{}", tc.batch_size, tc.seq_len)
-                                        : fmt::format("{}", tc.batch_size),
+          is_sequence_data(data.kind) ? fmt::format("{}x{}", tc.batch_size, tc.seq_len)
+                                      : fmt::format("{}", tc.batch_size),
           tc.micro_batches, micro_rows, tc.steps, opts.device, cpu::gemm_library(),
           data.describe());
     }
@@ -556,7 +556,9 @@ struct Trainer {
 
     const int64_t first = step + 1;
     const auto t_start = Clock::now();
-    const double tokens_per_step = double(loss_terms);
+    // Tokens (or samples) a step reads; a masked LM predicts only some of its tokens.
+    const double tokens_per_step =
+        is_sequence_data(data.kind) ? double(tc.batch_size) * tc.seq_len : double(tc.batch_size);
     comm_bytes_before = comm_bytes_total();
     for (int64_t s = first; s <= tc.steps; ++s) {
       const auto t0 = Clock::now();
@@ -612,7 +614,7 @@ struct Trainer {
               s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
               std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
               r.lr, r.grad_norm, tokens_per_step / dt / 1000,
-              family.data == DataKind::text ? "tok" : "samples", dt * 1000,
+              is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
               opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
               human_bytes(double(row.param_bytes)), human_bytes(double(peak)), human_seconds(eta));
         }

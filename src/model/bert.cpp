@@ -1,0 +1,513 @@
+#include "src/model/bert.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "layers/crossentropy.hpp"
+#include "layers/dropout.hpp"
+#include "layers/gelu.hpp"
+#include "layers/layernorm.hpp"
+#include "layers/linear.hpp"
+#include "layers/tanh.hpp"
+#include "src/check.hpp"
+#include "src/cpu/step_ops.hpp"
+#include "src/model/tensor_parallel.hpp"
+
+namespace mpitron {
+
+namespace {
+constexpr double kLnEps = 1e-12;  // BERT's LayerNorm epsilon
+}  // namespace
+
+BertConfig bert_config(const ModelConfig& m) {
+  BertConfig c;
+  c.n_layer = int(m.get("n_layer"));
+  c.n_head = int(m.get("n_head"));
+  c.n_embd = int(m.get("n_embd"));
+  c.block_size = int(m.get("block_size"));
+  c.vocab_size = int(m.get("vocab_size"));
+  c.type_vocab = int(m.get("type_vocab"));
+  c.task = int(m.get("task"));
+  c.pad_id = int(m.get("pad_id"));
+  c.unk_id = int(m.get("unk_id"));
+  c.cls_id = int(m.get("cls_id"));
+  c.sep_id = int(m.get("sep_id"));
+  c.mask_id = int(m.get("mask_id"));
+  return c;
+}
+
+int bert_masked_per_sample(int T) {
+  return std::max(1, int(std::lround(0.15 * (T - 2))));
+}
+
+void validate_bert_layout(const ModelConfig& m, int tp) {
+  const BertConfig c = bert_config(m);
+  if (c.n_head % tp != 0)
+    throw UsageError(fmt::format(
+        "n_head ({}) is not divisible by --tp {}: heads split evenly over TP", c.n_head, tp));
+  if (c.n_embd % tp != 0)
+    throw UsageError(fmt::format(
+        "n_embd ({}) is not divisible by --tp {}: the MLP splits evenly over TP", c.n_embd, tp));
+}
+
+void validate_bert(const ModelConfig& m, const TrainConfig& t) {
+  const BertConfig c = bert_config(m);
+  if (c.n_embd % c.n_head != 0)
+    throw UsageError(
+        fmt::format("n_embd ({}) must be divisible by n_head ({})", c.n_embd, c.n_head));
+  if (c.task < 0 || c.task > 2)
+    throw UsageError(fmt::format(
+        "model.task {} is unknown (0 masked-LM pretraining, 1 testament, 2 verse pairs)", c.task));
+  if (t.seq_len > c.block_size)
+    throw UsageError(fmt::format(
+        "seq_len ({}) is longer than the position table (block_size {}): a sequence cannot be "
+        "longer than the positions the model has",
+        t.seq_len, c.block_size));
+  const int shortest = c.task == 2 ? 5 : 3;
+  if (t.seq_len < shortest)
+    throw UsageError(fmt::format("seq_len ({}) is too short for task {}: at least {} tokens",
+                                 t.seq_len, c.task, shortest));
+  if (c.type_vocab < 2)
+    throw UsageError(fmt::format("type_vocab ({}) must be at least 2", c.type_vocab));
+  const std::pair<const char*, int> specials[] = {{"pad_id", c.pad_id},
+                                                  {"unk_id", c.unk_id},
+                                                  {"cls_id", c.cls_id},
+                                                  {"sep_id", c.sep_id},
+                                                  {"mask_id", c.mask_id}};
+  for (const auto& [name, id] : specials)
+    if (id < 0 || id >= c.vocab_size)
+      throw UsageError(fmt::format("model.{} ({}) is outside the vocabulary (vocab_size {})", name,
+                                   id, c.vocab_size));
+  if (c.vocab_size < 256 && c.task != 0)
+    throw UsageError(fmt::format(
+        "vocab_size {} is smaller than the byte vocabulary (256) of the verse data", c.vocab_size));
+}
+
+ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice) {
+  const int64_t C = cfg.n_embd, V = cfg.vocab_size;
+  const float std = 0.02f;
+  ParamRegistry r(slice);
+  const ShardSpec vocab_rows{0, 1, StageOwner::every, -1, true};
+  const ShardSpec replicated{};
+  r.add("embeddings.word_embeddings.weight", {V, C}, InitKind::normal, std, false, vocab_rows);
+  r.add("embeddings.position_embeddings.weight", {cfg.block_size, C}, InitKind::normal, std, false);
+  r.add("embeddings.token_type_embeddings.weight", {cfg.type_vocab, C}, InitKind::normal, std,
+        false);
+  r.add("embeddings.LayerNorm.weight", {C}, InitKind::ones, 0, false);
+  r.add("embeddings.LayerNorm.bias", {C}, InitKind::zeros, 0, false);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "encoder.layer." + std::to_string(l) + ".";
+    const ShardSpec same{-1, 1, StageOwner::block, l};
+    const ShardSpec rows{0, 1, StageOwner::block, l};  // column-parallel: output features
+    const ShardSpec cols{1, 1, StageOwner::block, l};  // row-parallel: input features
+    for (const char* qkv : {"query", "key", "value"}) {
+      r.add(p + "attention.self." + qkv + ".weight", {C, C}, InitKind::normal, std, true, rows);
+      r.add(p + "attention.self." + qkv + ".bias", {C}, InitKind::zeros, 0, false, rows);
+    }
+    r.add(p + "attention.output.dense.weight", {C, C}, InitKind::normal, std, true, cols);
+    r.add(p + "attention.output.dense.bias", {C}, InitKind::zeros, 0, false, same);
+    r.add(p + "attention.output.LayerNorm.weight", {C}, InitKind::ones, 0, false, same);
+    r.add(p + "attention.output.LayerNorm.bias", {C}, InitKind::zeros, 0, false, same);
+    r.add(p + "intermediate.dense.weight", {4 * C, C}, InitKind::normal, std, true, rows);
+    r.add(p + "intermediate.dense.bias", {4 * C}, InitKind::zeros, 0, false, rows);
+    r.add(p + "output.dense.weight", {C, 4 * C}, InitKind::normal, std, true, cols);
+    r.add(p + "output.dense.bias", {C}, InitKind::zeros, 0, false, same);
+    r.add(p + "output.LayerNorm.weight", {C}, InitKind::ones, 0, false, same);
+    r.add(p + "output.LayerNorm.bias", {C}, InitKind::zeros, 0, false, same);
+  }
+  if (cfg.task == 0) {
+    r.add("cls.predictions.transform.dense.weight", {C, C}, InitKind::normal, std, true,
+          replicated);
+    r.add("cls.predictions.transform.dense.bias", {C}, InitKind::zeros, 0, false);
+    r.add("cls.predictions.transform.LayerNorm.weight", {C}, InitKind::ones, 0, false);
+    r.add("cls.predictions.transform.LayerNorm.bias", {C}, InitKind::zeros, 0, false);
+    r.add("cls.predictions.bias", {V}, InitKind::zeros, 0, false, vocab_rows);
+  } else {
+    r.add("pooler.dense.weight", {C, C}, InitKind::normal, std, true);
+    r.add("pooler.dense.bias", {C}, InitKind::zeros, 0, false);
+    r.add("classifier.weight", {cfg.classes(), C}, InitKind::normal, std, true);
+    r.add("classifier.bias", {cfg.classes()}, InitKind::zeros, 0, false);
+  }
+  return r;
+}
+
+namespace {
+
+template <class At>
+BertModel::Weights bert_weights(const ParamRegistry& reg, const BertConfig& cfg, At address) {
+  auto at = [&](const std::string& name) -> float* {
+    const ParamInfo* p = reg.find(name);
+    return p ? address(p->offset) : nullptr;
+  };
+  BertModel::Weights w;
+  w.word = at("embeddings.word_embeddings.weight");
+  w.position = at("embeddings.position_embeddings.weight");
+  w.token_type = at("embeddings.token_type_embeddings.weight");
+  w.emb_ln_w = at("embeddings.LayerNorm.weight");
+  w.emb_ln_b = at("embeddings.LayerNorm.bias");
+  w.layer.resize(cfg.n_layer);
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string p = "encoder.layer." + std::to_string(l) + ".";
+    w.layer[l] = {at(p + "attention.self.query.weight"),
+                  at(p + "attention.self.query.bias"),
+                  at(p + "attention.self.key.weight"),
+                  at(p + "attention.self.key.bias"),
+                  at(p + "attention.self.value.weight"),
+                  at(p + "attention.self.value.bias"),
+                  at(p + "attention.output.dense.weight"),
+                  at(p + "attention.output.dense.bias"),
+                  at(p + "attention.output.LayerNorm.weight"),
+                  at(p + "attention.output.LayerNorm.bias"),
+                  at(p + "intermediate.dense.weight"),
+                  at(p + "intermediate.dense.bias"),
+                  at(p + "output.dense.weight"),
+                  at(p + "output.dense.bias"),
+                  at(p + "output.LayerNorm.weight"),
+                  at(p + "output.LayerNorm.bias")};
+  }
+  w.mlm_dense_w = at("cls.predictions.transform.dense.weight");
+  w.mlm_dense_b = at("cls.predictions.transform.dense.bias");
+  w.mlm_ln_w = at("cls.predictions.transform.LayerNorm.weight");
+  w.mlm_ln_b = at("cls.predictions.transform.LayerNorm.bias");
+  w.mlm_bias = at("cls.predictions.bias");
+  w.pooler_w = at("pooler.dense.weight");
+  w.pooler_b = at("pooler.dense.bias");
+  w.cls_w = at("classifier.weight");
+  w.cls_b = at("classifier.bias");
+  return w;
+}
+
+// Dropout sites: 0 after the embedding, 1 + 2l after layer l's attention, 2 + 2l after its MLP,
+// 1 + 2L on the pooled first token.
+PhiloxStream dropout_stream(const MicroBatch& mb, int site) {
+  return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), uint64_t(site)), 0xBE27ull)};
+}
+
+// The masked-LM draw of one step: per (global sample * T + position), v[0] orders the candidate
+// positions (the m smallest are predicted), v[1] picks [MASK] / random / unchanged, v[2] the
+// random token.
+PhiloxStream masking_stream(const MicroBatch& mb) {
+  return PhiloxStream{mb.seed, mix64(uint64_t(mb.step), 0x3A5Cull)};
+}
+
+}  // namespace
+
+BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
+    : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
+  tp_ = how.tp ? how.tp : &self_;
+  MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
+                  "the TP group does not match the registry slice");
+  if (how.slice.stages != 1)
+    throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
+  config = {"bert",
+            {{"n_layer", c.n_layer},
+             {"n_head", c.n_head},
+             {"n_embd", c.n_embd},
+             {"block_size", c.block_size},
+             {"vocab_size", c.vocab_size},
+             {"type_vocab", c.type_vocab},
+             {"task", c.task},
+             {"pad_id", c.pad_id},
+             {"unk_id", c.unk_id},
+             {"cls_id", c.cls_id},
+             {"sep_id", c.sep_id},
+             {"mask_id", c.mask_id}}};
+  validate_bert_layout(config, how.slice.tp);
+  Vl = (cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
+  v0 = how.slice.tp_rank * Vl;
+  T = how.seq_len > 0 ? how.seq_len : c.block_size;
+  MPITRON_REQUIRE(T >= 3 && T <= c.block_size, "sequence length outside [3, block_size]");
+  m = bert_masked_per_sample(T);
+  registry = bert_registry(cfg, how.slice);
+  allocate_tensors(how);
+  float* p = params.data();
+  w = bert_weights(registry, cfg, [p](size_t offset) { return p + offset; });
+
+  // Gradient segments in flat order: the embeddings, each layer, the head.
+  auto begin_of = [&](int l) {
+    return registry.at("encoder.layer." + std::to_string(l) + ".attention.self.query.weight")
+        .offset;
+  };
+  const size_t head_begin =
+      registry.at(cfg.task == 0 ? "cls.predictions.transform.dense.weight" : "pooler.dense.weight")
+          .offset;
+  embedding_segment_ = segments.size();
+  segments.push_back({0, cfg.n_layer > 0 ? begin_of(0) : head_begin, false});
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    segment_of_layer_.push_back(segments.size());
+    segments.push_back({begin_of(l), l + 1 < cfg.n_layer ? begin_of(l + 1) : head_begin, true});
+  }
+  head_segment_ = segments.size();
+  segments.push_back({head_begin, flat_size, false});
+
+  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps};
+  const size_t BT = size_t(B) * T, C = cfg.n_embd, M = size_t(B) * m;
+  const size_t K = size_t(cfg.classes());
+  const int slot_count = std::max(1, how.slots);
+  slots.resize(slot_count);
+  last_rows_.assign(slot_count, 0);
+  acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
+    for (Acts& s : slots) {
+      s.embedded = a.take(BT * C);
+      s.encoded = a.take(BT * C);
+      s.emb_mean = a.take(BT);
+      s.emb_rstd = a.take(BT);
+      s.layer.resize(cfg.n_layer);
+      for (BlockActs& b : s.layer) block_acts_carve(b, a, shape);
+      if (cfg.task == 0) {
+        s.picked = a.take(M * C);
+        s.dense = a.take(M * C);
+        s.dense_gelu = a.take(M * C);
+        s.head_ln = a.take(M * C);
+        s.head_mean = a.take(M);
+        s.head_rstd = a.take(M);
+        s.logits = a.take(M * size_t(Vl));
+        s.lse = a.take(M);
+        s.losses = a.take(M);
+      } else {
+        s.first = a.take(size_t(B) * C);
+        s.pooled = a.take(size_t(B) * C);
+        s.pooled_drop = a.take(size_t(B) * C);
+        s.logits = a.take(size_t(B) * K);
+        s.lse = a.take(size_t(B));
+        s.losses = a.take(size_t(B));
+      }
+    }
+  });
+  const size_t head_rows = cfg.task == 0 ? M : size_t(B);
+  dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
+    dresidual = d.take(BT * C);
+    dhead = d.take(head_rows * C);
+    dhead2 = d.take(head_rows * C);
+    ce_scratch = d.take(3 * M);
+    block_scratch_carve(scratch, d, shape);
+  });
+  const size_t per_slot = 3 * BT + size_t(B) + M + size_t(B) + M;
+  ints = Buffer<int32_t>(*how.alloc, per_slot * slots.size());
+  int32_t* q = ints.data();
+  for (Acts& s : slots) {
+    s.ids = q, q += BT;
+    s.types = q, q += BT;
+    s.targets = q, q += BT;
+    s.lengths = q, q += B;
+    s.masked = q, q += M;
+    s.labels = q, q += B;
+    s.picked_targets = q, q += M;
+  }
+}
+
+void BertModel::bind_gradients(const std::function<float*(size_t)>& address) {
+  dw = bert_weights(registry, cfg, address);
+}
+
+void BertModel::prepare_inputs(Acts& a, const MicroBatch& mb) const {
+  const int rows = mb.samples.rows, V = cfg.vocab_size;
+  const int32_t* tok = mb.samples.tokens;
+  std::fill(a.types, a.types + size_t(rows) * T, 0);
+  std::fill(a.targets, a.targets + size_t(rows) * T, -1);
+  if (cfg.task != 0) {
+    for (int b = 0; b < rows; ++b) {
+      const int32_t* row = tok + size_t(b) * (T + 1);
+      int32_t* ids = a.ids + size_t(b) * T;
+      int length = T, segment = 0;
+      for (int t = 0; t < T; ++t) {
+        MPITRON_REQUIRE(row[t] >= 0 && row[t] < V, "token outside the vocabulary");
+        ids[t] = row[t];
+        if (row[t] == cfg.pad_id && length == T) length = t;
+        if (t < length) a.types[size_t(b) * T + t] = segment;
+        if (row[t] == cfg.sep_id) segment = 1;
+      }
+      MPITRON_REQUIRE(length >= 1, "a sample without tokens before its padding");
+      MPITRON_REQUIRE(row[T] >= 0 && row[T] < cfg.classes(), "label outside the classes");
+      a.lengths[b] = length;
+      a.labels[b] = row[T];
+    }
+    return;
+  }
+  // [CLS] row[0..T-2) [SEP], then m positions of 1..T-2 masked.
+  const PhiloxStream rng = masking_stream(mb);
+  for (int b = 0; b < rows; ++b) {
+    const int32_t* row = tok + size_t(b) * (T + 1);
+    int32_t* ids = a.ids + size_t(b) * T;
+    ids[0] = cfg.cls_id;
+    for (int t = 1; t < T - 1; ++t) {
+      MPITRON_REQUIRE(row[t - 1] >= 0 && row[t - 1] < V, "token outside the vocabulary");
+      ids[t] = row[t - 1];
+    }
+    ids[T - 1] = cfg.sep_id;
+    a.lengths[b] = T;
+    const uint64_t base = uint64_t(mb.first_sample + b) * uint64_t(T);
+    // The m positions of smallest (key, position), in position order: selection by repeated scans.
+    uint64_t prev = 0;
+    bool any = false;
+    for (int k = 0; k < m; ++k) {
+      uint64_t best = UINT64_MAX;
+      for (int t = 1; t < T - 1; ++t) {
+        const uint64_t key = (uint64_t(rng.block(base + uint64_t(t)).v[0]) << 32) | uint64_t(t);
+        if ((!any || key > prev) && key < best) best = key;
+      }
+      prev = best, any = true;
+      a.masked[size_t(b) * m + k] = int32_t(best & 0xFFFFFFFFu);  // the position, for now
+    }
+    std::sort(a.masked + size_t(b) * m, a.masked + size_t(b + 1) * m);
+    for (int k = 0; k < m; ++k) {
+      const int t = a.masked[size_t(b) * m + k];
+      const Philox4x32 r = rng.block(base + uint64_t(t));
+      a.targets[size_t(b) * T + t] = ids[t];
+      const float u = float(r.v[1] >> 8) * (1.0f / 16777216.0f);
+      if (u < 0.8f)
+        ids[t] = cfg.mask_id;
+      else if (u < 0.9f)
+        ids[t] = int32_t(r.v[2] % uint32_t(V));
+      a.masked[size_t(b) * m + k] = b * T + t;  // flat row of the prediction
+    }
+  }
+}
+
+double BertModel::forward(const MicroBatch& mb) {
+  MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 &&
+                      mb.slot < int(slots.size()) && mb.chunk == 0,
+                  "micro-batch larger than planned, or not tokens");
+  Acts& a = slots[mb.slot];
+  const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
+  last_rows_[mb.slot] = rows;
+  prepare_inputs(a, mb);
+  comm::Group& tp = *tp_;
+  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
+  tp::vocab_parallel_embedding_forward(tp, a.embedded, a.ids, w.word, w.position, rows, T, C, v0,
+                                       Vl);
+  for (int n = 0; n < N; ++n) {
+    const float* type = w.token_type + size_t(a.types[n]) * C;
+    float* e = a.embedded + size_t(n) * C;
+    for (int c = 0; c < C; ++c) e[c] += type[c];
+  }
+  cpu::layernorm_forward(a.encoded, a.emb_mean, a.emb_rstd, a.embedded, w.emb_ln_w, w.emb_ln_b, N,
+                         C, kLnEps);
+  cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  const BlockShape shape{rows, T, C, cfg.n_head, false, a.lengths, tp_, kLnEps};
+  const float* x = a.encoded;
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
+                            dropout_stream(mb, 2 + 2 * l), row0};
+    encoder_block_forward(a.layer[l], x, w.layer[l], shape, drop);
+    x = a.layer[l].ln_2;
+  }
+  double sum = 0.0;
+  if (cfg.task == 0) {
+    const int M = rows * m;
+    for (int k = 0; k < M; ++k) {
+      std::memcpy(a.picked + size_t(k) * C, x + size_t(a.masked[k]) * C, sizeof(float) * C);
+      a.picked_targets[k] = a.targets[a.masked[k]];
+    }
+    cpu::linear_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
+    cpu::gelu_erf_forward(a.dense_gelu, a.dense, size_t(M) * C);
+    cpu::layernorm_forward(a.head_ln, a.head_mean, a.head_rstd, a.dense_gelu, w.mlm_ln_w,
+                           w.mlm_ln_b, M, C, kLnEps);
+    tp::column_parallel_linear_forward(tp, a.logits, a.head_ln, w.word, w.mlm_bias, M, C, Vl);
+    tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits,
+                                            a.picked_targets, M, Vl, v0, V);
+    for (int k = 0; k < M; ++k) sum += a.losses[k];
+    return sum;
+  }
+  const int K = cfg.classes();
+  for (int b = 0; b < rows; ++b)
+    std::memcpy(a.first + size_t(b) * C, x + size_t(b) * T * C, sizeof(float) * C);
+  cpu::linear_forward(a.pooled, a.first, w.pooler_w, w.pooler_b, rows, C, C);
+  cpu::tanh_forward(a.pooled, a.pooled, size_t(rows) * C);
+  cpu::dropout_forward(a.pooled_drop, a.pooled, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
+                       uint64_t(mb.first_sample), rows, C);
+  cpu::linear_forward(a.logits, a.pooled_drop, w.cls_w, w.cls_b, rows, C, K);
+  cpu::crossentropy_forward(a.losses, a.lse, a.logits, a.labels, rows, K);
+  for (int b = 0; b < rows; ++b) sum += a.losses[b];
+  return sum;
+}
+
+void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const Acts& a = slots[mb.slot];
+  const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
+  const size_t NC = size_t(N) * C;
+  comm::Group& tp = *tp_;
+  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
+  cpu::zero(dresidual, NC);
+  if (cfg.task == 0) {
+    const int M = rows * m;
+    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.picked_targets, dloss,
+                                             M, Vl, v0, V);
+    tp::column_parallel_linear_backward(tp, dhead, dw.word, dw.mlm_bias, a.logits, a.head_ln,
+                                        w.word, M, C, Vl);
+    cpu::zero(dhead2, size_t(M) * C);
+    cpu::layernorm_backward(dhead2, dw.mlm_ln_w, dw.mlm_ln_b, dhead, a.dense_gelu, w.mlm_ln_w,
+                            a.head_mean, a.head_rstd, M, C);
+    cpu::gelu_erf_backward(dhead, dhead2, a.dense, size_t(M) * C);
+    cpu::linear_backward(dhead2, dw.mlm_dense_w, dw.mlm_dense_b, dhead, a.picked, w.mlm_dense_w, M,
+                         C, C);
+    for (int k = 0; k < M; ++k) {  // each flat row is predicted at most once
+      float* d = dresidual + size_t(a.masked[k]) * C;
+      const float* g = dhead2 + size_t(k) * C;
+      for (int c = 0; c < C; ++c) d[c] += g[c];
+    }
+  } else {
+    const int K = cfg.classes();
+    cpu::crossentropy_backward(a.logits, a.logits, a.lse, a.labels, dloss, rows, K);
+    cpu::linear_backward(dhead, dw.cls_w, dw.cls_b, a.logits, a.pooled_drop, w.cls_w, rows, C, K);
+    cpu::dropout_backward(dhead2, dhead, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
+                          uint64_t(mb.first_sample), rows, C);
+    cpu::tanh_backward(dhead, dhead2, a.pooled, size_t(rows) * C);
+    cpu::linear_backward(dhead2, dw.pooler_w, dw.pooler_b, dhead, a.first, w.pooler_w, rows, C, C);
+    for (int b = 0; b < rows; ++b)
+      std::memcpy(dresidual + size_t(b) * T * C, dhead2 + size_t(b) * C, sizeof(float) * C);
+  }
+  ready(head_segment_);
+  const BlockShape shape{rows, T, C, cfg.n_head, false, a.lengths, tp_, kLnEps};
+  for (int l = cfg.n_layer - 1; l >= 0; --l) {
+    const float* x = l == 0 ? a.encoded : a.layer[l - 1].ln_2;
+    const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
+                            dropout_stream(mb, 2 + 2 * l), row0};
+    encoder_block_backward(dresidual, dw.layer[l], scratch, a.layer[l], x, w.layer[l], shape, drop);
+    ready(segment_of_layer_[l]);
+  }
+  cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  cpu::zero(dresidual, NC);
+  cpu::layernorm_backward(dresidual, dw.emb_ln_w, dw.emb_ln_b, scratch.dbranch, a.embedded,
+                          w.emb_ln_w, a.emb_mean, a.emb_rstd, N, C);
+  for (int n = 0; n < N; ++n) {
+    float* d = dw.token_type + size_t(a.types[n]) * C;
+    const float* g = dresidual + size_t(n) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+  tp::vocab_parallel_embedding_backward(tp, dw.word, dw.position, dresidual, a.ids, rows, T, C, v0,
+                                        Vl);
+  ready(embedding_segment_);
+}
+
+ModelOutput BertModel::output(int slot) const {
+  if (cfg.task == 0) return {slots[slot].logits, m, Vl};
+  return {slots[slot].logits, 1, cfg.classes()};
+}
+
+std::vector<DumpTensor> BertModel::input_dump(int slot) const {
+  const Acts& a = slots[slot];
+  const int rows = last_rows_[slot];
+  auto floats = [](const int32_t* p, size_t n) { return std::vector<float>(p, p + n); };
+  const size_t BT = size_t(rows) * T;
+  std::vector<DumpTensor> out = {
+      {"inputs", {rows, T}, floats(a.ids, BT)},
+      {"token_types", {rows, T}, floats(a.types, BT)},
+      {"lengths", {rows}, floats(a.lengths, size_t(rows))},
+  };
+  if (cfg.task == 0)
+    out.push_back({"targets", {rows, T}, floats(a.targets, BT)});
+  else
+    out.push_back({"targets", {rows}, floats(a.labels, size_t(rows))});
+  return out;
+}
+
+std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how) {
+  return std::make_unique<BertModel>(bert_config(m), how);
+}
+
+}  // namespace mpitron

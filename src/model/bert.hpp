@@ -1,0 +1,107 @@
+// BERT-style encoder (Devlin et al. 2019) on the CPU backend: the "bert" model family.
+//   x0 = dropout(LN(word[tok] + position[t] + token_type[tt]))
+//   x_{l+1} = encoder_block(x_l)            post-LN, bidirectional, padding mask
+//                                           (src/model/transformer_block.hpp)
+// task 0, masked-LM pretraining: each sample is [CLS] text [SEP]; exactly m = round(0.15 (T-2))
+//   positions are predicted (80% [MASK], 10% a random token, 10% unchanged), drawn from Philox
+//   keyed by (seed, step, global sample) so every layout masks alike;
+//   logits = LN(gelu_erf(dense(x_L))) word^T + bias at those positions (decoder tied to word).
+// tasks 1 and 2, classification (io/verse_dataset.hpp: testament; consecutive verse pairs):
+//   logits = classifier(dropout(tanh(pooler(x_L[:, 0])))).
+// Tensor parallel as the GPT: heads and the MLP split over tp, the word embedding, the MLM
+// decoder and its bias by vocabulary rows. One pipeline stage only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "src/model/config.hpp"
+#include "src/model/model.hpp"
+#include "src/model/transformer_block.hpp"
+
+namespace mpitron {
+
+struct BertConfig {
+  int n_layer = 2, n_head = 4, n_embd = 64;
+  int block_size = 128;  // position table rows: the longest sequence
+  int vocab_size = 261;  // bytes and the five specials by default
+  int type_vocab = 2;
+  int task = 0;  // 0 masked LM, 1 testament, 2 verse pairs
+  int pad_id = 256, unk_id = 257, cls_id = 258, sep_id = 259, mask_id = 260;
+  int classes() const { return task == 0 ? vocab_size : 2; }
+};
+
+BertConfig bert_config(const ModelConfig& m);
+
+// Masked positions per sample of T tokens: round(0.15 (T - 2)), at least 1.
+int bert_masked_per_sample(int T);
+
+// UsageError when heads, the MLP or the vocabulary cannot split over tp.
+void validate_bert_layout(const ModelConfig& m, int tp);
+// UsageError naming the first impossible value: special ids outside the vocabulary, an unknown
+// task, seq_len beyond the position table, n_embd not divisible by n_head.
+void validate_bert(const ModelConfig& m, const TrainConfig& t);
+
+// BERT's parameter names (embeddings.word_embeddings.weight, encoder.layer.0.attention.self.query
+// .weight, ...); the MLM head (cls.predictions.*) for task 0, pooler and classifier otherwise.
+ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice = {});
+
+class BertModel final : public Model {
+ public:
+  BertModel(const BertConfig& cfg, const ModelBuild& how);
+
+  void bind_gradients(const std::function<float*(size_t)>& address) override;
+  double forward(const MicroBatch& mb) override;
+  void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
+  ModelOutput output(int slot) const override;
+  int loss_terms_per_sample() const override { return cfg.task == 0 ? m : 1; }
+  std::vector<DumpTensor> input_dump(int slot) const override;
+
+  struct Weights {
+    float *word = nullptr, *position = nullptr, *token_type = nullptr;  // (Vl,C) (P,C) (2,C)
+    float *emb_ln_w = nullptr, *emb_ln_b = nullptr;                     // (C)
+    std::vector<EncoderBlockWeights> layer;
+    float *mlm_dense_w = nullptr, *mlm_dense_b = nullptr;  // (C,C), (C)
+    float *mlm_ln_w = nullptr, *mlm_ln_b = nullptr;        // (C)
+    float* mlm_bias = nullptr;                             // (Vl)
+    float *pooler_w = nullptr, *pooler_b = nullptr;        // (C,C), (C)
+    float *cls_w = nullptr, *cls_b = nullptr;              // (K,C), (K)
+  };
+  // One micro-batch in flight.
+  struct Acts {
+    int32_t *ids, *types, *lengths, *targets;  // (B,T) (B,T) (B) (B,T): -1 where not predicted
+    int32_t *masked, *labels;                  // (B,m) flat row index of each prediction; (B)
+    float* embedded;                           // (B,T,C) before the embedding LayerNorm
+    float* encoded;                            // (B,T,C) after it and dropout
+    float *emb_mean, *emb_rstd;                // (B,T)
+    std::vector<BlockActs> layer;
+    // masked LM head over M = B*m predicted rows
+    float *picked, *dense, *dense_gelu, *head_ln, *head_mean, *head_rstd;  // (M,C).. (M)
+    int32_t* picked_targets;                                               // (M)
+    // classifier head over the B first tokens
+    float *first, *pooled, *pooled_drop;  // (B,C)
+    float *logits, *lse, *losses;         // (M,Vl) or (B,K); (M or B); (M or B)
+  };
+
+  BertConfig cfg;
+  int B = 0, T = 0, m = 0;
+  int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl)
+  Weights w, dw;
+  Buffer<float> acts, dacts;
+  Buffer<int32_t> ints;
+  std::vector<Acts> slots;
+  float *dresidual, *dhead, *dhead2, *ce_scratch;  // backward scratch
+  BlockScratch scratch;
+
+ private:
+  comm::Group self_;
+  comm::Group* tp_ = nullptr;
+  size_t embedding_segment_ = 0, head_segment_ = 0;
+  std::vector<size_t> segment_of_layer_;
+  std::vector<int> last_rows_;  // rows of each slot's last forward (input_dump)
+  void prepare_inputs(Acts& a, const MicroBatch& mb) const;
+};
+
+std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how);
+
+}  // namespace mpitron
