@@ -209,12 +209,13 @@ def check_masking(dump: dict, rows: np.ndarray, cfg, label: str, stats: bool = F
     unchanged = got == clean[masked]
     random = ~is_mask & ~unchanged
     rnd = got[random]
-    specials = sorted(set(rnd[rnd >= 256].tolist()))
+    special = {cfg.pad_id, cfg.unk_id, cfg.cls_id, cfg.sep_id, cfg.mask_id}
+    specials = sorted(set(rnd.tolist()) & special)
+    ids = f", ids {int(rnd.min())}..{int(rnd.max())}" if rnd.size else ""
     print(f"  masking ({label}, B {B}, T {T}): m = {m} per sample, {n} masked positions: "
           f"[MASK] {is_mask.sum()} ({is_mask.mean():.1%}), random {random.sum()} "
-          f"({random.mean():.1%}{', ids ' + str(int(rnd.min())) + '..' + str(int(rnd.max())) if rnd.size else ''}"
-          f"{', special ids ' + str(specials) if specials else ''}), unchanged {unchanged.sum()} "
-          f"({unchanged.mean():.1%})")
+          f"({random.mean():.1%}{ids}{', special ids ' + str(specials) if specials else ''}), "
+          f"unchanged {unchanged.sum()} ({unchanged.mean():.1%})")
     if stats:
         # 80 % [MASK]; 10 % random (a random draw equal to the original counts as unchanged);
         # 10 % unchanged. Bounds of 5 standard deviations.

@@ -127,7 +127,7 @@ const ModelFamily kFamilies[] = {
       {"vocab_size", 261, "vocabulary; 261 covers bytes and the five specials at 256-260"},
       {"type_vocab", 2, "token types (segments A and B)"},
       {"task", 0, "0 masked-LM pretraining, 1 testament of a verse, 2 consecutive verse pairs",
-       false},
+       false, true},
       {"pad_id", 256, "id of [PAD]", false},
       {"unk_id", 257, "id of [UNK]", false},
       {"cls_id", 258, "id of [CLS]", false},

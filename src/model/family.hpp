@@ -17,6 +17,9 @@ struct ModelKey {
   int64_t default_value;
   const char* meaning;
   bool must_be_positive = true;
+  // Picks the task head (bert's task): a pretrained source (--init-from) may differ in it, its
+  // shared parameters load and the run's own head starts fresh.
+  bool selects_head = false;
 };
 
 enum class DataKind {

@@ -195,8 +195,12 @@ std::string source_name_mismatch(const std::string& source, const ModelConfig& h
   std::vector<std::string> order{"vocab_size", "n_layer", "n_head", "n_embd", "block_size"};
   for (const auto& [k, v] : want.dims)
     if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
+  const ModelFamily& family = model_family(want.type);
   for (const std::string& k : order) {
     if (!want.dims.count(k)) continue;
+    const auto key = std::find_if(family.keys.begin(), family.keys.end(),
+                                  [&](const ModelKey& mk) { return k == mk.name; });
+    if (key != family.keys.end() && key->selects_head) continue;
     const int64_t a = have.dims.count(k) ? have.dims.at(k) : -1, b = want.dims.at(k);
     if (a != b)
       return fmt::format(
@@ -449,14 +453,30 @@ ModelConfig pretrained_model_config(const std::string& source) {
   return read_hf_gpt2_config(resolve_hf_source(source).config);
 }
 
-void load_pretrained_parameters(const std::string& source, const ModelConfig& model,
-                                const std::vector<io::TensorPiece>& pieces) {
+std::vector<std::string> load_pretrained_parameters(const std::string& source,
+                                                    const ModelConfig& model,
+                                                    const std::vector<io::TensorPiece>& pieces) {
   if (is_mpitron_checkpoint(source)) {
     const CheckpointRecord r = read_checkpoint_record(source);
     if (std::string e = source_name_mismatch(source, r.model, model); !e.empty())
       throw UsageError(e);
-    io::read_checkpoint_tensors(source, pieces);
-    return;
+    // Another task's checkpoint (a masked LM for a classifier): its head is not this run's, whose
+    // parameters the source lacks keep their initialisation. A shape that differs is an error.
+    bool other_head = false;
+    for (const ModelKey& k : model_family(model.type).keys)
+      other_head |= k.selects_head && r.model.dims.count(k.name) && model.dims.count(k.name) &&
+                    r.model.dims.at(k.name) != model.dims.at(k.name);
+    std::vector<io::TensorPiece> present;
+    std::vector<std::string> fresh;
+    const io::CheckpointHeader h = io::read_checkpoint_header(source);
+    for (const io::TensorPiece& t : pieces) {
+      if (other_head && !h.shapes.count(t.dataset))
+        fresh.push_back(t.dataset.substr(t.dataset.find('/') + 1));
+      else
+        present.push_back(t);
+    }
+    io::read_checkpoint_tensors(source, present);
+    return fresh;
   }
   const ModelConfig have = read_hf_gpt2_config(resolve_hf_source(source).config);
   if (std::string e = source_name_mismatch(source, have, model); !e.empty()) throw UsageError(e);
@@ -470,6 +490,7 @@ void load_pretrained_parameters(const std::string& source, const ModelConfig& mo
     hf.copy_blocks(name, t.global_shape, t.blocks, t.data);
     hf.file->release(*hf.entry.at(name));
   }
+  return {};
 }
 
 }  // namespace mpitron

@@ -51,8 +51,11 @@ ModelConfig pretrained_model_config(const std::string& source);
 
 // Fills the pieces ("params/<name>" at global shapes, this rank's blocks) from a pretrained
 // source, after checking that its model equals `model` (UsageError naming the first mismatch,
-// vocabulary first) and that every tensor is there with its shape. Not collective.
-void load_pretrained_parameters(const std::string& source, const ModelConfig& model,
-                                const std::vector<io::TensorPiece>& pieces);
+// vocabulary first) and that every tensor is there with its shape. An mpitron checkpoint of
+// another task (a key that selects the head, ModelKey::selects_head) fills what it has; returns
+// the names of the parameters it lacks, which keep their initialisation. Not collective.
+std::vector<std::string> load_pretrained_parameters(const std::string& source,
+                                                    const ModelConfig& model,
+                                                    const std::vector<io::TensorPiece>& pieces);
 
 }  // namespace mpitron

@@ -294,8 +294,9 @@ struct Trainer {
   // --init-from: every rank reads its own parameter pieces; the first failure stops every rank.
   void init_from(const std::string& source) {
     std::string error;
+    std::vector<std::string> fresh;
     try {
-      load_pretrained_parameters(source, cfg.model, parameter_pieces(*model, true));
+      fresh = load_pretrained_parameters(source, cfg.model, parameter_pieces(*model, true));
     } catch (const UsageError& e) {
       error = e.what();
     }
@@ -304,6 +305,9 @@ struct Trainer {
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
+    if (is_root() && !fresh.empty())
+      spdlog::info("initialised, not in {} (this run's task head): {}", source,
+                   fmt::join(fresh, ", "));
   }
 
   // ---- one step -------------------------------------------------------------------------------

@@ -26,6 +26,27 @@ print('\n'.join(' '.join(r.choice(words) for _ in range(12)) + '.' for _ in rang
   fi
 }
 
+# A verse file ("<reference> <text>" lines) for the encoder's classification tasks: the KJV's
+# (io/get_bible.sh --references) where the bible program is installed, else a synthetic one whose
+# Old Testament verses use other words than its New Testament verses.
+verses() {
+  if [[ -s $REPO/data/kjv_verses.txt ]]; then
+    echo "$REPO/data/kjv_verses.txt"
+  elif command -v bible >/dev/null 2>&1 && "$REPO/io/get_bible.sh" verses.txt --references >/dev/null; then
+    echo "$WORK/verses.txt"
+  else
+    /usr/bin/python3 -c "
+import random
+r = random.Random(7)
+old = 'and the of to in that he shall unto lord israel king house'.split()
+new = 'and the of to in that jesus disciples faith grace church spirit'.split()
+for i in range(3000):
+    book, words = ('Ge', old) if i < 2000 else ('Mat', new)
+    print(f'{book}{i // 30 + 1}:{i % 30 + 1} ' + ' '.join(r.choice(words) for _ in range(10)) + '.')" >verses.txt
+    echo "$WORK/verses.txt"
+  fi
+}
+
 fail() {
   echo "FAIL: $*" >&2
   exit 1
