@@ -85,6 +85,44 @@ VerseDataset load_verse_dataset(const std::string& path) {
   return d;
 }
 
+namespace {
+
+// One row for first verse a (its position in the split's pool drawn by the caller); pairs take
+// draw's coin (bit 0 of v[1]) and, for a negative, v[2] picks the partner.
+int fill_verse_row(const VerseDataset& data, VerseTask task, const VerseTokens& tok, int64_t a,
+                   const Philox4x32& draw, int T, int32_t* row) {
+  std::fill(row, row + T, tok.pad);
+  int label = 0;
+  int64_t len_a = data.begin[a + 1] - data.begin[a], len_b = 0, b = -1;
+  if (task == VerseTask::testament) {
+    label = data.new_testament[a];
+    len_a = std::min<int64_t>(len_a, T - 2);
+  } else {
+    if (a + 1 >= data.verses()) a = 0;  // the last verse has no successor
+    len_a = data.begin[a + 1] - data.begin[a];
+    label = int(draw.v[1] & 1);
+    b = a + 1;
+    if (label == 0) {  // another verse, never the successor
+      b = int64_t(draw.v[2] % uint64_t(data.verses() - 1));
+      if (b >= a + 1) ++b;
+    }
+    len_b = data.begin[b + 1] - data.begin[b];
+    while (len_a + len_b > T - 3) (len_a >= len_b ? len_a : len_b) -= 1;
+  }
+  int t = 0;
+  row[t++] = tok.cls;
+  for (int64_t i = 0; i < len_a; ++i) row[t++] = data.text[size_t(data.begin[a] + i)];
+  row[t++] = tok.sep;
+  if (b >= 0) {
+    for (int64_t i = 0; i < len_b; ++i) row[t++] = data.text[size_t(data.begin[b] + i)];
+    row[t++] = tok.sep;
+  }
+  row[T] = label;
+  return label;
+}
+
+}  // namespace
+
 void fill_verse_batch(const VerseDataset& data, VerseTask task, const VerseTokens& tok, Split split,
                       uint64_t seed, int64_t index, int64_t sample_begin, int64_t count, int T,
                       int32_t* out, int32_t* labels) {
@@ -92,37 +130,23 @@ void fill_verse_batch(const VerseDataset& data, VerseTask task, const VerseToken
   const std::vector<int64_t>& pool = data.split(split);
   const PhiloxStream rng{seed, fnv1a64(split == Split::train ? "verses.train" : "verses.val")};
   for (int64_t r = 0; r < count; ++r) {
-    const uint64_t sample = uint64_t(sample_begin + r);
-    const Philox4x32 draw = rng.block((uint64_t(index) << 32) | sample);
-    int64_t a = pool[draw.v[0] % pool.size()];
-    int32_t* row = out + r * (T + 1);
-    std::fill(row, row + T, tok.pad);
-    int label = 0;
-    int64_t len_a = data.begin[a + 1] - data.begin[a], len_b = 0, b = -1;
-    if (task == VerseTask::testament) {
-      label = data.new_testament[a];
-      len_a = std::min<int64_t>(len_a, T - 2);
-    } else {
-      if (a + 1 >= data.verses()) a = pool.front();  // the last verse has no successor
-      label = int(draw.v[1] & 1);
-      b = a + 1;
-      if (label == 0) {  // another verse, never the successor
-        b = int64_t(draw.v[2] % uint64_t(data.verses() - 1));
-        if (b >= a + 1) ++b;
-      }
-      len_a = data.begin[a + 1] - data.begin[a];
-      len_b = data.begin[b + 1] - data.begin[b];
-      while (len_a + len_b > T - 3) (len_a >= len_b ? len_a : len_b) -= 1;
-    }
-    int t = 0;
-    row[t++] = tok.cls;
-    for (int64_t i = 0; i < len_a; ++i) row[t++] = data.text[size_t(data.begin[a] + i)];
-    row[t++] = tok.sep;
-    if (b >= 0) {
-      for (int64_t i = 0; i < len_b; ++i) row[t++] = data.text[size_t(data.begin[b] + i)];
-      row[t++] = tok.sep;
-    }
-    row[T] = label;
+    const Philox4x32 draw = rng.block((uint64_t(index) << 32) | uint64_t(sample_begin + r));
+    const int label =
+        fill_verse_row(data, task, tok, pool[draw.v[0] % pool.size()], draw, T, out + r * (T + 1));
+    if (labels) labels[r] = label;
+  }
+}
+
+void fill_verse_rows(const VerseDataset& data, VerseTask task, const VerseTokens& tok, Split split,
+                     int64_t first, int64_t count, int T, int32_t* out, int32_t* labels) {
+  MPITRON_REQUIRE(T >= (task == VerseTask::pairs ? 5 : 3), "sequence too short for the task");
+  const std::vector<int64_t>& pool = data.split(split);
+  MPITRON_REQUIRE(first >= 0 && first + count <= int64_t(pool.size()), "rows outside the split");
+  const PhiloxStream rng{0, fnv1a64("verses.whole")};
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t i = first + r;
+    const int label = fill_verse_row(data, task, tok, pool[size_t(i)], rng.block(uint64_t(i)), T,
+                                     out + r * (T + 1));
     if (labels) labels[r] = label;
   }
 }

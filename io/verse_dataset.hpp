@@ -47,4 +47,9 @@ void fill_verse_batch(const VerseDataset& data, VerseTask task, const VerseToken
                       uint64_t seed, int64_t index, int64_t sample_begin, int64_t count, int T,
                       int32_t* out, int32_t* labels);
 
+// Rows [first, first + count) of a whole split in order (its verses once each; the pair task's
+// coin and partner from a fixed draw per verse), for evaluating on the whole test split.
+void fill_verse_rows(const VerseDataset& data, VerseTask task, const VerseTokens& tok, Split split,
+                     int64_t first, int64_t count, int T, int32_t* out, int32_t* labels);
+
 }  // namespace mpitron::io

@@ -312,10 +312,10 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
                     ? rec.data_path
                     : family.default_data;
-  if (whole_split && (family.data(rec.model) != DataKind::images || batches_opt))
+  if (whole_split && (family.data(rec.model) == DataKind::text || batches_opt))
     throw UsageError(
-        "--whole-split evaluates an image classifier on every validation image once, in order: "
-        "it takes no --batches, and a language model's validation is its sampled batches");
+        "--whole-split evaluates a classifier on every validation image (or verse) once, in "
+        "order: it takes no --batches, and a language model's validation is its sampled batches");
   int batches = batches_opt.value_or(rec.eval_batches > 0 ? int(rec.eval_batches) : 4);
   const int batch_size = batch_size_opt.value_or(rec.batch_size > 0 ? int(rec.batch_size) : 8);
   const int seq_len = seq_len_opt.value_or(int(rec.seq_len));
@@ -346,15 +346,22 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   std::vector<int64_t> confusion(text ? 0 : size_t(K) * K);  // (label, prediction)
   double sum = 0;
   int64_t correct = 0;
-  const int64_t images = kind == DataKind::images ? data.images.count(io::Split::val) : 0;
+  const int64_t images = kind == DataKind::images   ? data.images.count(io::Split::val)
+                         : kind == DataKind::verses ? int64_t(data.verses.val.size())
+                                                    : 0;
   if (whole_split) batches = int((images + batch_size - 1) / batch_size);
   int64_t samples = 0;
   for (int b = 0; b < batches; ++b) {
     int rows = batch_size;
     if (whole_split) {
       rows = int(std::min<int64_t>(batch_size, images - int64_t(b) * batch_size));
-      io::fill_image_rows(data.images, io::Split::val, int64_t(b) * batch_size, rows,
-                          data.features.data(), data.labels.data());
+      if (kind == DataKind::verses)
+        io::fill_verse_rows(data.verses, data.verse_task, data.verse_tokens, io::Split::val,
+                            int64_t(b) * batch_size, rows, T, data.tokens.data(),
+                            data.labels.data());
+      else
+        io::fill_image_rows(data.images, io::Split::val, int64_t(b) * batch_size, rows,
+                            data.features.data(), data.labels.data());
     } else {
       data.fill(io::Split::val, seed, b, 0, batch_size);
     }
@@ -378,7 +385,8 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
     return 0;
   }
   const std::string drawn =
-      whole_split ? fmt::format("every one of the {} validation images", images)
+      whole_split ? fmt::format("every one of the {} validation {}", images,
+                                kind == DataKind::verses ? "verses" : "images")
       : sequences ? fmt::format("{} batches of {}x{}, seed {}", batches, batch_size, T, seed)
                   : fmt::format("{} batches of {}, seed {}", batches, batch_size, seed);
   fmt::print("val_loss {:.6f} ({} from {})\nval_accuracy {:.4f}\n", sum / double(samples), drawn,
@@ -607,8 +615,9 @@ int main(int argc, char** argv) {
     eval->add_option("--seq-len", eval_T, "tokens per sequence (default: the trainer's)");
     eval->add_option("--seed", eval_seed, "seed of the validation batches (default: the run's)");
     bool eval_whole = false;
-    eval->add_flag("--whole-split", eval_whole,
-                   "classifiers: every validation image once, in order (the test accuracy)");
+    eval->add_flag(
+        "--whole-split", eval_whole,
+        "classifiers: every validation image (or verse) once, in order (the test accuracy)");
     std::string eval_tokenizer;
     eval->add_option("--tokenizer", eval_tokenizer,
                      "BPE tokenizer folder: encode a text --data with it (default: the one of the "
