@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Convergence of the encoder on the KJV: pretrains configs/bert-mlm.toml as a masked LM on the
+# Bible's bytes, then fine-tunes that checkpoint on both verse tasks (configs/bert-testament.toml,
+# configs/bert-pairs.toml) and prints each task's accuracy on its whole test split (every 10th
+# verse, `mpitron eval --whole-split`) beside the majority class's share, with wall times.
+# Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-o OUT]
+set -euo pipefail
+build=build mlm_steps=1500 ft_steps=800 threads=2 out=runs/converge_bert
+while getopts "b:m:f:t:o:" opt; do
+  case $opt in
+    b) build=$OPTARG ;;
+    m) mlm_steps=$OPTARG ;;
+    f) ft_steps=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) exit 1 ;;
+  esac
+done
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mpitron=$(realpath "$build")/mpitron
+"$repo/io/get_bible.sh" "$repo/data/kjv.txt" >/dev/null
+"$repo/io/get_bible.sh" "$repo/data/kjv_verses.txt" --references >/dev/null
+mkdir -p "$out"
+export OMP_NUM_THREADS=$threads
+timed() { # label, then the command; appends "label seconds" to $out/times.txt
+  local label=$1 start
+  shift
+  start=$(date +%s)
+  "$@"
+  echo "$label $(($(date +%s) - start))" >>"$out/times.txt"
+}
+rm -f "$out/times.txt"
+echo "== masked-LM pretraining, $mlm_steps steps"
+timed mlm "$mpitron" train --config "$repo/configs/bert-mlm.toml" --data "$repo/data/kjv.txt" \
+  --steps "$mlm_steps" --ckpt-every "$mlm_steps" --log-every 100 --out "$out/mlm"
+pretrained=$out/mlm/ckpt_$mlm_steps.h5
+for task in testament pairs; do
+  echo "== fine-tuning: $task, $ft_steps steps from $pretrained"
+  timed "$task" "$mpitron" train --config "$repo/configs/bert-$task.toml" \
+    --data "$repo/data/kjv_verses.txt" --steps "$ft_steps" --ckpt-every "$ft_steps" \
+    --log-every 100 --init-from "$pretrained" --out "$out/$task"
+  "$mpitron" eval --ckpt "$out/$task/ckpt_$ft_steps.h5" --whole-split --batch-size 64 |
+    tee "$out/$task/eval.txt"
+done
+echo "== summary"
+/usr/bin/python3 - "$out" <<'PY'
+import sys, h5py, numpy as np
+out = sys.argv[1]
+times = dict(line.split() for line in open(f"{out}/times.txt"))
+with h5py.File(f"{out}/mlm/trace.h5", "r") as f:
+    loss, val = f["trace/loss"][:], f["trace/val_loss"][:]
+val = val[~np.isnan(val)]
+print(f"masked LM: loss {loss[0]:.3f} -> {np.mean(loss[-20:]):.3f} (mean of the last 20 steps), "
+      f"validation {val[0]:.3f} -> {val[-1]:.3f}, {times['mlm']} s")
+for task in ("testament", "pairs"):
+    lines = open(f"{out}/{task}/eval.txt").read().split("\n")
+    acc = float(next(l for l in lines if l.startswith("val_accuracy")).split()[1])
+    rows = [[int(x) for x in l.split()[1:]] for l in lines if l.strip()[:1].isdigit()
+            and len(l.split()) == 3]
+    counts = np.array(rows).sum(axis=1)
+    print(f"{task}: test accuracy {100 * acc:.2f}% on {counts.sum()} test verses "
+          f"(majority class {100 * counts.max() / counts.sum():.2f}%), fine-tuning {times[task]} s")
+PY
