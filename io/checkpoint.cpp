@@ -486,7 +486,7 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
         read = H5Dread(dsets[i], H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p);
       }
       if (read < 0)
-        throw UsageError(t.dataset +
+        throw UsageError("checkpoint " + path + ": " + t.dataset +
                          " fails its checksum or cannot be read (the file is corrupt; resume "
                          "from another checkpoint)");
       p += n;

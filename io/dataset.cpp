@@ -9,6 +9,7 @@
 
 #include "io/bpe_tokenizer.hpp"
 #include "io/h5.hpp"
+#include "io/wordpiece_tokenizer.hpp"
 #include "src/check.hpp"
 #include "src/philox.hpp"
 
@@ -89,6 +90,25 @@ TextDataset load_token_dataset(const std::string& path, int seq_len, double val_
 }
 
 }  // namespace
+
+TokenFileInfo tokenize_file(const WordPieceTokenizer& tokenizer, const std::string& in,
+                            const std::string& out) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(in))
+    throw UsageError(fmt::format("text file '{}' does not exist (give it with --in)", in));
+  std::ifstream f(in, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw UsageError(fmt::format("text file '{}' cannot be read", in));
+  const std::string dir = fs::path(tokenizer.file()).parent_path().string();
+  write_token_file(out, {}, {tokenizer.vocab_size(), dir, tokenizer.format(), "", 0});
+  const std::vector<int32_t> tokens = tokenizer.encode(text);
+  TokenFileInfo info{tokenizer.vocab_size(), dir, tokenizer.format(),
+                     fs::absolute(in).lexically_normal().string(), int64_t(text.size())};
+  info.tokens = int64_t(tokens.size());
+  info.checksum = token_checksum(tokens.data(), tokens.size());
+  write_token_file(out, tokens, info);
+  return info;
+}
 
 uint64_t token_checksum(const int32_t* ids, size_t n) {
   uint64_t h = 1469598103934665603ull;

@@ -14,6 +14,7 @@ namespace mpitron::io {
 enum class Split { train, val };
 
 class BpeTokenizer;
+class WordPieceTokenizer;
 
 struct TextDataset {
   std::string path;
@@ -65,6 +66,10 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
 // (.h5). progress(bytes done, bytes total, tokens so far) is called about once a second.
 TokenFileInfo tokenize_file(BpeTokenizer& tokenizer, const std::string& in, const std::string& out,
                             const std::function<void(int64_t, int64_t, int64_t)>& progress = {});
+
+// The same with BERT's WordPiece tokenizer (the file is encoded whole: a few MB per second).
+TokenFileInfo tokenize_file(const WordPieceTokenizer& tokenizer, const std::string& in,
+                            const std::string& out);
 
 // Writes samples [sample_begin, sample_begin + count) of batch `index` (the step for training,
 // the evaluation batch for validation) as rows of seq_len + 1 tokens: out is (count, seq_len+1).

@@ -41,8 +41,8 @@ namespace {
 thread_local const UserFileScope* current_scope = nullptr;
 }
 
-UserFileScope::UserFileScope(const std::string& path, const std::string& what)
-    : path_(path), what_(what), prev_(current_scope) {
+UserFileScope::UserFileScope(const std::string& path, const std::string& what, Mode mode)
+    : path_(path), what_(what), mode_(mode), prev_(current_scope) {
   current_scope = this;
 }
 
@@ -50,10 +50,21 @@ UserFileScope::~UserFileScope() {
   current_scope = prev_;
 }
 
+std::string system_message(const std::string& reason) {
+  // The file driver's report of a failed open() or write() quotes strerror: keep just that.
+  const std::string key = "error message = '";
+  const size_t at = reason.find(key);
+  const size_t end = at == std::string::npos ? at : reason.find('\'', at + key.size());
+  return end == std::string::npos ? reason : reason.substr(at + key.size(), end - at - key.size());
+}
+
 void h5_fail(const char* file, int line, const char* call) {
   const std::string reason = h5_error_reason();
   if (const UserFileScope* s = current_scope) {
     H5Eclear2(H5E_DEFAULT);
+    if (s->mode_ == UserFileScope::writing)
+      throw UsageError(fmt::format("cannot write {} {} (is its disk full?): {}: {}", s->what_,
+                                   s->path_, call, system_message(reason)));
     throw UsageError(s->what_ + " " + s->path_ +
                      " is not a readable HDF5 file (truncated or corrupt?): " + call + ": " +
                      reason);

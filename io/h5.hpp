@@ -23,6 +23,8 @@ using Attributes = std::map<std::string, AttrValue>;
 
 // Innermost and outermost messages of the current HDF5 error stack, for H5_CHECK reports.
 std::string h5_error_reason();
+// The system's message inside a reason (strerror of a failed open or write), else the reason.
+std::string system_message(const std::string& reason);
 
 // Reports a failed HDF5 call. Normally an internal failure: "[rank r] file:line call: reason" and
 // the job aborted (fail_at). Inside a UserFileScope (reading a file the user named) it throws
@@ -37,17 +39,20 @@ T h5_checked(T value, const char* file, int line, const char* call) {
 }
 
 // While alive on this thread, H5_CHECK failures throw UsageError("<what> <path> is not a
-// readable HDF5 file (truncated or corrupt?): call: reason"). Only for non-collective reads: a
-// throw on one rank inside a collective would leave the others waiting.
+// readable HDF5 file (truncated or corrupt?): call: reason"), or for a file being written
+// ("cannot write <what> <path> (is its disk full?): call: reason"). Only for non-collective I/O:
+// a throw on one rank inside a collective would leave the others waiting.
 class UserFileScope {
  public:
-  UserFileScope(const std::string& path, const std::string& what);
+  enum Mode { reading, writing };
+  UserFileScope(const std::string& path, const std::string& what, Mode mode = reading);
   ~UserFileScope();
   UserFileScope(const UserFileScope&) = delete;
   UserFileScope& operator=(const UserFileScope&) = delete;
 
  private:
   std::string path_, what_;
+  Mode mode_;
   const UserFileScope* prev_;
   friend void h5_fail(const char*, int, const char*);
   friend void require_sound_numeric_type(hid_t, const std::string&);

@@ -1,6 +1,8 @@
 // Loss trace writer (rank 0, buffered, flushed every N rows) and reader.
 #include "io/trace.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -46,6 +48,7 @@ constexpr MatrixColumn kMatrices[] = {
     {"rank_peak_mem_bytes", &TraceRow::rank_peak_mem_bytes},
     {"rank_param_bytes", &TraceRow::rank_param_bytes},
     {"rank_busy_us", &TraceRow::rank_busy_us},
+    {"rank_grad_sync_us", &TraceRow::rank_grad_sync_us},
     {"rank_activation_bytes", &TraceRow::rank_activation_bytes},
 };
 
@@ -129,18 +132,22 @@ TraceWriter::TraceWriter(const std::string& path, const Attributes& attrs,
         steps.begin();
     open_or_create_columns();
   } else {
+    UserFileScope scope(path, "trace", UserFileScope::writing);
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     Handle fapl = default_fapl(/*lock=*/false);
     QuietErrors quiet;
     const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0)
-      throw UsageError("cannot create trace " + path +
-                       " (is its folder writable, and the file not open in another run?)");
+      throw UsageError(fmt::format(
+          "cannot create trace {}: {} (is its folder writable, its disk not full, and the file "
+          "not open in another run?)",
+          path, system_message(h5_error_reason())));
     file_ = Handle(f);
     group_ = Handle(H5_CHECK(H5Gcreate2(file_, "trace", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
     open_or_create_columns();
   }
+  UserFileScope scope(path, "trace", UserFileScope::writing);
   write_attributes(file_, attrs);
   record_segment(attrs, resume ? resume_after_step + 1 : 1);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
@@ -243,13 +250,14 @@ void TraceWriter::write_matrix(const char* name, std::vector<int64_t> TraceRow::
 
 void TraceWriter::flush() {
   if (!file_.valid() || pending_.empty()) return;
+  // Only rank 0 writes: a failure here is not every rank's UsageError (the others would wait in
+  // the next step's collectives); the caller's std::exception path ends the job with its line.
   try {
     QuietErrors quiet;
+    UserFileScope scope(path_, "trace", UserFileScope::writing);
     write_pending();
-  } catch (const std::exception& e) {
-    const std::string why = e.what();
-    throw std::runtime_error("cannot write the trace " + path_ +
-                             " (is its disk full?): " + why.substr(0, why.find('\n')));
+  } catch (const UsageError& e) {
+    throw std::runtime_error(e.what());
   }
 }
 

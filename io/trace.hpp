@@ -25,6 +25,9 @@ struct TraceRow {
   // One entry per world rank; empty => not written for this row (stored as -1).
   std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes, rank_param_bytes;
   std::vector<int64_t> rank_busy_us;  // microseconds in forward and backward this step
+  // Microseconds in gradient communication this step (GradSync::take_comm_seconds): the backward
+  // hooks' reductions or launches (also inside rank_busy_us), the reduction or wait after backward.
+  std::vector<int64_t> rank_grad_sync_us;
   // Activation sets, backward scratch and pipeline message buffers: what grows with micro-batches
   // in flight (GPipe: m, 1F1B: at most pp), apart from parameters and optimizer state.
   std::vector<int64_t> rank_activation_bytes;
@@ -33,9 +36,9 @@ struct TraceRow {
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
 // /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble} float64, 1-D chunked
 // with unlimited length;
-// /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,activation_bytes} int64 (steps,
-// world), both dimensions unlimited, created at the first row that carries them (earlier rows and
-// absent ranks read -1). Steps strictly increase.
+// /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,grad_sync_us,activation_bytes} int64
+// (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
+// rows and absent ranks read -1). Steps strictly increase.
 //
 // Each run of the trace (the first, and each resume) also records its attributes and the step it
 // started at under /segments/<k> (k = 0, 1, ...), so the root attributes, which the latest run

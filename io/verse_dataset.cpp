@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 
+#include "io/wordpiece_tokenizer.hpp"
 #include "src/check.hpp"
 #include "src/philox.hpp"
 
@@ -43,7 +45,7 @@ size_t book_length(std::string_view ref) {
 
 }  // namespace
 
-VerseDataset load_verse_dataset(const std::string& path) {
+VerseDataset load_verse_dataset(const std::string& path, const WordPieceTokenizer* wordpiece) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw UsageError(fmt::format(
@@ -71,10 +73,15 @@ VerseDataset load_verse_dataset(const std::string& path) {
     const std::string_view name = ref.substr(0, book);
     d.new_testament.push_back(std::find(kNewTestament.begin(), kNewTestament.end(), name) !=
                               kNewTestament.end());
-    d.text.insert(d.text.end(), line.begin() + ptrdiff_t(space) + 1, line.end());
-    d.begin.push_back(int64_t(d.text.size()));
+    const std::string_view verse = std::string_view(line).substr(space + 1);
+    if (wordpiece)
+      wordpiece->encode(verse, d.ids);
+    else
+      for (char c : verse) d.ids.push_back(uint8_t(c));  // bytes: ids 0..255
+    d.begin.push_back(int64_t(d.ids.size()));
   }
   d.checksum = h;
+  if (wordpiece) d.tokenizer = std::filesystem::path(wordpiece->file()).parent_path().string();
   for (int64_t i = 0; i < d.verses(); ++i) (i % 10 == 9 ? d.val : d.train).push_back(i);
   // The pair task draws a first verse with a successor.
   if (d.val.empty() || d.verses() < 20)
@@ -111,10 +118,10 @@ int fill_verse_row(const VerseDataset& data, VerseTask task, const VerseTokens& 
   }
   int t = 0;
   row[t++] = tok.cls;
-  for (int64_t i = 0; i < len_a; ++i) row[t++] = data.text[size_t(data.begin[a] + i)];
+  for (int64_t i = 0; i < len_a; ++i) row[t++] = data.ids[size_t(data.begin[a] + i)];
   row[t++] = tok.sep;
   if (b >= 0) {
-    for (int64_t i = 0; i < len_b; ++i) row[t++] = data.text[size_t(data.begin[b] + i)];
+    for (int64_t i = 0; i < len_b; ++i) row[t++] = data.ids[size_t(data.begin[b] + i)];
     row[t++] = tok.sep;
   }
   row[T] = label;

@@ -6,7 +6,8 @@
 //              (the next-sentence task of BERT, Devlin et al. 2019, on verses).
 // The split is fixed: verse i (of the pair task: the first verse) is validation when i % 10 == 9.
 // Sample i of batch `index` draws its verse (and coin, and partner) from Philox keyed by (seed,
-// split, index, i), so every layout sees the same samples. Tokens are the verses' bytes.
+// split, index, i), so every layout sees the same samples. Tokens are the verses' bytes, or their
+// WordPiece ids (a BERT vocabulary).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,8 +21,9 @@ enum class VerseTask { testament = 1, pairs = 2 };
 
 struct VerseDataset {
   std::string path;
-  std::vector<uint8_t> text;           // the verses' text, back to back (no references)
-  std::vector<int64_t> begin;          // (verses + 1) byte offsets into text
+  std::vector<int32_t> ids;            // the verses' tokens, back to back (no references)
+  std::vector<int64_t> begin;          // (verses + 1) offsets into ids
+  std::string tokenizer;               // the WordPiece vocabulary's folder; "" for bytes
   std::vector<uint8_t> new_testament;  // (verses) 1 for a New Testament book
   std::vector<int64_t> train, val;     // verse indices of each split
   uint64_t checksum = 0;               // FNV-1a of the file
@@ -35,9 +37,12 @@ struct VerseTokens {
   int32_t pad = 256, cls = 258, sep = 259;
 };
 
+class WordPieceTokenizer;
+
 // UsageError for a missing file, a line without a "<Book><chapter>:<verse> " reference (naming
-// the line), a book that is neither testament's, or too few verses for both splits.
-VerseDataset load_verse_dataset(const std::string& path);
+// the line), or too few verses for both splits. wordpiece: encode the verses with it (else bytes).
+VerseDataset load_verse_dataset(const std::string& path,
+                                const WordPieceTokenizer* wordpiece = nullptr);
 
 // Rows [sample_begin, sample_begin + count) of batch `index`: out is (count, T + 1), row[0..T) the
 // input ids ([PAD] after the last [SEP]), row[T] the label; labels (count) gets the labels too.

@@ -143,15 +143,14 @@ bool is_cased(char32_t c) {
 }
 
 // Unicode's Case_Ignorable: Mn, Me, Cf, Lm, Sk, and Word_Break MidLetter, MidNumLet, Single_Quote.
+constexpr std::array<char32_t, 17> kWordBreakIgnorable = {
+    0x27,   0x2E,   0x3A,   0xB7,   0x387,  0x55F,  0x5F4,  0x2018, 0x2019,
+    0x2024, 0x2027, 0xFE13, 0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A};
+
 bool is_case_ignorable(char32_t c) {
-  switch (c) {
-    case 0x27: case 0x2E: case 0x3A: case 0xB7: case 0x387: case 0x55F: case 0x5F4:
-    case 0x2018: case 0x2019: case 0x2024: case 0x2027: case 0xFE13: case 0xFE52: case 0xFE55:
-    case 0xFF07: case 0xFF0E: case 0xFF1A:
-      return true;
-    default:
-      break;
-  }
+  if (std::find(kWordBreakIgnorable.begin(), kWordBreakIgnorable.end(), c) !=
+      kWordBreakIgnorable.end())
+    return true;
   const auto cat = utf8proc_category(utf8proc_int32_t(c));
   return cat == UTF8PROC_CATEGORY_MN || cat == UTF8PROC_CATEGORY_ME ||
          cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_LM || cat == UTF8PROC_CATEGORY_SK;
@@ -180,10 +179,10 @@ using PieceMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 
 // Per-call buffers of encode.
 struct Scratch {
-  std::u32string piece;             // one white-space piece, cleaned
+  std::u32string piece;  // one white-space piece, cleaned
   std::u32string lowered, decomposed;
-  std::string word;                 // one word, UTF-8
-  size_t word_chars = 0;            // its length in code points
+  std::string word;       // one word, UTF-8
+  size_t word_chars = 0;  // its length in code points
 };
 
 }  // namespace
@@ -262,8 +261,8 @@ struct WordPieceTokenizer::Impl {
       end_word(s, out);
       return;
     }
-    // Lower-case (Python's str.lower(): simple mappings, the final sigma, and U+0130 -> "i" + U+0307,
-    // whose mark goes below anyway, so utf8proc's U+0130 -> "i" gives the same).
+    // Lower-case (Python's str.lower(): simple mappings, the final sigma, and U+0130 -> "i" +
+    // U+0307, whose mark goes below anyway, so utf8proc's U+0130 -> "i" gives the same).
     s.lowered.resize(p.size());
     for (size_t i = 0; i < p.size(); ++i)
       s.lowered[i] = p[i] == 0x3A3 ? lower_sigma(p.data(), p.size(), i)
@@ -277,10 +276,10 @@ struct WordPieceTokenizer::Impl {
       }
       utf8proc_int32_t buf[32];
       int boundclass = 0;
-      const auto n = utf8proc_decompose_char(utf8proc_int32_t(c), buf, 32, UTF8PROC_DECOMPOSE,
-                                             &boundclass);
-      MPITRON_REQUIRE(n > 0 && n <= 32, fmt::format("utf8proc_decompose_char(U+{:04X})",
-                                                    uint32_t(c)));
+      const auto n =
+          utf8proc_decompose_char(utf8proc_int32_t(c), buf, 32, UTF8PROC_DECOMPOSE, &boundclass);
+      MPITRON_REQUIRE(n > 0 && n <= 32,
+                      fmt::format("utf8proc_decompose_char(U+{:04X})", uint32_t(c)));
       for (utf8proc_ssize_t k = 0; k < n; ++k) s.decomposed += char32_t(buf[k]);
     }
     auto ccc = [](char32_t c) {
@@ -424,8 +423,8 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::string& path) {
     tokens.reserve(vocab.size());
     for (size_t i = 0; i < vocab.size(); ++i) {
       if (!vocab[i].is_string())
-        throw UsageError(fmt::format("{}: entry {} is not a string but {}", name, i,
-                                     vocab[i].type_name()));
+        throw UsageError(
+            fmt::format("{}: entry {} is not a string but {}", name, i, vocab[i].type_name()));
       const std::string& t = vocab[i].get_ref<const std::string&>();
       if (t.empty()) throw UsageError(fmt::format("{}: entry {} is an empty token", name, i));
       if (t == kWordStartMark) {  // the empty word start: unmatchable, kept as itself
@@ -486,9 +485,9 @@ WordPieceTokenizer WordPieceTokenizer::load(const std::string& path) {
       impl->special[k] = it->second;
   }
   if (!missing.empty())
-    throw UsageError(fmt::format(
-        "{} lacks the special token(s) {} (BERT needs [PAD] [UNK] [CLS] [SEP] [MASK])", name,
-        missing));
+    throw UsageError(
+        fmt::format("{} lacks the special token(s) {} (BERT needs [PAD] [UNK] [CLS] [SEP] [MASK])",
+                    name, missing));
   return WordPieceTokenizer(std::move(impl));
 }
 

@@ -52,12 +52,12 @@ class WordPieceTokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
   void encode(std::string_view text, std::vector<int32_t>& out) const;
   // The tokens joined by spaces, "##" continuations glued to the piece before them, special tokens
-  // written as themselves (Hugging Face's convert_tokens_to_string). UsageError for an id outside
-  // the vocabulary.
+  // written as themselves: Hugging Face's convert_tokens_to_string, except that a continuation
+  // that comes first loses its "##" too. UsageError for an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids) const;
 
-  int32_t id(std::string_view token) const;     // -1 if absent
-  const std::string& token(int32_t id) const;   // UsageError for an id outside the vocabulary
+  int32_t id(std::string_view token) const;    // -1 if absent
+  const std::string& token(int32_t id) const;  // UsageError for an id outside the vocabulary
   int64_t vocab_size() const;
   const std::string& file() const;    // the vocabulary file read (absolute)
   const std::string& format() const;  // "vocab.txt" or "vocab.json"

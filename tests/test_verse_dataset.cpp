@@ -51,7 +51,7 @@ TEST(VerseDataset, ReferencesGiveTestamentsAndTheSplitIsEveryTenthVerse) {
   for (int i = 0; i < 40; ++i) EXPECT_EQ(d.new_testament[i], i >= 30) << i;
   EXPECT_EQ(d.val, (std::vector<int64_t>{9, 19, 29, 39}));
   EXPECT_EQ(d.train.size(), 36u);
-  EXPECT_EQ(std::string(d.text.begin() + d.begin[31], d.text.begin() + d.begin[32]), "c1");
+  EXPECT_EQ(std::string(d.ids.begin() + d.begin[31], d.ids.begin() + d.begin[32]), "c1");
 }
 
 TEST(VerseDataset, TestamentRowsAreClsVerseSepPaddedWithTheLabelLast) {

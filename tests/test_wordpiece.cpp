@@ -29,13 +29,13 @@ namespace {
 // Hugging Face names, id = index. "una" + "##ffa" + "##ble" and "un" + "##aff" + "##able" both
 // cover "unaffable": greedy longest-first must take "una".
 const std::vector<std::string> kVocab = {
-    "[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",                        // 0-5
-    "the",   "un",        "una",   "##aff", "##able", "##ffa", "##ble",               // 6-12
-    "hello", "world",     ",",     ".",     "!",      "'",     "s",     "$",          // 13-20
-    "cafe",  "naive",     "e",     "##e",   "a",      "##a",   "don",   "t",          // 21-28
-    "中",    "文",        "##文",  "’",     "¿",      "ο",     "##ο",   "##δ",        // 29-36
-    "σ",     "##σ",       "##ς",   "hel",   "##lo",   "i",     "##i",   "ﬁ",          // 37-44
-    "##“",   "…",         "x",     "##x",   "##hello"};                              // 45-49
+    "[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]",   "[MASK]",                      // 0-5
+    "the",   "un",        "una",   "##aff", "##able",  "##ffa",      "##ble",         // 6-12
+    "hello", "world",     ",",     ".",     "!",       "'",          "s",     "$",    // 13-20
+    "cafe",  "naive",     "e",     "##e",   "a",       "##a",        "don",   "t",    // 21-28
+    "中",    "文",        "##文",  "’",     "¿",       "ο",          "##ο",   "##δ",  // 29-36
+    "σ",     "##σ",       "##ς",   "hel",   "##lo",    "i",          "##i",   "ﬁ",    // 37-44
+    "##“",   "…",         "x",     "##x",   "##hello", "strawberry", "##s"};          // 45-51
 
 int id_of(const std::string& t) {
   for (size_t i = 0; i < kVocab.size(); ++i)
@@ -49,7 +49,7 @@ std::string to_json(const std::vector<std::string>& hf) {
   std::string j = "[";
   for (size_t i = 0; i < hf.size(); ++i) {
     const std::string& t = hf[i];
-    std::string s = t.starts_with("##") ? t.substr(2)
+    std::string s = t.starts_with("##")                                     ? t.substr(2)
                     : (t.front() == '[' && t.back() == ']' && t.size() > 2) ? t
                                                                             : "\u2581" + t;
     std::string esc;
@@ -172,9 +172,12 @@ TEST_F(WordPiece, GreedyLongestMatchFirst) {
   write(dir / "txt" / "vocab.txt", to_txt(v));
   EXPECT_EQ(names(txt(), "unaffable"), "un ##aff ##able");
   EXPECT_EQ(t.encode("unaffable"), (std::vector<int32_t>{8, 11, 12}));
-  EXPECT_EQ(names(t, "hello"), "hello");           // the whole word before "hel" + "##lo"
+  EXPECT_EQ(names(t, "hello"), "hello");  // the whole word before "hel" + "##lo"
   EXPECT_EQ(names(t, "hellohello"), "hello ##hello");
   EXPECT_EQ(names(t, "hellolo"), "hello ##lo");
+  // The longest pieces of each kind, inside longer words.
+  EXPECT_EQ(names(t, "hellohellox"), "hello ##hello ##x");
+  EXPECT_EQ(names(t, "strawberrys"), "strawberry ##s");
   // No backtracking: "una" leaves "ff", which no piece starts, so "un" + "##aff" is never tried.
   EXPECT_EQ(names(t, "unaff"), "[UNK]");
 }
@@ -202,13 +205,13 @@ TEST_F(WordPiece, SplitsOnPunctuation) {
   const auto t = txt();
   EXPECT_EQ(names(t, "hello,world!"), "hello , world !");
   EXPECT_EQ(names(t, "don't"), "don ' t");
-  EXPECT_EQ(names(t, "don’t"), "don ’ t");          // U+2019, category Pf
-  EXPECT_EQ(names(t, "¿hello"), "¿ hello");         // U+00BF, category Po
-  EXPECT_EQ(names(t, "$hello"), "$ hello");         // ASCII symbol BERT counts as punctuation
-  EXPECT_EQ(names(t, "...!"), ". . . !");           // one word per punctuation character
-  EXPECT_EQ(names(t, "hello…"), "hello …");         // U+2026 stays one character (no NFKC)
-  EXPECT_EQ(names(t, "ﬁ"), "ﬁ");                    // U+FB01 neither (no NFKC)
-  EXPECT_EQ(names(t, "hello“"), "hello [UNK]");     // U+201C splits off: "##“" cannot match
+  EXPECT_EQ(names(t, "don’t"), "don ’ t");       // U+2019, category Pf
+  EXPECT_EQ(names(t, "¿hello"), "¿ hello");      // U+00BF, category Po
+  EXPECT_EQ(names(t, "$hello"), "$ hello");      // ASCII symbol BERT counts as punctuation
+  EXPECT_EQ(names(t, "...!"), ". . . !");        // one word per punctuation character
+  EXPECT_EQ(names(t, "hello…"), "hello …");      // U+2026 stays one character (no NFKC)
+  EXPECT_EQ(names(t, "ﬁ"), "ﬁ");                 // U+FB01 neither (no NFKC)
+  EXPECT_EQ(names(t, "hello“"), "hello [UNK]");  // U+201C splits off: "##“" cannot match
 }
 
 TEST_F(WordPiece, LowerCasesAndStripsAccents) {
@@ -240,13 +243,13 @@ TEST_F(WordPiece, DropsControlCharacters) {
   EXPECT_EQ(names(t, nul), "hello");
   EXPECT_EQ(names(t, "hel\x01lo"), "hello");
   EXPECT_EQ(names(t, "hel\x7Flo"), "hello");
-  EXPECT_EQ(names(t, "hel\vlo"), "hello");        // \v and \f are Cc: dropped, not spaces
-  EXPECT_EQ(names(t, "hel\u0085lo"), "hello");    // NEL (Cc)
-  EXPECT_EQ(names(t, "hel\u200Blo"), "hello");    // zero-width space (Cf)
-  EXPECT_EQ(names(t, "\uFEFFhello"), "hello");    // BOM (Cf)
-  EXPECT_EQ(names(t, "hel\uE000lo"), "hello");    // private use (Co)
-  EXPECT_EQ(names(t, "hel\uFFFDlo"), "hello");    // U+FFFD
-  EXPECT_EQ(names(t, "hel\xFF\xC3lo"), "hello");  // invalid UTF-8, as U+FFFD
+  EXPECT_EQ(names(t, "hel\vlo"), "hello");            // \v and \f are Cc: dropped, not spaces
+  EXPECT_EQ(names(t, "hel\u0085lo"), "hello");        // NEL (Cc)
+  EXPECT_EQ(names(t, "hel\u200Blo"), "hello");        // zero-width space (Cf)
+  EXPECT_EQ(names(t, "\uFEFFhello"), "hello");        // BOM (Cf)
+  EXPECT_EQ(names(t, "hel\uE000lo"), "hello");        // private use (Co)
+  EXPECT_EQ(names(t, "hel\uFFFDlo"), "hello");        // U+FFFD
+  EXPECT_EQ(names(t, "hel\xFF\xC3lo"), "hello");      // invalid UTF-8, as U+FFFD
   EXPECT_EQ(names(t, "hel\xF0\x9F\x98lo"), "hello");  // a truncated 4-byte character
 }
 
@@ -276,6 +279,7 @@ TEST_F(WordPiece, DecodesPiecesAndSpecials) {
   const std::vector<int32_t> framed = {t.cls_id(), 13, t.sep_id(), 14, t.sep_id(), t.pad_id()};
   EXPECT_EQ(t.decode(framed), "[CLS] hello [SEP] world [SEP] [PAD]");
   EXPECT_EQ(t.decode(std::vector<int32_t>{}), "");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{9, 10, 7}), "affable un");  // a first "##" goes too
   EXPECT_EQ(t.token(9), "##aff");
   EXPECT_THROW(t.decode(std::vector<int32_t>{13, int32_t(kVocab.size())}), UsageError);
   EXPECT_THROW(t.token(-1), UsageError);
@@ -306,19 +310,22 @@ TEST_F(WordPiece, EmptyVocabulary) {
   EXPECT_NE(txt_error("").find("holds no tokens"), std::string::npos);
   EXPECT_NE(json_error("[]").find("holds no tokens"), std::string::npos);
   EXPECT_NE(txt_error("[PAD]\n\n[UNK]\n").find("line 2 is an empty token"), std::string::npos);
-  EXPECT_NE(json_error("[\"[PAD]\", \"\"]").find("entry 1 is an empty token"),
-            std::string::npos);
+  EXPECT_NE(json_error("[\"[PAD]\", \"\"]").find("entry 1 is an empty token"), std::string::npos);
 }
 
 TEST_F(WordPiece, DuplicateToken) {
   std::vector<std::string> v = kVocab;
   v.push_back("the");
-  EXPECT_NE(txt_error(to_txt(v)).find("duplicate token 'the' (line 7 and line 51)"),
+  const size_t n = kVocab.size();  // the duplicate's id
+  EXPECT_NE(txt_error(to_txt(v)).find("duplicate token 'the' (line 7 and line " +
+                                      std::to_string(n + 1) + ")"),
             std::string::npos);
-  EXPECT_NE(json_error(to_json(v)).find("duplicate token 'the' (entry 6 and entry 50)"),
+  EXPECT_NE(json_error(to_json(v))
+                .find("duplicate token 'the' (entry 6 and entry " + std::to_string(n) + ")"),
             std::string::npos);
   v.back() = "##aff";  // as a continuation too
-  EXPECT_NE(json_error(to_json(v)).find("duplicate token '##aff' (entry 9 and entry 50)"),
+  EXPECT_NE(json_error(to_json(v))
+                .find("duplicate token '##aff' (entry 9 and entry " + std::to_string(n) + ")"),
             std::string::npos);
 }
 
@@ -349,7 +356,8 @@ TEST_F(WordPiece, InvalidUtf8) {
             std::string::npos);
 }
 
-// ---- --dump-ids -----------------------------------------------------------------------------------
+// ---- --dump-ids
+// -----------------------------------------------------------------------------------
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -264,10 +264,12 @@ for i in range(n):
         other_differ += cc[i] != js[i]
     if cc[i] != hf[i]:
         bad.append((i, "HF", hf[i]))
-print(f"{name}: {n} lines. JS reference: {plain} lines without flags identical; {repaired} "
-      f"flagged only empty-word identical once its empty-word [UNK]s are dropped; {other} with "
-      f"other flags not compared ({other_differ} of them differ from it). HF transcription: "
-      f"{n - sum(1 for b in bad if b[1] == 'HF')} of {n} lines identical.")
+count = lambda who: sum(1 for b in bad if b[1] == who)
+print(f"{name}: {n} lines. JS reference: {plain - count('JS')} of {plain} lines without flags "
+      f"identical; {repaired - count('JS less its empty-word [UNK]s')} of {repaired} flagged only "
+      f"empty-word identical once its empty-word [UNK]s are dropped; {other} with other flags not "
+      f"compared ({other_differ} of them differ from it). HF transcription: "
+      f"{n - count('HF')} of {n} lines identical.")
 if flag_count:
     print(f"{name}: flags: " + ", ".join(f"{k} {v}" for k, v in sorted(flag_count.items())))
 for i, who, want in bad[:20]:
@@ -285,7 +287,7 @@ compare kjv "$kjv"
 # ("una" is a token, so not Google's README example un ##aff ##able).
 pinned() {
   local got
-  got=$(sed -n "$(grep -nxF -- "$1" hard.txt | head -n 1 | cut -d: -f1)p" hard_cc.txt)
+  got=$(sed -n "$(grep -anxF -- "$1" hard.txt | head -n 1 | cut -d: -f1)p" hard_cc.txt)
   [[ $got == "$2" ]] || fail "'$1' encodes to '$got', not '$2'"
 }
 pinned "i like strawberries" "1045 2066 13137 20968"

@@ -53,6 +53,7 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return int(m.get("n_layer")); },
      [](const ModelConfig& m, const RegistrySlice& s) { return gpt_registry(gpt_config(m), s); },
      nullptr,
+     true,
      true},
     {"mlp",
      "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",

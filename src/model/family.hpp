@@ -60,7 +60,8 @@ struct ModelFamily {
   // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole
   // groups.
   int64_t (*sample_group)(const ModelConfig& model) = nullptr;
-  bool generates = false;  // a causal language model: `mpitron generate` samples from it
+  bool generates = false;   // a causal language model: `mpitron generate` samples from it
+  bool recomputes = false;  // builds with ModelBuild::recompute (--recompute block)
 };
 
 // Every family, in the table's order.

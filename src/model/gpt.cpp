@@ -184,12 +184,19 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;
   for (GptChunk& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
+  recompute = how.recompute;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
+    if (recompute) block_acts_carve(recompute_acts, a, shape);
     for (GptChunk& ch : chunks)
       for (GptActs& s : ch.slots) {
         s.encoded = a.take(BT * C);
         s.blocks.resize(ch.blocks.size());
-        for (BlockActs& b : s.blocks) block_acts_carve(b, a, shape);
+        for (BlockActs& b : s.blocks) {
+          if (recompute)
+            b.res_mlp = a.take(BT * C);
+          else
+            block_acts_carve(b, a, shape);
+        }
         if (!ch.last) continue;
         s.ln_f = a.take(BT * C);
         s.ln_f_mean = a.take(BT);
@@ -213,6 +220,13 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
       s.targets = t + BT;
       t += 2 * BT;
     }
+}
+
+BlockActs GptModel::block_acts(const GptActs& a, int k) const {
+  if (!recompute) return a.blocks[k];
+  BlockActs b = recompute_acts;
+  b.res_mlp = a.blocks[k].res_mlp;
+  return b;
 }
 
 void GptModel::bind_gradients(const std::function<float*(size_t)>& address) {
@@ -243,7 +257,7 @@ double GptModel::forward(const MicroBatch& mb) {
   const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
   const float* x = a.encoded;
   for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
-    BlockActs& acts_l = a.blocks[l - ch.blocks.begin];
+    BlockActs acts_l = block_acts(a, l - ch.blocks.begin);
     transformer_block_forward(acts_l, x, w.h[l], shape, block_dropout(mb, l, row0));
     x = acts_l.res_mlp;
   }
@@ -279,7 +293,10 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
     const int k = l - ch.blocks.begin;
     const float* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
-    transformer_block_backward(dresidual, dw.h[l], scratch, a.blocks[k], x, w.h[l], shape,
+    BlockActs acts_l = block_acts(a, k);
+    // Recompute: the block again from its input, the same dropout masks (keyed by Philox).
+    if (recompute) transformer_block_forward(acts_l, x, w.h[l], shape, block_dropout(mb, l, row0));
+    transformer_block_backward(dresidual, dw.h[l], scratch, acts_l, x, w.h[l], shape,
                                block_dropout(mb, l, row0));
     ready(segment_of_block[l]);
   }

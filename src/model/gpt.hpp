@@ -52,7 +52,7 @@ struct GptWeights {
 struct GptActs {
   int32_t *inputs, *targets;      // (B,T) (views into the model's token buffer)
   float* encoded;                 // (B,T,C) the chunk's input: the embedding, or received
-  std::vector<BlockActs> blocks;  // the chunk's blocks, in order
+  std::vector<BlockActs> blocks;  // the chunk's blocks, in order (recompute: only res_mlp)
   float* ln_f = nullptr;          // (B,T,C)
   float *ln_f_mean = nullptr, *ln_f_rstd = nullptr;  // (B,T)
   float* logits = nullptr;  // (B,T,Vl) this rank's vocabulary, overwritten by dlogits
@@ -92,8 +92,14 @@ class GptModel final : public Model {
   float* dln_f;       // (B,T,C) scratch
   float* ce_scratch;  // (3,B,T) vocab-parallel cross-entropy's row statistics
   BlockScratch scratch;
+  // --recompute block: the one set of block activations every block forwards into (its output
+  // goes to the slot's own res_mlp), recomputed in backward from the block's input.
+  bool recompute = false;
+  BlockActs recompute_acts;
 
  private:
+  // The activations block k of a slot forwards into and backward reads.
+  BlockActs block_acts(const GptActs& a, int k) const;
   comm::Group self_;  // the TP group of one when the build names none
   comm::Group* tp_ = nullptr;
   bool holds_first_ = false;             // this stage embeds (its first chunk is virtual stage 0)

@@ -42,11 +42,15 @@ struct MicroBatch {
 
 // How to build a model (or one pipeline stage of it).
 struct ModelBuild {
-  int micro_rows = 1;         // largest micro-batch, in samples
-  int seq_len = 0;            // tokens per sample (language models; 0: the model's longest)
-  int slots = 1;              // micro-batches in flight per chunk whose activations are kept
-  uint64_t seed = 0;          // parameter initialisation
-  size_t flat_align = 16;     // the flat parameter allocation is padded to a multiple of this
+  int micro_rows = 1;      // largest micro-batch, in samples
+  int seq_len = 0;         // tokens per sample (language models; 0: the model's longest)
+  int slots = 1;           // micro-batches in flight per chunk whose activations are kept
+  uint64_t seed = 0;       // parameter initialisation
+  size_t flat_align = 16;  // the flat parameter allocation is padded to a multiple of this
+  // Keep only each block's output per micro-batch in flight and recompute the rest of the block
+  // in backward from its input (one shared set of block activations): less memory, one more
+  // forward per block. Families without blocks refuse it (ModelFamily::recomputes).
+  bool recompute = false;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   DeviceAllocator* alloc = nullptr;

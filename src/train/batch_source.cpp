@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "io/wordpiece_tokenizer.hpp"
+#include "src/check.hpp"
+
 namespace mpitron {
 
 BatchSource BatchSource::load(const ModelConfig& model, const std::string& path, int seq_len,
-                              int64_t capacity, DeviceAllocator& alloc) {
+                              int64_t capacity, DeviceAllocator& alloc,
+                              const std::string& tokenizer) {
   BatchSource s;
   s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
@@ -15,7 +19,18 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
   } else if (s.kind == DataKind::verses) {
     s.seq_len = seq_len;
-    s.verses = io::load_verse_dataset(path);
+    if (tokenizer.empty()) {
+      s.verses = io::load_verse_dataset(path);
+    } else {
+      const io::WordPieceTokenizer wp = io::WordPieceTokenizer::load(tokenizer);
+      require_vocabulary_special_ids(tokenizer, model, "the verses' WordPiece tokens");
+      if (wp.vocab_size() > model.get("vocab_size"))
+        throw UsageError(
+            fmt::format("the WordPiece vocabulary {} has {} tokens, the model's "
+                        "vocab_size is {} (set model.vocab_size={})",
+                        tokenizer, wp.vocab_size(), model.get("vocab_size"), wp.vocab_size()));
+      s.verses = io::load_verse_dataset(path, &wp);
+    }
     s.verse_task = io::VerseTask(model.get("task"));
     s.verse_tokens = {int32_t(model.get("pad_id")), int32_t(model.get("cls_id")),
                       int32_t(model.get("sep_id"))};
@@ -84,12 +99,32 @@ std::string BatchSource::describe() const {
   if (kind == DataKind::text)
     return fmt::format("data {} ({} bytes)", text.path, text.bytes.size());
   if (kind == DataKind::verses)
-    return fmt::format("data {} ({} training and {} validation verses, task {})", verses.path,
+    return fmt::format("data {} ({} training and {} validation verses, task {}, {})", verses.path,
                        verses.train.size(), verses.val.size(),
-                       verse_task == io::VerseTask::testament ? "testament" : "verse pairs");
+                       verse_task == io::VerseTask::testament ? "testament" : "verse pairs",
+                       verses.tokenizer.empty() ? "bytes" : "WordPiece " + verses.tokenizer);
   return fmt::format("data {} ({} training and {} validation images of {}x{}, {} classes)",
                      images.path, images.count(io::Split::train), images.count(io::Split::val),
                      images.rows, images.cols, images.classes);
+}
+
+void require_vocabulary_special_ids(const std::string& tokenizer, const ModelConfig& model,
+                                    const std::string& what) {
+  if (!model.dims.count("mask_id")) return;
+  const io::WordPieceTokenizer wp = io::WordPieceTokenizer::load(tokenizer);
+  const std::pair<const char*, int32_t> want[] = {{"pad_id", wp.pad_id()},
+                                                  {"unk_id", wp.unk_id()},
+                                                  {"cls_id", wp.cls_id()},
+                                                  {"sep_id", wp.sep_id()},
+                                                  {"mask_id", wp.mask_id()}};
+  std::string fix;
+  for (const auto& [key, id] : want)
+    if (model.get(key) != id) fix += fmt::format(" --set model.{}={}", key, id);
+  if (!fix.empty())
+    throw UsageError(fmt::format(
+        "{} come from the WordPiece vocabulary {}, whose special tokens have other ids than the "
+        "config's: add{}",
+        what, tokenizer, fix));
 }
 
 }  // namespace mpitron

@@ -30,9 +30,12 @@ struct BatchSource {
   Buffer<int32_t> labels;  // images and verses: (capacity)
   bool augment = false;    // images: crop and flip training batches (io::augment_images)
 
-  // Loads the data a model reads; UsageError when missing or unfit (too short, ...).
+  // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
+  // verses only, a BERT WordPiece vocabulary to encode them with ("": bytes); its special ids
+  // must be the model's.
   static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
-                          int64_t capacity, DeviceAllocator& alloc);
+                          int64_t capacity, DeviceAllocator& alloc,
+                          const std::string& tokenizer = "");
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows).
   void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows);
   // Buffer rows [local_row, local_row + rows).
@@ -42,5 +45,10 @@ struct BatchSource {
   uint64_t checksum() const;
   std::string describe() const;  // for the start-up line
 };
+
+// UsageError naming the --set flags to give when a model with special-token keys (bert) has other
+// ids than the WordPiece vocabulary in folder `tokenizer` (what: where the tokens come from).
+void require_vocabulary_special_ids(const std::string& tokenizer, const ModelConfig& model,
+                                    const std::string& what);
 
 }  // namespace mpitron

@@ -1,11 +1,23 @@
 #include "src/train/grad_sync.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "src/check.hpp"
 
 namespace mpitron {
+
+namespace {
+// Adds the seconds of its lifetime to *total (GradSync::take_comm_seconds).
+struct CommTimer {
+  double* total;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~CommTimer() {
+    *total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+}  // namespace
 
 GradStorage GradStorage::full(Model& model, DeviceAllocator& alloc) {
   GradStorage s;
@@ -108,6 +120,7 @@ void GradSync::on_segment_ready(void* ctx, size_t segment) {
 }
 
 void GradSync::on_segment(size_t segment) {
+  CommTimer timer{&comm_s_};
   if (opts_.zero == 2) return reduce_segment_sharded(segment);
   // ZeRO 0 buckets: launch every bucket whose range is now final.
   const size_t ready_begin = model_.segments[segment].begin;
@@ -136,6 +149,7 @@ void GradSync::reduce_segment_sharded(size_t segment) {
 }
 
 void GradSync::finish_backward() {
+  CommTimer timer{&comm_s_};
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
   for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
@@ -179,6 +193,7 @@ double GradSync::grad_norm() {
 }
 
 void GradSync::gather_params(float* params) {
+  CommTimer timer{&comm_s_};
   if (opts_.zero == 0) return;
   if (opts_.method == comm::DpReduce::ring) return dp_.ring_all_gather(params, model_.flat_size);
   ops_.copy(gather_scratch_.data(), params + shard_.begin, shard_.size());

@@ -72,6 +72,11 @@ class GradSync {
   void gather_params(float* params);
   // dp + 1 cut points of the ZeRO shards (empty at ZeRO 0).
   const std::vector<size_t>& shard_bounds() const { return shard_bounds_; }
+  // Seconds this rank spent in gradient communication since the last call, which resets it: the
+  // reductions the backward hooks make or launch (buckets, ZeRO 2 segments), finish_backward's
+  // reduction or wait, gather_params. Waiting for slower ranks counts; the scalar all-reduces of
+  // grad_norm do not. The trace's rank_grad_sync_us.
+  double take_comm_seconds() { return std::exchange(comm_s_, 0.0); }
 
  private:
   void on_segment(size_t segment);
@@ -97,6 +102,7 @@ class GradSync {
   std::vector<comm::Request> pending_;
   size_t next_bucket_ = 0;
   bool buckets_active_ = false;
+  double comm_s_ = 0;  // take_comm_seconds
 };
 
 }  // namespace mpitron

@@ -1,6 +1,7 @@
 // Hugging Face GPT-2 <-> mpitron GPT: names ("transformer." prefix optional), Conv1D weights
 // transposed to mpitron's (out, in), the tied lm_head, config.json checked against what mpitron
-// computes. Tensors move one at a time out of the memory-mapped safetensors file.
+// computes. Tensors move one at a time out of the memory-mapped safetensors file. A config.json
+// with model_type "bert" is dispatched to src/train/pretrained_bert.cpp.
 #include "src/train/pretrained.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "src/check.hpp"
 #include "src/model/family.hpp"
 #include "src/train/model_checkpoint.hpp"
+#include "src/train/pretrained_bert.hpp"
 
 namespace mpitron {
 
@@ -51,13 +54,6 @@ std::vector<int64_t> hf_shape(const std::string& name, std::vector<int64_t> shap
 
 std::string shape_text(const std::vector<int64_t>& s) {
   return io::shape_string(s);
-}
-
-// The mpitron registry of the whole network of a model config.
-std::vector<ParamInfo> whole_params(const ModelConfig& m) {
-  const ModelFamily& f = model_family(m.type);
-  MPITRON_REQUIRE(f.registry != nullptr, "the gpt family has a registry");
-  return f.registry(m, RegistrySlice{}).params();
 }
 
 // An opened HF model: config, mapped weights, and for every mpitron parameter its HF entry.
@@ -129,66 +125,117 @@ struct HfModel {
   // UsageError unless the lm_head (when present) equals wte element for element.
   void check_tied_head() const {
     if (!lm_head) return;
-    const io::SafetensorsEntry& w = *entry.at("wte.weight");
-    const int64_t n = w.numel(), chunk = 1 << 20;
-    std::vector<float> a(size_t(std::min(n, chunk))), b(a.size());
-    for (int64_t i = 0; i < n; i += chunk) {
-      const int64_t k = std::min(chunk, n - i);
-      file->read(w, i, k, 1, a.data());
-      file->read(*lm_head, i, k, 1, b.data());
-      if (std::memcmp(a.data(), b.data(), size_t(k) * sizeof(float)) != 0)
-        throw UsageError(fmt::format(
-            "{}: lm_head.weight differs from wte.weight: mpitron's GPT ties the LM head to the "
-            "token embedding (an untied head cannot be imported)",
-            src.weights));
-    }
+    if (!hf_same_values(*file, *entry.at("wte.weight"), *lm_head))
+      throw UsageError(fmt::format(
+          "{}: lm_head.weight differs from wte.weight: mpitron's GPT ties the LM head to the "
+          "token embedding (an untied head cannot be imported)",
+          src.weights));
     file->release(*lm_head);
   }
 
-  // Copies the blocks of mpitron tensor `name` (global coordinates, row-major, TensorPiece
-  // contract) out of the HF tensor, transposing Conv1D weights and converting to float.
+  // Copies the blocks of mpitron tensor `name` out of the HF tensor (copy_hf_blocks).
   void copy_blocks(const std::string& name, const std::vector<int64_t>& shape,
                    const std::vector<io::Block>& blocks, float* out) const {
-    const io::SafetensorsEntry& e = *entry.at(name);
-    const bool t = hf_transposed(name);
-    MPITRON_REQUIRE(shape.size() == 1 || shape.size() == 2, name + ": 1-D or 2-D expected");
-    for (const io::Block& b : blocks) {
-      if (shape.size() == 1) {
-        file->read(e, b.start[0], b.count[0], 1, out);
-        out += b.count[0];
-        continue;
-      }
-      const int64_t R = shape[0], K = shape[1];
-      if (t) {
-        // mpitron (r, c) is HF (c, r): read tiles of contiguous HF rows, transpose in memory.
-        const int64_t r0 = b.start[0], nr = b.count[0], c0 = b.start[1], nc = b.count[1];
-        constexpr int64_t kTile = 64;
-        std::vector<float> tile(size_t(kTile * nr));
-        for (int64_t c = c0; c < c0 + nc; c += kTile) {
-          const int64_t w = std::min(kTile, c0 + nc - c);
-          for (int64_t i = 0; i < w; ++i)
-            file->read(e, (c + i) * R + r0, nr, 1, tile.data() + i * nr);
-          for (int64_t r = 0; r < nr; ++r)
-            for (int64_t i = 0; i < w; ++i) out[r * nc + (c - c0) + i] = tile[size_t(i * nr + r)];
-        }
-        out += nr * nc;
-        continue;
-      }
-      for (int64_t r = b.start[0]; r < b.start[0] + b.count[0]; ++r) {
-        file->read(e, r * K + b.start[1], b.count[1], 1, out);
-        out += b.count[1];
-      }
-    }
+    copy_hf_blocks(*file, *entry.at(name), hf_transposed(name), shape, blocks, out);
   }
 };
+
+bool is_mpitron_checkpoint(const std::string& source) {
+  return fs::is_regular_file(source) && io::has_hdf5_signature(source);
+}
+
+// True for a HF source whose config.json says model_type "bert" (UsageError for an unsupported
+// model_type, a missing config.json or weights file).
+bool is_hf_bert(const std::string& source) {
+  return hf_model_type(resolve_hf_source(source).config) == "bert";
+}
+
+}  // namespace
+
+std::vector<ParamInfo> whole_params(const ModelConfig& m) {
+  const ModelFamily& f = model_family(m.type);
+  MPITRON_REQUIRE(f.registry != nullptr, "the " + m.type + " family has a registry");
+  return f.registry(m, RegistrySlice{}).params();
+}
+
+void copy_hf_blocks(const io::SafetensorsFile& file, const io::SafetensorsEntry& e, bool transposed,
+                    const std::vector<int64_t>& shape, const std::vector<io::Block>& blocks,
+                    float* out) {
+  MPITRON_REQUIRE(shape.size() == 1 || shape.size() == 2, e.name + ": 1-D or 2-D expected");
+  for (const io::Block& b : blocks) {
+    if (shape.size() == 1) {
+      file.read(e, b.start[0], b.count[0], 1, out);
+      out += b.count[0];
+      continue;
+    }
+    const int64_t R = shape[0], K = shape[1];
+    if (transposed) {
+      // mpitron (r, c) is HF (c, r): read tiles of contiguous HF rows, transpose in memory.
+      const int64_t r0 = b.start[0], nr = b.count[0], c0 = b.start[1], nc = b.count[1];
+      constexpr int64_t kTile = 64;
+      std::vector<float> tile(size_t(kTile * nr));
+      for (int64_t c = c0; c < c0 + nc; c += kTile) {
+        const int64_t w = std::min(kTile, c0 + nc - c);
+        for (int64_t i = 0; i < w; ++i) file.read(e, (c + i) * R + r0, nr, 1, tile.data() + i * nr);
+        for (int64_t r = 0; r < nr; ++r)
+          for (int64_t i = 0; i < w; ++i) out[r * nc + (c - c0) + i] = tile[size_t(i * nr + r)];
+      }
+      out += nr * nc;
+      continue;
+    }
+    for (int64_t r = b.start[0]; r < b.start[0] + b.count[0]; ++r) {
+      file.read(e, r * K + b.start[1], b.count[1], 1, out);
+      out += b.count[1];
+    }
+  }
+}
+
+bool hf_same_values(const io::SafetensorsFile& file, const io::SafetensorsEntry& a,
+                    const io::SafetensorsEntry& b) {
+  if (a.shape != b.shape) return false;
+  const int64_t n = a.numel(), chunk = 1 << 20;
+  std::vector<float> x(size_t(std::min(n, chunk))), y(x.size());
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t k = std::min(chunk, n - i);
+    file.read(a, i, k, 1, x.data());
+    file.read(b, i, k, 1, y.data());
+    if (std::memcmp(x.data(), y.data(), size_t(k) * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
 
 double json_number(const nlohmann::json& j, const std::string& key, const std::string& path) {
   if (!j[key].is_number()) throw UsageError(fmt::format("{}: '{}' is not a number", path, key));
   return j[key].get<double>();
 }
 
-std::string source_name_mismatch(const std::string& source, const ModelConfig& have,
-                                 const ModelConfig& want) {
+nlohmann::json read_hf_config_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("cannot read {}", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(fmt::format("{} is not JSON ({})", path, e.what()));
+  }
+  if (!j.is_object()) throw UsageError(fmt::format("{} is not a JSON object", path));
+  return j;
+}
+
+std::string hf_model_type(const std::string& path) {
+  const nlohmann::json j = read_hf_config_json(path);
+  // Configs older than the key: BERT's have num_hidden_layers, GPT-2's n_layer.
+  if (!j.contains("model_type")) return j.contains("num_hidden_layers") ? "bert" : "gpt2";
+  const std::string type = j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+  if (type == "gpt2" || type == "bert") return type;
+  throw UsageError(fmt::format(
+      "{}: model_type {} is not supported: mpitron imports \"gpt2\" (GPT2LMHeadModel) and "
+      "\"bert\" (BertForMaskedLM, BertForPreTraining, BertForSequenceClassification)",
+      path, j["model_type"].dump()));
+}
+
+std::string pretrained_mismatch(const std::string& source, const ModelConfig& have,
+                                const ModelConfig& want) {
   if (have.type != want.type)
     return fmt::format("--init-from {} holds a '{}' model, this run's config a '{}' model", source,
                        have.type, want.type);
@@ -211,12 +258,6 @@ std::string source_name_mismatch(const std::string& source, const ModelConfig& h
   }
   return "";
 }
-
-bool is_mpitron_checkpoint(const std::string& source) {
-  return fs::is_regular_file(source) && io::has_hdf5_signature(source);
-}
-
-}  // namespace
 
 bool hf_transposed(const std::string& n) {
   auto ends = [&](const std::string& s) {
@@ -258,15 +299,7 @@ HfSource resolve_hf_source(const std::string& from) {
 }
 
 ModelConfig read_hf_gpt2_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("cannot read {}", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw UsageError(fmt::format("{} is not JSON ({})", path, e.what()));
-  }
-  if (!j.is_object()) throw UsageError(fmt::format("{} is not a JSON object", path));
+  const nlohmann::json j = read_hf_config_json(path);
   auto str = [&](const char* k) {
     return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
   };
@@ -343,6 +376,7 @@ std::string hf_gpt2_config_json(const ModelConfig& m) {
 }
 
 void print_import_plan(const std::string& from, std::ostream& out) {
+  if (is_hf_bert(from)) return print_bert_import_plan(from, out);
   const HfModel hf(from);
   const io::SafetensorsFile& f = *hf.file;
   out << fmt::format("{}: {} tensors, header {} bytes, data {} bytes{}\n", f.path(),
@@ -371,45 +405,57 @@ void print_import_plan(const std::string& from, std::ostream& out) {
                      elements * 4);
 }
 
-void import_hf(const std::string& from, const std::string& out_checkpoint) {
-  const HfModel hf(from);
-  hf.file->require_complete();
-  hf.check_tied_head();
+void write_imported_checkpoint(const std::string& out_checkpoint, const ModelConfig& model,
+                               const io::SafetensorsFile& file,
+                               const std::vector<ParamInfo>& params,
+                               const std::map<std::string, const io::SafetensorsEntry*>& entry,
+                               bool (*transposed)(const std::string&)) {
   // One tensor at a time: F32 tensors stored as mpitron stores them are passed in place (the
   // mapped file), the others converted or transposed into their own buffer and their mapped pages
   // released, so the resident set stays near one copy of the weights.
   std::vector<std::vector<float>> owned;
   std::vector<io::TensorPiece> pieces;
-  owned.reserve(hf.params.size());
-  for (const ParamInfo& p : hf.params) {
-    const io::SafetensorsEntry& e = *hf.entry.at(p.name);
+  owned.reserve(params.size());
+  for (const ParamInfo& p : params) {
+    const io::SafetensorsEntry& e = *entry.at(p.name);
+    const bool tr = transposed && transposed(p.name);
     const int64_t n = int64_t(p.global_numel());
     io::TensorPiece t{"params/" + p.name, p.global_shape,
                       io::flat_range_blocks(p.global_shape, 0, n), nullptr};
-    const float* in_place = hf_transposed(p.name) ? nullptr : hf.file->f32_data(e);
+    const float* in_place = tr ? nullptr : file.f32_data(e);
     if (in_place) {
       t.data = const_cast<float*>(in_place);  // only read by the writer
     } else {
       owned.emplace_back(size_t(n));
-      hf.copy_blocks(p.name, p.global_shape, t.blocks, owned.back().data());
-      hf.file->release(e);
+      copy_hf_blocks(file, e, tr, p.global_shape, t.blocks, owned.back().data());
+      file.release(e);
       t.data = owned.back().data();
     }
     pieces.push_back(std::move(t));
   }
   CheckpointRecord r;
-  r.model = hf.model;
+  r.model = model;
   r.settings = {{"config", std::string("imported")}};
   io::Attributes root = checkpoint_root_attributes(r);
-  root["imported_from"] = hf.src.weights;
+  root["imported_from"] = file.path();
   io::write_checkpoint(out_checkpoint, root, checkpoint_groups(r), pieces, MPI_COMM_SELF);
+}
+
+void import_hf(const std::string& from, const std::string& out_checkpoint) {
+  if (is_hf_bert(from)) return import_hf_bert(from, out_checkpoint, std::cout);
+  const HfModel hf(from);
+  hf.file->require_complete();
+  hf.check_tied_head();
+  write_imported_checkpoint(out_checkpoint, hf.model, *hf.file, hf.params, hf.entry, hf_transposed);
 }
 
 void export_hf(const std::string& checkpoint, const std::string& out_dir) {
   const CheckpointRecord rec = read_checkpoint_record(checkpoint);
+  if (rec.model.type == "bert") return export_hf_bert(checkpoint, out_dir);
   if (rec.model.type != "gpt")
-    throw UsageError(fmt::format("{} holds a '{}' model; only a GPT exports as Hugging Face GPT-2",
-                                 checkpoint, rec.model.type));
+    throw UsageError(fmt::format(
+        "{} holds a '{}' model; only a GPT (as GPT-2) or a bert (as BERT) exports to Hugging Face",
+        checkpoint, rec.model.type));
   std::vector<ParamInfo> params = whole_params(rec.model);
   std::sort(params.begin(), params.end(),
             [](const ParamInfo& a, const ParamInfo& b) { return a.name < b.name; });
@@ -450,6 +496,7 @@ void export_hf(const std::string& checkpoint, const std::string& out_dir) {
 
 ModelConfig pretrained_model_config(const std::string& source) {
   if (is_mpitron_checkpoint(source)) return read_checkpoint_record(source).model;
+  if (is_hf_bert(source)) return hf_bert_model_config(source);
   return read_hf_gpt2_config(resolve_hf_source(source).config);
 }
 
@@ -458,7 +505,7 @@ std::vector<std::string> load_pretrained_parameters(const std::string& source,
                                                     const std::vector<io::TensorPiece>& pieces) {
   if (is_mpitron_checkpoint(source)) {
     const CheckpointRecord r = read_checkpoint_record(source);
-    if (std::string e = source_name_mismatch(source, r.model, model); !e.empty())
+    if (std::string e = pretrained_mismatch(source, r.model, model); !e.empty())
       throw UsageError(e);
     // Another task's checkpoint (a masked LM for a classifier): its head is not this run's, whose
     // parameters the source lacks keep their initialisation. A shape that differs is an error.
@@ -478,8 +525,9 @@ std::vector<std::string> load_pretrained_parameters(const std::string& source,
     io::read_checkpoint_tensors(source, present);
     return fresh;
   }
+  if (is_hf_bert(source)) return load_hf_bert_parameters(source, model, pieces);
   const ModelConfig have = read_hf_gpt2_config(resolve_hf_source(source).config);
-  if (std::string e = source_name_mismatch(source, have, model); !e.empty()) throw UsageError(e);
+  if (std::string e = pretrained_mismatch(source, have, model); !e.empty()) throw UsageError(e);
   const HfModel hf(source);
   hf.file->require_complete();
   hf.check_tied_head();

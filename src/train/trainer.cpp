@@ -134,7 +134,7 @@ struct Trainer {
     local_rows = rank_rows.count;
     micro_rows =
         int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
-    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, alloc);
+    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, alloc, opts.tokenizer);
     data.augment = tc.augment != 0;
     if (data.kind == DataKind::images) {
       const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
@@ -163,6 +163,7 @@ struct Trainer {
     how.micro_rows = micro_rows;
     how.seq_len = is_sequence_data(data.kind) ? tc.seq_len : 0;
     how.slots = slots;
+    how.recompute = L.recompute;
     how.seed = tc.seed;
     how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
     how.slice = RegistrySlice{L.tp, grid.coords.tp_rank, stage, L.pp, {}};
@@ -201,6 +202,7 @@ struct Trainer {
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_busy_us.assign(is_root() ? grid.shape.world : 0, 0);
+    row.rank_grad_sync_us.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_activation_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     const int64_t param_bytes = int64_t(model->flat_size * sizeof(float));
     MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1, MPI_INT64_T,
@@ -478,6 +480,7 @@ struct Trainer {
     a["layout.schedule"] = std::string(pipeline::schedule_name(L.schedule));
     a["layout.virtual_stages"] = int64_t(L.virtual_stages);
     a["layout.stage_layers"] = stage_layers_text();
+    a["layout.recompute"] = std::string(L.recompute ? "block" : "none");
     a["gemm"] = std::string(cpu::gemm_library());
     if (!opts.init_from.empty()) a["init_from"] = opts.init_from;
     a["parameters"] = total_parameters();
@@ -581,6 +584,9 @@ struct Trainer {
       int64_t busy_us = int64_t(r.busy_s * 1e6);
       MPI_CHECK(MPI_Gather(&busy_us, 1, MPI_INT64_T, row.rank_busy_us.data(), 1, MPI_INT64_T, 0,
                            MPI_COMM_WORLD));
+      int64_t sync_us = int64_t(sync->take_comm_seconds() * 1e6);
+      MPI_CHECK(MPI_Gather(&sync_us, 1, MPI_INT64_T, row.rank_grad_sync_us.data(), 1, MPI_INT64_T,
+                           0, MPI_COMM_WORLD));
       int64_t act_bytes = int64_t(model_activation_bytes + executor->send_buffer_bytes());
       MPI_CHECK(MPI_Gather(&act_bytes, 1, MPI_INT64_T, row.rank_activation_bytes.data(), 1,
                            MPI_INT64_T, 0, MPI_COMM_WORLD));
@@ -731,6 +737,11 @@ int run_training(TrainOptions opts) {
   if (L.pp > 1 && !family.pipeline_blocks)
     throw UsageError(fmt::format(
         "the {} family runs as one pipeline stage: use --pp 1 (got --pp {})", family.type, L.pp));
+  if (L.recompute && !family.recomputes)
+    throw UsageError(fmt::format(
+        "--recompute block is for the GPT's transformer blocks; the {} family keeps its "
+        "activations (--recompute none)",
+        family.type));
   if (L.pp >= 1) {
     const pipeline::ScheduleSpec spec{L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
     if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);

@@ -26,6 +26,7 @@ struct Layout {
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   int virtual_stages = 1;         // model chunks per pipeline rank (interleaved)
   std::vector<int> stage_layers;  // blocks per stage; empty: balanced
+  bool recompute = false;         // --recompute block (ModelBuild::recompute)
 };
 
 // Blocks [begin, end) of every virtual stage (pp * virtual_stages of them, in network order):
@@ -43,6 +44,7 @@ struct TrainOptions {
   // Pretrained parameters to start from when not resuming (HF GPT-2 folder or .safetensors, or an
   // mpitron checkpoint): parameters only, step 0, fresh optimizer.
   std::string init_from;
+  std::string tokenizer;  // verse data: a BERT WordPiece vocabulary ("": byte tokens)
   std::string device = "cpu";
   int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;

@@ -65,6 +65,22 @@ print(f"{n} predictions: {frac_mask:.3f} [MASK], {frac_same:.3f} unchanged")
 assert abs(frac_mask - 0.8) < 0.06 and 0.05 < frac_same < 0.17, "not BERT's 80/10/10"
 PY
 
+# WordPiece: the KJV as bert-base-uncased's tokens (io/get_bert_tokenizer.sh; skipped without it)
+# trains only with the vocabulary's special ids.
+vocab=$REPO/data/bert-tokenizer
+if [[ -s $vocab/vocab.json || -s $vocab/vocab.txt ]]; then
+  "$MPITRON" tokenize --tokenizer "$vocab" --in "$(corpus)" --out wp.h5 >wp.txt
+  ids=$(grep -o -- '--set model.vocab_size=.*' wp.txt) || fail "tokenize printed no bert settings"
+  [[ $ids == *"model.mask_id=103"* ]] || fail "bert-base-uncased's [MASK] is not 103: $ids"
+  expect_error "whose special tokens have other ids than the config's: add --set model.pad_id=0" \
+    "$MPITRON" train --config "$MLM" --data wp.h5 --set model.vocab_size=30522 --steps 1 --out e0
+  # shellcheck disable=SC2086  # the settings are words
+  "$MPITRON" train --config "$MLM" --data wp.h5 $ids "${shape[@]}" --seq-len 32 --steps 2 \
+    --eval-every 0 --out wp >/dev/null || fail "training on WordPiece tokens failed"
+else
+  echo "note: no WordPiece vocabulary in $vocab (io/get_bert_tokenizer.sh): not tested"
+fi
+
 # Clear errors, one line each.
 expect_error "longer than the position table" \
   "$MPITRON" train --config "$MLM" --data "$(corpus)" --seq-len 200 --steps 1 --out e1

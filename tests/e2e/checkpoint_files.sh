@@ -55,6 +55,15 @@ if mount -t tmpfs -o size=1800k tmpfs disk 2>/dev/null; then
     fail "the full disk left: $(find disk/run -name "ckpt_*")"
   "$MPITRON" info --verify disk/run/ckpt_1.h5 >/dev/null || fail "the last checkpoint was damaged"
   cp -r disk/run after_full_disk
+  # The trace on a full disk: the rank that writes it ends the job with one line saying so.
+  head -c "$(($(df -k --output=avail disk | tail -n 1) * 1024))" /dev/zero >disk/filler 2>/dev/null || true
+  rc=0
+  timeout 120 mpiexec -n 2 "$MPITRON" train "${small[@]}" "${tiny[@]}" --steps 4 --out disk/trace_run \
+    >trace_full.log 2>&1 || rc=$?
+  [[ $rc != 0 && $rc != 124 ]] || fail "a full disk under the trace did not end the job (exit $rc)"
+  grep -qE "error: cannot (create|write) trace disk/trace_run/trace.h5.*No space left on device" \
+    trace_full.log || fail "no clear line for the trace's full disk: $(grep -i error trace_full.log)"
+  echo "ok ($rc): $(grep -oE 'error: cannot (create|write) trace.*' trace_full.log | head -n 1)"
   umount disk
   "$MPITRON" train "${small[@]}" "${tiny[@]}" --steps 4 --ckpt-every 1 --out after_full_disk \
     --resume auto >after.log 2>&1 || fail "the last checkpoint does not resume: $(cat after.log)"
