@@ -85,8 +85,10 @@ io::Attributes BatchSource::attributes() const {
             {"bytes", int64_t(text.bytes.size())},
             {"checksum", int64_t(text.checksum)}};
   if (kind == DataKind::verses)
-    return {
-        {"path", verses.path}, {"verses", verses.verses()}, {"checksum", int64_t(verses.checksum)}};
+    return {{"path", verses.path},
+            {"verses", verses.verses()},
+            {"tokenizer", verses.tokenizer},  // eval encodes the verses alike
+            {"checksum", int64_t(verses.checksum)}};
   return {{"path", images.path},
           {"images", images.count(io::Split::train) + images.count(io::Split::val)},
           {"checksum", int64_t(images.checksum)}};

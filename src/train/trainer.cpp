@@ -291,6 +291,18 @@ struct Trainer {
     if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
         std::get<int64_t>(c->second) != int64_t(data.checksum()) && is_root())
       spdlog::warn("data differs from the data the checkpoint was trained on");
+    // Verses encoded otherwise than the checkpoint's (bytes vs WordPiece) would be other tokens.
+    auto t = r.data.find("tokenizer");
+    if (data.kind == DataKind::verses && t != r.data.end() &&
+        std::holds_alternative<std::string>(t->second) &&
+        std::get<std::string>(t->second) != data.verses.tokenizer) {
+      const std::string& was = std::get<std::string>(t->second);
+      throw UsageError(fmt::format(
+          "{} was trained on verses encoded {}; this run encodes them {}: resume with {}", path,
+          was.empty() ? "as bytes" : "with the WordPiece vocabulary " + was,
+          data.verses.tokenizer.empty() ? "as bytes" : "with " + data.verses.tokenizer,
+          was.empty() ? "no --tokenizer" : "--tokenizer " + was));
+    }
   }
 
   // --init-from: every rank reads its own parameter pieces; the first failure stops every rank.

