@@ -17,6 +17,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "io/utf8.hpp"
 #include "src/check.hpp"
 
 namespace mpitron::io {
@@ -67,33 +68,6 @@ void append_utf8(std::string& s, uint32_t cp) {
     s += char(0x80 | ((cp >> 6) & 0x3F));
     s += char(0x80 | (cp & 0x3F));
   }
-}
-
-// Length of the UTF-8 character at p[0..n) (n >= 1), or minus the length of the maximal invalid
-// subsequence there (Unicode's "maximal subpart", as WHATWG decoders replace with one U+FFFD).
-int utf8_char(const uint8_t* p, size_t n) {
-  const uint8_t b = p[0];
-  if (b < 0x80) return 1;
-  int need;
-  uint8_t lo = 0x80, hi = 0xBF;
-  if (b >= 0xC2 && b <= 0xDF) {
-    need = 1;
-  } else if (b >= 0xE0 && b <= 0xEF) {
-    need = 2;
-    if (b == 0xE0) lo = 0xA0;
-    if (b == 0xED) hi = 0x9F;
-  } else if (b >= 0xF0 && b <= 0xF4) {
-    need = 3;
-    if (b == 0xF0) lo = 0x90;
-    if (b == 0xF4) hi = 0x8F;
-  } else {
-    return -1;
-  }
-  for (int k = 1; k <= need; ++k) {
-    if (size_t(k) >= n || p[k] < lo || p[k] > hi) return -k;
-    lo = 0x80, hi = 0xBF;
-  }
-  return need + 1;
 }
 
 // Offset of the first invalid UTF-8 sequence in s, or s.size().
