@@ -18,56 +18,13 @@
 #include "src/cpu/step_ops.hpp"
 #include "src/cuda/cuda_check.hpp"
 #include "src/cuda/step_ops.cuh"
+#include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;
+using cuda_test::DeviceArray;
+using cuda_test::Stream;
 
 namespace {
-
-// Empty when a device is usable, else why not (the runtime's own words).
-std::string no_device_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return cudaGetErrorString(err);
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
-
-#define SKIP_WITHOUT_DEVICE()                                      \
-  do {                                                             \
-    const std::string why_ = no_device_reason();                   \
-    if (!why_.empty()) GTEST_SKIP() << "no CUDA device: " << why_; \
-  } while (0)
-
-// A device array of T, freed on scope exit.
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    if (n) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(T)));
-  }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() {
-    if (ptr) CUDA_CHECK(cudaFree(ptr));
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  void upload(const std::vector<T>& host) {
-    if (n) CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n);
-    if (n) CUDA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { CUDA_CHECK(cudaStreamDestroy(s)); }
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s)); }
-};
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);

@@ -1,6 +1,8 @@
-// CUDA_CHECK: every CUDA runtime call whose failure is fatal goes through it, so a failure prints
-// "[rank r] file:line call: reason" and aborts the whole job (fail_at, src/check.hpp).
+// One check macro per CUDA library: a failing call prints "[rank r] file:line call: reason" and
+// aborts the whole job (fail_at, src/check.hpp). NCCL_CHECK lives in comm/nccl_group.hpp.
 #pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "src/check.hpp"
@@ -11,3 +13,14 @@
     if (cuda_check_err_ != cudaSuccess)                                                   \
       ::mpitron::fail_at(__FILE__, __LINE__, #call, cudaGetErrorString(cuda_check_err_)); \
   } while (0)
+
+// cuBLAS and cuBLASLt share cublasStatus_t.
+#define CUBLAS_CHECK(call)                                                                     \
+  do {                                                                                         \
+    const cublasStatus_t cublas_check_err_ = (call);                                           \
+    if (cublas_check_err_ != CUBLAS_STATUS_SUCCESS)                                            \
+      ::mpitron::fail_at(__FILE__, __LINE__, #call, cublasGetStatusString(cublas_check_err_)); \
+  } while (0)
+
+// A launch's configuration errors show at the launch, not at the next synchronisation.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())

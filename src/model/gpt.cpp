@@ -179,7 +179,8 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
     segments.back().end = flat_size;  // the flat padding joins the last block
   }
 
-  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_};
+  layers_ = how.layers ? how.layers : &cpu_layer_ops();
+  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;
@@ -213,6 +214,8 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   });
   dln_f = scratch.dln;
   tokens = Buffer<int32_t>(alloc, chunks.size() * slot_count * 2 * BT);
+  host_tokens_.resize(2 * BT);
+  host_losses_.resize(BT);
   int32_t* t = tokens.data();
   for (GptChunk& ch : chunks)
     for (GptActs& s : ch.slots) {
@@ -242,19 +245,25 @@ double GptModel::forward(const MicroBatch& mb) {
   GptActs& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
+  const LayerOps& L = *layers_;
   const int32_t* tok = mb.samples.tokens;
+  int32_t* inputs = host_tokens_.data();
+  int32_t* targets = inputs + N;
   for (int b = 0; b < rows; ++b)
     for (int t = 0; t < T; ++t) {
-      a.inputs[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t];
-      a.targets[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t + 1];
+      inputs[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t];
+      targets[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t + 1];
     }
+  L.upload_int32(a.inputs, inputs, size_t(N));
+  L.upload_int32(a.targets, targets, size_t(N));
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
   if (ch.first) {
-    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl);
-    cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl,
+                                         L);
+    L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
   }
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
+  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   const float* x = a.encoded;
   for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
     BlockActs acts_l = block_acts(a, l - ch.blocks.begin);
@@ -262,12 +271,13 @@ double GptModel::forward(const MicroBatch& mb) {
     x = acts_l.res_mlp;
   }
   if (!ch.last) return 0.0;
-  cpu::layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C);
-  tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl);
+  L.layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C, 1e-5);
+  tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl, L);
   tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
-                                          Vl, v0, V);
+                                          Vl, v0, V, L);
+  L.download(host_losses_.data(), a.losses, size_t(N));
   double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += a.losses[i];
+  for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
   return sum;
 }
 
@@ -278,18 +288,19 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
+  const LayerOps& L = *layers_;
   if (ch.last) {
     tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
-                                             v0, V);
+                                             v0, V, L);
     const float* x_last = a.blocks.back().res_mlp;
     tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
-                                        Vl);
-    cpu::zero(dresidual, size_t(N) * C);
-    cpu::layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
-                            a.ln_f_rstd, N, C);
+                                        Vl, L);
+    L.zero(dresidual, size_t(N) * C);
+    L.layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
+                         a.ln_f_rstd, N, C);
     ready(head_segment_);
   }  // else dresidual holds the gradient of the chunk's output, received from the next stage
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_};
+  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
     const int k = l - ch.blocks.begin;
     const float* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
@@ -301,10 +312,9 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
     ready(segment_of_block[l]);
   }
   if (ch.first) {
-    cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N,
-                          C);
+    L.dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
     tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C,
-                                          v0, Vl);
+                                          v0, Vl, L);
   }
   // The embedding segment is final after the embedding (first stage) or the tied head (last).
   if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);

@@ -100,7 +100,10 @@ class GptModel final : public Model {
  private:
   // The activations block k of a slot forwards into and backward reads.
   BlockActs block_acts(const GptActs& a, int k) const;
-  comm::Group self_;  // the TP group of one when the build names none
+  const LayerOps* layers_ = nullptr;  // the device's layers
+  std::vector<int32_t> host_tokens_;  // (2,B,T) inputs and targets, before their upload
+  std::vector<float> host_losses_;    // (B,T) the losses, downloaded
+  comm::Group self_;                  // the TP group of one when the build names none
   comm::Group* tp_ = nullptr;
   bool holds_first_ = false;             // this stage embeds (its first chunk is virtual stage 0)
   size_t embedding_segment_ = SIZE_MAX;  // wte/wpe, where held

@@ -14,6 +14,7 @@
 #include "comm/group.hpp"
 #include "src/allocator.hpp"
 #include "src/model/config.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/model/registry.hpp"
 
 namespace mpitron {
@@ -54,6 +55,9 @@ struct ModelBuild {
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   DeviceAllocator* alloc = nullptr;
+  // The layers of the device alloc allocates on (nullptr: the CPU's). Families that run on the CPU
+  // only refuse another (ModelFamily::devices).
+  const LayerOps* layers = nullptr;
 };
 
 // A flat range of parameters whose gradients become final together in backward, in flat order.

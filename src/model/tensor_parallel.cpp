@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <string>
 
 #include "layers/cpu/column_blocks.hpp"
 #include "layers/crossentropy.hpp"
@@ -26,6 +27,12 @@ void add_rows(float* x, const float* v, int N, int C) {
     float* row = x + ptrdiff_t(n) * C;
     for (int c = 0; c < C; ++c) row[c] += v[c];
   }
+}
+
+// Above tp 1 the collectives and the loops here take host memory: the CPU's layers only.
+void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops) {
+  MPITRON_REQUIRE(tp.size() == 1 || &ops == &cpu_layer_ops(),
+                  std::string("tensor parallelism runs on the cpu only, not on ") + ops.device);
 }
 
 // Columns of [v0, v0+Vl) that are real vocabulary entries (< V): [0, real).
@@ -54,23 +61,26 @@ void reduce_from_tp_backward(comm::Group&, const float*, size_t) {}
 // ---- column-parallel linear ----
 
 void column_parallel_linear_forward(comm::Group& tp, float* out, const float* inp, const float* w,
-                                    const float* b, int N, int IC, int OCl) {
+                                    const float* b, int N, int IC, int OCl, const LayerOps& ops) {
+  require_host_layers_above_tp1(tp, ops);
   copy_to_tp_forward(tp, inp, size_t(N) * IC);
-  cpu::linear_forward(out, inp, w, b, N, IC, OCl);
+  ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 
 void column_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, float* db,
                                      const float* dout, const float* inp, const float* w, int N,
-                                     int IC, int OCl) {
-  cpu::linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
+                                     int IC, int OCl, const LayerOps& ops) {
+  require_host_layers_above_tp1(tp, ops);
+  ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
   if (dinp) copy_to_tp_backward(tp, dinp, size_t(N) * IC);
 }
 
 // ---- row-parallel linear ----
 
 void row_parallel_linear_forward(comm::Group& tp, float* out, const float* inp, const float* w,
-                                 const float* b, int N, int ICl, int OC) {
-  if (tp.size() == 1) return cpu::linear_forward(out, inp, w, b, N, ICl, OC);
+                                 const float* b, int N, int ICl, int OC, const LayerOps& ops) {
+  if (tp.size() == 1) return ops.linear_forward(out, inp, w, b, N, ICl, OC);
+  require_host_layers_above_tp1(tp, ops);
   cpu::linear_forward(out, inp, w, static_cast<const float*>(nullptr), N, ICl, OC);
   reduce_from_tp_forward(tp, out, size_t(N) * OC);
   if (b) add_rows(out, b, N, OC);
@@ -78,20 +88,22 @@ void row_parallel_linear_forward(comm::Group& tp, float* out, const float* inp, 
 
 void row_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, float* db,
                                   const float* dout, const float* inp, const float* w, int N,
-                                  int ICl, int OC) {
+                                  int ICl, int OC, const LayerOps& ops) {
+  require_host_layers_above_tp1(tp, ops);
   reduce_from_tp_backward(tp, dout, size_t(N) * OC);
-  cpu::linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
+  ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
 }
 
 // ---- vocab-parallel embedding ----
 
 void vocab_parallel_embedding_forward(comm::Group& tp, float* out, const int32_t* tokens,
                                       const float* wte, const float* wpe, int B, int T, int C,
-                                      int v0, int Vl) {
+                                      int v0, int Vl, const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_forward at tp 1 needs v0 = 0");
-    return cpu::encoder_forward(out, tokens, wte, wpe, B, T, C);
+    return ops.encoder_forward(out, tokens, wte, wpe, B, T, C);
   }
+  require_host_layers_above_tp1(tp, ops);
   const ptrdiff_t N = ptrdiff_t(B) * T;
 #pragma omp parallel for schedule(static)
   for (ptrdiff_t i = 0; i < N; ++i) {
@@ -113,11 +125,13 @@ void vocab_parallel_embedding_forward(comm::Group& tp, float* out, const int32_t
 }
 
 void vocab_parallel_embedding_backward(comm::Group& tp, float* dwte, float* dwpe, const float* dout,
-                                       const int32_t* tokens, int B, int T, int C, int v0, int Vl) {
+                                       const int32_t* tokens, int B, int T, int C, int v0, int Vl,
+                                       const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_backward at tp 1 needs v0 = 0");
-    return cpu::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    return ops.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
+  require_host_layers_above_tp1(tp, ops);
   // As cpu::encoder_backward: whole columns per thread, rows added in token order.
   cpu::for_each_column_block(C, [&](int c0, int c1) {
     for (int b = 0; b < B; ++b) {
@@ -140,12 +154,13 @@ void vocab_parallel_embedding_backward(comm::Group& tp, float* dwte, float* dwpe
 // lse = M + log(sum_ranks sum_j exp(x_j - M)) with M the global row max, loss = lse - x[target].
 void vocab_parallel_crossentropy_forward(comm::Group& tp, float* losses, float* lse, float* scratch,
                                          const float* logits, const int32_t* targets, int N, int Vl,
-                                         int v0, int V) {
+                                         int v0, int V, const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_forward at tp 1 needs v0 = 0 and Vl = V");
-    return cpu::crossentropy_forward(losses, lse, logits, targets, N, V);
+    return ops.crossentropy_forward(losses, lse, logits, targets, N, V);
   }
+  require_host_layers_above_tp1(tp, ops);
   float* mx = scratch;              // (N) row max, then the global one
   float* sum = scratch + N;         // (N) sum of exp(x - global max)
   float* target = scratch + 2 * N;  // (N) the target's logit, from the rank that holds it
@@ -182,12 +197,13 @@ void vocab_parallel_crossentropy_forward(comm::Group& tp, float* losses, float* 
 // Each element is read before it is written at the same index, so dlogits may alias logits.
 void vocab_parallel_crossentropy_backward(comm::Group& tp, float* dlogits, const float* logits,
                                           const float* lse, const int32_t* targets, float dloss,
-                                          int N, int Vl, int v0, int V) {
+                                          int N, int Vl, int v0, int V, const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_backward at tp 1 needs v0 = 0 and Vl = V");
-    return cpu::crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+    return ops.crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
   }
+  require_host_layers_above_tp1(tp, ops);
   const int real = real_columns(Vl, v0, V);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {

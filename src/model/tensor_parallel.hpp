@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "comm/group.hpp"
+#include "src/model/layer_ops.hpp"
 
 namespace mpitron::tp {
 
@@ -14,7 +15,9 @@ namespace mpitron::tp {
 // and every rank of it makes the same calls in the same order. At tp.size() == 1 each call is
 // exactly the serial layer (cpu::linear_forward, ...) with the same arguments: the same bits and
 // no collective. Nothing allocates; scratch is an explicit argument. All-reduces go through
-// Group::allreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them.
+// Group::allreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them. ops: the device's
+// layers (the CPU's by default); at tp.size() > 1 only the CPU's (the collectives take host
+// memory).
 
 // ---- communication pairs (a forward and its backward, side by side) ----
 
@@ -38,7 +41,7 @@ void column_parallel_linear_forward(comm::Group& tp,
                                     const float* inp,  // (N,IC)
                                     const float* w,    // (OCl,IC)
                                     const float* b,    // (OCl) or nullptr
-                                    int N, int IC, int OCl);
+                                    int N, int IC, int OCl, const LayerOps& ops = cpu_layer_ops());
 
 // dinp is the full input gradient, summed over TP (copy_to_tp backward: one all-reduce of N·IC).
 // dinp == nullptr skips it and the all-reduce (it must then be nullptr on every TP rank).
@@ -49,7 +52,7 @@ void column_parallel_linear_backward(comm::Group& tp,
                                      const float* dout,  // (N,OCl)
                                      const float* inp,   // (N,IC)
                                      const float* w,     // (OCl,IC)
-                                     int N, int IC, int OCl);
+                                     int N, int IC, int OCl, const LayerOps& ops = cpu_layer_ops());
 
 // ---- row-parallel linear: W split by input columns, this rank holds ICl of them ----
 
@@ -60,7 +63,7 @@ void row_parallel_linear_forward(comm::Group& tp,
                                  const float* inp,  // (N,ICl) this rank's part
                                  const float* w,    // (OC,ICl)
                                  const float* b,    // (OC) or nullptr, replicated
-                                 int N, int ICl, int OC);
+                                 int N, int ICl, int OC, const LayerOps& ops = cpu_layer_ops());
 
 // No communication (reduce_from_tp backward is the identity). db gets the full column sums of dout
 // on every rank: the bias is replicated and its gradient is the same everywhere.
@@ -71,7 +74,7 @@ void row_parallel_linear_backward(comm::Group& tp,
                                   const float* dout,  // (N,OC) replicated
                                   const float* inp,   // (N,ICl)
                                   const float* w,     // (OC,ICl)
-                                  int N, int ICl, int OC);
+                                  int N, int ICl, int OC, const LayerOps& ops = cpu_layer_ops());
 
 // ---- vocab-parallel token + position embedding ----
 
@@ -83,7 +86,8 @@ void vocab_parallel_embedding_forward(comm::Group& tp,
                                       const int32_t* tokens,  // (B,T), in [0, V)
                                       const float* wte,       // (Vl,C)
                                       const float* wpe,       // (maxT,C), replicated
-                                      int B, int T, int C, int v0, int Vl);
+                                      int B, int T, int C, int v0, int Vl,
+                                      const LayerOps& ops = cpu_layer_ops());
 
 // No communication. dwte rows of this rank's tokens +=; dwpe += the whole dout (replicated, the
 // same on every rank). Sums in token order per column block (bits independent of threads).
@@ -92,7 +96,8 @@ void vocab_parallel_embedding_backward(comm::Group& tp,
                                        float* dwpe,            // (maxT,C) +=
                                        const float* dout,      // (B,T,C)
                                        const int32_t* tokens,  // (B,T)
-                                       int B, int T, int C, int v0, int Vl);
+                                       int B, int T, int C, int v0, int Vl,
+                                       const LayerOps& ops = cpu_layer_ops());
 
 // ---- vocab-parallel softmax cross-entropy ----
 
@@ -109,7 +114,8 @@ void vocab_parallel_crossentropy_forward(comm::Group& tp,
                                          float* scratch,          // (3N) scratch
                                          const float* logits,     // (N,Vl)
                                          const int32_t* targets,  // (N), in [0, V)
-                                         int N, int Vl, int v0, int V);
+                                         int N, int Vl, int v0, int V,
+                                         const LayerOps& ops = cpu_layer_ops());
 
 // No communication. dlogits = (softmax - onehot) · dloss on real columns, 0 on padding; may alias
 // logits.
@@ -118,6 +124,7 @@ void vocab_parallel_crossentropy_backward(comm::Group& tp,
                                           const float* logits,     // (N,Vl)
                                           const float* lse,        // (N), from forward
                                           const int32_t* targets,  // (N)
-                                          float dloss, int N, int Vl, int v0, int V);
+                                          float dloss, int N, int Vl, int v0, int V,
+                                          const LayerOps& ops = cpu_layer_ops());
 
 }  // namespace mpitron::tp

@@ -15,6 +15,7 @@
 
 #include "comm/group.hpp"
 #include "src/model/activation_plan.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/philox.hpp"
 
 namespace mpitron {
@@ -25,7 +26,9 @@ struct BlockShape {
   const int32_t* lengths = nullptr;  // (B) valid tokens per sequence, nullptr: all T
   comm::Group* tp = nullptr;         // the tensor-parallel group (size 1: no TP)
   double ln_eps = 1e-5;              // LayerNorm's epsilon (BERT: 1e-12)
+  const LayerOps* ops = nullptr;  // the device's layers, nullptr: the CPU's (the encoder block's)
   int tp_size() const { return tp ? tp->size() : 1; }
+  const LayerOps& layers() const { return ops ? *ops : cpu_layer_ops(); }
 };
 
 // Pointers to one block's parameters (or gradients) inside a flat buffer: this rank's shards.
@@ -55,7 +58,7 @@ struct BlockActs {
   float* ln_1;                   // (B,T,C)
   float *ln_1_mean, *ln_1_rstd;  // (B,T)
   float* qkv;                    // (B,T,3Cl)
-  float* att;                    // (B,NH/tp,T,T)
+  float* att;                    // the softmax for backward: attention_saved_elements(B,NH/tp,T)
   float* atty;                   // (B,T,Cl)
   float* attn_out;               // (B,T,C) after projection and dropout
   float* res_attn;               // (B,T,C) x + attn_out

@@ -15,7 +15,9 @@ for z in 0 1 2; do for dp in 2 4; do run z${z}_dp$dp $dp $z; done; done
 import h5py
 def peak(name):
     with h5py.File(f"{name}/trace.h5", "r") as f:
-        return int(f["trace/rank_peak_mem_bytes"][-1].max())
+        per_rank = [int(x) for x in f["trace/rank_peak_mem_bytes"][-1]]
+    print(f"{name}: peak bytes per rank {per_rank}")  # shown whatever fails below
+    return max(per_rank)
 base = peak("z0_dp1")
 with h5py.File("z0_dp1/trace.h5", "r") as f:
     moment_bytes = 2 * 4 * int(f.attrs["parameters"])
