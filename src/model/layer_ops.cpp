@@ -15,10 +15,6 @@
 #include "src/check.hpp"
 #include "src/cpu/step_ops.hpp"
 
-#ifdef MPITRON_HAVE_CUDA
-#include "src/cuda/layer_ops.hpp"
-#endif
-
 namespace mpitron {
 
 namespace {

@@ -59,6 +59,9 @@ struct LayerOps {
 };
 
 const LayerOps& cpu_layer_ops();
+#ifdef MPITRON_HAVE_CUDA
+const LayerOps& cuda_layer_ops();  // src/cuda/layer_ops.cu
+#endif
 
 // UsageError for a device this build has no layers for.
 const LayerOps& layer_ops(const std::string& device);
