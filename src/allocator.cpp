@@ -9,9 +9,14 @@ namespace mpitron {
 void* DeviceAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  void* p = nullptr;
+  if (raw_allocate) {
+    p = raw_allocate(rounded);
+  } else {
+    p = std::aligned_alloc(64, rounded);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+  }
   current_bytes += bytes;
   if (current_bytes > peak_bytes) peak_bytes = current_bytes;
   ++allocations;
@@ -20,7 +25,10 @@ void* DeviceAllocator::allocate(size_t bytes) {
 
 void DeviceAllocator::release(void* ptr, size_t bytes) {
   if (!ptr) return;
-  std::free(ptr);
+  if (raw_release)
+    raw_release(ptr);
+  else
+    std::free(ptr);
   current_bytes -= bytes;
 }
 

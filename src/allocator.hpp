@@ -11,6 +11,10 @@ namespace mpitron {
 
 struct DeviceAllocator {
   std::string device = "cpu";
+  // The device's raw memory (zero-filled; a GPU's cudaMalloc, src/cuda/device_memory.cuh); null:
+  // 64-byte aligned host memory. Buffers of a device allocator are not readable on the host.
+  void* (*raw_allocate)(size_t bytes) = nullptr;
+  void (*raw_release)(void* ptr) = nullptr;
   size_t current_bytes = 0;
   size_t peak_bytes = 0;
   size_t allocations = 0;  // total number of allocate() calls, for "no allocation per step" checks

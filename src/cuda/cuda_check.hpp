@@ -1,5 +1,5 @@
 // One check macro per CUDA library: a failing call prints "[rank r] file:line call: reason" and
-// aborts the whole job (fail_at, src/check.hpp). NCCL_CHECK lives in comm/nccl_group.hpp.
+// aborts the whole job (fail_at, src/check.hpp). NCCL_CHECK lives in comm/nccl/nccl_comm.hpp.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "src/check.hpp"
 
 namespace mpitron {
@@ -9,9 +12,19 @@ namespace mpitron {
 void Model::allocate_tensors(const ModelBuild& how) {
   flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
   params = Buffer<float>(*how.alloc, flat_size);
-  registry.initialize(params.data(), how.seed);
   buffers = Buffer<float>(*how.alloc, registry.buffer_size());
-  registry.initialize_buffers(buffers.data(), how.seed);
+  if (!how.layers || how.layers == &cpu_layer_ops()) {
+    registry.initialize(params.data(), how.seed);
+    registry.initialize_buffers(buffers.data(), how.seed);
+    return;
+  }
+  // Another device: the same values, drawn on the host, then uploaded.
+  std::vector<float> host(std::max(flat_size, buffers.size()), 0.0f);
+  registry.initialize(host.data(), how.seed);
+  how.layers->upload(params.data(), host.data(), flat_size);
+  std::fill(host.begin(), host.end(), 0.0f);
+  registry.initialize_buffers(host.data(), how.seed);
+  how.layers->upload(buffers.data(), host.data(), buffers.size());
 }
 
 int64_t Model::count_correct(const MicroBatch& mb) const {

@@ -29,6 +29,7 @@
 #include "src/cpu/gemm.hpp"
 #include "src/human_units.hpp"
 #include "src/model/family.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/pipeline/executor.hpp"
 #include "src/pipeline/schedule.hpp"
 #include "src/train/adamw.hpp"
@@ -39,6 +40,10 @@
 #include "src/train/pretrained.hpp"
 #include "src/train/step_backend.hpp"
 #include "src/train/watchdog.hpp"
+
+#ifdef MPITRON_HAVE_CUDA
+#include "src/cuda/device_memory.cuh"
+#endif
 
 namespace mpitron {
 
@@ -90,7 +95,10 @@ struct Trainer {
   comm::Grid& grid;
   const ModelFamily& family;
   const StepBackend& ops;
-  DeviceAllocator alloc{"cpu"};
+  const LayerOps& layers;
+  const bool on_host;     // --device cpu: nothing moves between host and device
+  DeviceAllocator alloc;  // the device's memory: model, gradients, moments (peak in the trace)
+  DeviceAllocator host_alloc{"cpu"};  // another device's host side: the data and file copies
   BatchSource data;
   std::unique_ptr<Model> model;
   std::unique_ptr<GradSync> sync;
@@ -106,7 +114,10 @@ struct Trainer {
   int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
   Buffer<float> m, v;  // AdamW moments of the shard
-  int64_t step = 0;    // completed optimizer steps
+  // Another device's parameters, buffers and moments pass through these on their way to and from
+  // files (checkpoints, --init-from); unused on the CPU.
+  Buffer<float> file_params, file_buffers, file_m, file_v;
+  int64_t step = 0;  // completed optimizer steps
   std::unique_ptr<io::TraceWriter> trace;
   io::TraceRow row{};  // reused every step (its per-rank vectors are sized once)
   uint64_t comm_bytes_before = 0;
@@ -118,10 +129,53 @@ struct Trainer {
         tc(opts.cfg.train),
         grid(g),
         family(model_family(opts.cfg.model.type)),
-        ops(step_backend(opts.device)) {}
+        ops(step_backend(opts.device)),
+        layers(layer_ops(opts.device)),
+        on_host(opts.device == "cpu"),
+        alloc(device_memory(opts.device)) {}
 
-  bool is_root() const { return grid.rank == 0; }
-  bool last_stage() const { return grid.coords.pp_rank == opts.layout.pp - 1; }
+  static DeviceAllocator device_memory(const std::string& device) {
+#ifdef MPITRON_HAVE_CUDA
+    if (device == "cuda") return cuda::device_allocator();
+#endif
+    return DeviceAllocator{device};
+  }
+
+  // Where files read and write the parameters, buffers and moments: the device's own buffers on
+  // the CPU, else host copies (download_state before a write, upload_state after a read).
+  float* params_for_files() {
+    return on_host ? model->params.data() : file_params.data();
+  }
+  float* buffers_for_files() {
+    return on_host ? model->buffers.data() : file_buffers.data();
+  }
+  float* m_for_files() {
+    return on_host ? m.data() : file_m.data();
+  }
+  float* v_for_files() {
+    return on_host ? v.data() : file_v.data();
+  }
+  void download_state() {
+    if (on_host) return;
+    layers.download(file_params.data(), model->params.data(), model->params.size());
+    layers.download(file_buffers.data(), model->buffers.data(), model->buffers.size());
+    layers.download(file_m.data(), m.data(), m.size());
+    layers.download(file_v.data(), v.data(), v.size());
+  }
+  void upload_state() {
+    if (on_host) return;
+    layers.upload(model->params.data(), file_params.data(), model->params.size());
+    layers.upload(model->buffers.data(), file_buffers.data(), model->buffers.size());
+    layers.upload(m.data(), file_m.data(), m.size());
+    layers.upload(v.data(), file_v.data(), v.size());
+  }
+
+  bool is_root() const {
+    return grid.rank == 0;
+  }
+  bool last_stage() const {
+    return grid.coords.pp_rank == opts.layout.pp - 1;
+  }
 
   uint64_t comm_bytes_total() const {
     return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent;
@@ -134,7 +188,8 @@ struct Trainer {
     local_rows = rank_rows.count;
     micro_rows =
         int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
-    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, alloc, opts.tokenizer);
+    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows,
+                             on_host ? alloc : host_alloc, opts.tokenizer);
     data.augment = tc.augment != 0;
     if (data.kind == DataKind::images) {
       const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
@@ -178,6 +233,7 @@ struct Trainer {
     }
     how.tp = &grid.tp;
     how.alloc = &alloc;
+    how.layers = &layers;
     const size_t before_model = alloc.current_bytes;
     model = build_model(cfg.model, how);
     model_activation_bytes = alloc.current_bytes - before_model -
@@ -198,6 +254,12 @@ struct Trainer {
     shard = sync->owned();
     m = Buffer<float>(alloc, shard.size());
     v = Buffer<float>(alloc, shard.size());
+    if (!on_host) {
+      file_params = Buffer<float>(host_alloc, model->params.size());
+      file_buffers = Buffer<float>(host_alloc, model->buffers.size());
+      file_m = Buffer<float>(host_alloc, shard.size());
+      file_v = Buffer<float>(host_alloc, shard.size());
+    }
     row.rank_comm_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
@@ -218,9 +280,10 @@ struct Trainer {
   std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing) {
     const bool param_writer = !for_writing || grid.coords.dp_rank == 0;
     const bool moment_writer = !for_writing || opts.layout.zero > 0 || grid.coords.dp_rank == 0;
-    std::vector<io::TensorPiece> pieces = parameter_pieces(*model, param_writer, for_writing);
-    for (auto& t :
-         moment_pieces(model->registry, shard, m.data(), v.data(), moment_writer, for_writing))
+    std::vector<io::TensorPiece> pieces = parameter_pieces(
+        model->registry, params_for_files(), buffers_for_files(), param_writer, for_writing);
+    for (auto& t : moment_pieces(model->registry, shard, m_for_files(), v_for_files(),
+                                 moment_writer, for_writing))
       pieces.push_back(std::move(t));
     // Every stage names every tensor of the whole network in the collective write.
     if (for_writing && opts.layout.pp > 1)
@@ -253,6 +316,7 @@ struct Trainer {
     r.settings = run_settings(cfg);
     r.eval_batches = tc.eval_batches;  // for `mpitron eval`'s defaults
     const std::string path = checkpoint_path(step);
+    download_state();
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                          checkpoint_pieces(true), MPI_COMM_WORLD);
     if (is_root()) spdlog::info("checkpoint {}", path);
@@ -277,6 +341,7 @@ struct Trainer {
     // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
     // with the message of the first rank that failed, instead of the others waiting for it.
     std::string error;
+    download_state();  // what the file does not hold stays as it is
     try {
       io::read_checkpoint_tensors(path, checkpoint_pieces(false));
     } catch (const UsageError& e) {
@@ -286,6 +351,7 @@ struct Trainer {
     const int64_t minus_first =
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
+    upload_state();
     step = r.step;
     auto c = r.data.find("checksum");
     if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
@@ -309,8 +375,11 @@ struct Trainer {
   void init_from(const std::string& source) {
     std::string error;
     std::vector<std::string> fresh;
+    download_state();  // the fresh head keeps its initialisation
     try {
-      fresh = load_pretrained_parameters(source, cfg.model, parameter_pieces(*model, true));
+      fresh = load_pretrained_parameters(
+          source, cfg.model,
+          parameter_pieces(model->registry, params_for_files(), buffers_for_files(), true));
     } catch (const UsageError& e) {
       error = e.what();
     }
@@ -318,6 +387,7 @@ struct Trainer {
     const int64_t minus_first =
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
+    upload_state();
     if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
     if (is_root() && !fresh.empty())
       spdlog::info("initialised, not in {} (this run's task head): {}", source,
@@ -493,7 +563,7 @@ struct Trainer {
     a["layout.virtual_stages"] = int64_t(L.virtual_stages);
     a["layout.stage_layers"] = stage_layers_text();
     a["layout.recompute"] = std::string(L.recompute ? "block" : "none");
-    a["gemm"] = std::string(cpu::gemm_library());
+    a["gemm"] = std::string(on_host ? cpu::gemm_library() : "cublas");
     if (!opts.init_from.empty()) a["init_from"] = opts.init_from;
     a["parameters"] = total_parameters();
     return a;
@@ -566,8 +636,8 @@ struct Trainer {
               : "",
           is_sequence_data(data.kind) ? fmt::format("{}x{}", tc.batch_size, tc.seq_len)
                                       : fmt::format("{}", tc.batch_size),
-          tc.micro_batches, micro_rows, tc.steps, opts.device, cpu::gemm_library(),
-          data.describe());
+          tc.micro_batches, micro_rows, tc.steps, opts.device,
+          on_host ? cpu::gemm_library() : "cublas", data.describe());
     }
     std::signal(SIGUSR1, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
@@ -727,6 +797,27 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
   return ranges;
 }
 
+namespace {
+// --device: one the build has, for a family and a layout it runs; makes the rank's GPU current.
+void check_device(const std::string& device, const ModelFamily& family, int world) {
+  if (device != "cpu" && device != "cuda")
+    throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device));
+  if (device == "cpu") return;
+  step_backend(device);  // UsageError where this build has no CUDA backend
+  if (family.type != std::string("gpt"))
+    throw UsageError(fmt::format(
+        "--device cuda trains the gpt family so far; the {} family runs on the cpu", family.type));
+  if (world > 1)
+    throw UsageError(fmt::format(
+        "--device cuda runs one rank so far (this job has {}): data, tensor and pipeline "
+        "parallelism on GPUs are not built yet; run one rank, or --device cpu",
+        world));
+#ifdef MPITRON_HAVE_CUDA
+  cuda::select_device(0);
+#endif
+}
+}  // namespace
+
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
   const bool dp_inferred = opts.layout.dp == 0;
@@ -768,6 +859,7 @@ int run_training(TrainOptions opts) {
         "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
+  check_device(opts.device, family, grid.shape.world);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())

@@ -1,0 +1,24 @@
+// A GPU's memory for the counting allocator and the host transfers of the layer table: the device
+// a rank trains on, raw allocation, uploads and downloads. A plain C++ header (no nvcc needed).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "src/allocator.hpp"
+
+namespace mpitron::cuda {
+
+// Makes device `local_rank % devices` current and returns it. UsageError (one line) without a
+// device: "--device cuda: no CUDA device (<the runtime's reason>)".
+int select_device(int local_rank);
+
+// A DeviceAllocator named "cuda" whose buffers are cudaMalloc'ed (zero-filled) on the current
+// device; its peak is the run's GPU memory figure.
+DeviceAllocator device_allocator();
+
+// Host <-> current device on the calling thread's default stream. Downloads wait for the copy.
+void upload(float* dst, const float* host_src, size_t n);
+void upload_int32(int32_t* dst, const int32_t* host_src, size_t n);
+void download(float* host_dst, const float* src, size_t n);
+
+}  // namespace mpitron::cuda
