@@ -38,11 +38,12 @@ size_t attention_saved_elements(int B, int NH, int T) {
   return size_t(B) * NH * T * T;
 }
 
-}  // namespace
-
-const LayerOps& cpu_layer_ops() {
+// The CPU's layers under another name: a model on "cpu-staged" takes the paths of a device whose
+// memory the host cannot read (uploads, downloads), with the CPU's math.
+template <bool kStaged>
+const LayerOps& host_layer_ops() {
   static constexpr LayerOps ops{
-      "cpu",
+      kStaged ? "cpu-staged" : "cpu",
       cpu::zero,
       cpu::copy,
       upload_int32,
@@ -68,8 +69,15 @@ const LayerOps& cpu_layer_ops() {
   return ops;
 }
 
+}  // namespace
+
+const LayerOps& cpu_layer_ops() {
+  return host_layer_ops<false>();
+}
+
 const LayerOps& layer_ops(const std::string& device) {
   if (device == "cpu") return cpu_layer_ops();
+  if (device == "cpu-staged") return host_layer_ops<true>();
 #ifdef MPITRON_HAVE_CUDA
   if (device == "cuda") return cuda_layer_ops();
 #endif

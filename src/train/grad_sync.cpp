@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "src/check.hpp"
 
@@ -92,6 +93,10 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
+  if (ops.staged && p > 1) {
+    staging_.assign(flat, 0.0f);
+    if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
+  }
   if (opts.bucket_mb > 0 && opts.zero == 0 && p > 1) {
     const double wanted = opts.bucket_mb * 1024 * 1024 / sizeof(float);
     const size_t per = size_t(std::clamp(wanted, 16.0, double(flat)));
@@ -104,9 +109,17 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
   }
 }
 
+template <class Collective>
+void GradSync::staged(float* data, size_t b, size_t e, Collective collective) {
+  ops_.download(staging_.data() + b, data, e - b);
+  collective(staging_.data() + b);
+  ops_.upload(data, staging_.data() + b, e - b);
+}
+
 void GradSync::begin_step() {
   ops_.zero(grads_.data.data(), grads_.data.size());
   if (opts_.zero == 2) ops_.zero(grad_shard_.data(), grad_shard_.size());
+  std::fill(shard_sums_.begin(), shard_sums_.end(), 0.0f);
 }
 
 GradReadyHook GradSync::hook(bool last_micro_batch) {
@@ -127,10 +140,15 @@ void GradSync::on_segment(size_t segment) {
   float* g = grads_.data.data();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first >= ready_begin) {
     auto [b, e] = buckets_[next_bucket_++];
+    float* x = g + b;  // the bucket itself, or its host copy (uploaded by finish_backward)
+    if (ops_.staged) {
+      x = staging_.data() + b;
+      ops_.download(x, g + b, e - b);
+    }
     if (opts_.method == comm::DpReduce::allreduce)  // the one method with a non-blocking form
-      pending_.push_back(dp_.iallreduce_sum(g + b, e - b));
+      pending_.push_back(dp_.iallreduce_sum(x, e - b));
     else
-      comm::allreduce_by(dp_, opts_.method, g + b, e - b);
+      comm::allreduce_by(dp_, opts_.method, x, e - b);
   }
 }
 
@@ -141,10 +159,17 @@ void GradSync::reduce_segment_sharded(size_t segment) {
   float* data = grads_.segment_data[segment];
   for (size_t k = 0; k < segment_bounds_.size(); ++k)
     segment_bounds_[k] = std::clamp(shard_bounds_[k], seg.begin, seg.end) - seg.begin;
-  comm::reduce_scatter_by(dp_, opts_.method, data, segment_bounds_);
   const size_t b = std::max(seg.begin, shard_.begin), e = std::min(seg.end, shard_.end);
-  float* shard = grad_shard_.data();
-  for (size_t i = b; i < e; ++i) shard[i - shard_.begin] += data[i - seg.begin];
+  if (ops_.staged) {
+    float* host = staging_.data() + seg.begin;
+    ops_.download(host, data, seg.end - seg.begin);
+    comm::reduce_scatter_by(dp_, opts_.method, host, segment_bounds_);
+    for (size_t i = b; i < e; ++i) shard_sums_[i - shard_.begin] += host[i - seg.begin];
+  } else {
+    comm::reduce_scatter_by(dp_, opts_.method, data, segment_bounds_);
+    float* shard = grad_shard_.data();
+    for (size_t i = b; i < e; ++i) shard[i - shard_.begin] += data[i - seg.begin];
+  }
   ops_.zero(data, seg.end - seg.begin);
 }
 
@@ -153,15 +178,32 @@ void GradSync::finish_backward() {
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
   for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
-  if (dp_.size() == 1 || opts_.zero == 2) return;
-  if (opts_.zero == 1) return comm::reduce_scatter_by(dp_, opts_.method, g, shard_bounds_);
+  if (dp_.size() == 1) return;
+  const size_t flat = model_.flat_size;
+  if (opts_.zero == 2) {
+    if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
+    return;
+  }
+  if (opts_.zero == 1) {
+    if (!ops_.staged) return comm::reduce_scatter_by(dp_, opts_.method, g, shard_bounds_);
+    ops_.download(staging_.data(), g, flat);
+    comm::reduce_scatter_by(dp_, opts_.method, staging_.data(), shard_bounds_);
+    ops_.upload(g + shard_.begin, staging_.data() + shard_.begin, shard_.size());
+    return;
+  }
   if (!buckets_.empty()) {
     for (auto& r : pending_) r.wait();
     pending_.clear();
+    if (ops_.staged)
+      for (size_t k = 0; k < next_bucket_; ++k) {
+        auto [b, e] = buckets_[k];
+        ops_.upload(g + b, staging_.data() + b, e - b);
+      }
     next_bucket_ = 0;
     return;
   }
-  comm::allreduce_by(dp_, opts_.method, g, model_.flat_size);
+  if (!ops_.staged) return comm::allreduce_by(dp_, opts_.method, g, flat);
+  staged(g, 0, flat, [&](float* host) { comm::allreduce_by(dp_, opts_.method, host, flat); });
 }
 
 const float* GradSync::owned_grads() const {
@@ -195,6 +237,18 @@ double GradSync::grad_norm() {
 void GradSync::gather_params(float* params) {
   CommTimer timer{&comm_s_};
   if (opts_.zero == 0) return;
+  if (ops_.staged) {  // this rank's shard up to the host, everyone's back down
+    float* host = staging_.data();
+    ops_.download(host + shard_.begin, params + shard_.begin, shard_.size());
+    if (opts_.method == comm::DpReduce::ring) {
+      dp_.ring_all_gather(host, model_.flat_size);
+    } else {
+      std::vector<float> mine(host + shard_.begin, host + shard_.end);
+      dp_.all_gather(mine.data(), host, shard_.size());
+    }
+    ops_.upload(params, host, model_.flat_size);
+    return;
+  }
   if (opts_.method == comm::DpReduce::ring) return dp_.ring_all_gather(params, model_.flat_size);
   ops_.copy(gather_scratch_.data(), params + shard_.begin, shard_.size());
   dp_.all_gather(gather_scratch_.data(), params, shard_.size());

@@ -3,7 +3,8 @@
 // backward still runs), ZeRO 1 (gradients reduce-scattered after backward, each rank updating its
 // 1/dp shard; parameters all-gathered after the update) and ZeRO 2 (each segment reduce-scattered
 // as soon as backward leaves it, so no rank holds the whole summed gradient). Models know none of
-// this: they declare segments and announce them (src/model/model.hpp).
+// this: they declare segments and announce them (src/model/model.hpp). On a device MPI cannot read
+// (a GPU with --comm mpi), every collective runs on a host copy of its range.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -103,6 +104,14 @@ class GradSync {
   size_t next_bucket_ = 0;
   bool buckets_active_ = false;
   double comm_s_ = 0;  // take_comm_seconds
+  // A device whose memory MPI cannot read (StepBackend::staged): the collectives run on host
+  // copies. staging_: the flat gradients (or parameters, for the all-gather); shard_sums_: ZeRO 2's
+  // owned shard, summed on the host over the step's segments and uploaded by finish_backward.
+  // Host memory, not the device's: outside the allocator's count.
+  std::vector<float> staging_, shard_sums_;
+  // Runs a collective on staging_[b, e) with the device's [b, e) of data around it.
+  template <class Collective>
+  void staged(float* data, size_t b, size_t e, Collective collective);
 };
 
 }  // namespace mpitron

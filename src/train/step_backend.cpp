@@ -6,10 +6,17 @@
 #include "src/cpu/step_ops.hpp"
 
 #ifdef MPITRON_HAVE_CUDA
+#include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
 #endif
 
 namespace mpitron {
+
+namespace {
+void host_copy(float* dst, const float* src, size_t n) {
+  cpu::copy(dst, src, n);
+}
+}  // namespace
 
 #ifdef MPITRON_HAVE_CUDA
 namespace {
@@ -31,12 +38,18 @@ void cuda_adamw_update(const ParamRegistry& reg, const AdamWRange& r, const Adam
 #endif
 
 const StepBackend& step_backend(const std::string& device) {
-  static constexpr StepBackend cpu_backend{"cpu", cpu::zero, cpu::copy, cpu::sum_of_squares,
-                                           cpu::adamw_update};
+  static constexpr StepBackend cpu_backend{
+      "cpu",     cpu::zero, cpu::copy, cpu::sum_of_squares, cpu::adamw_update,
+      host_copy, host_copy, false};
+  static constexpr StepBackend cpu_staged_backend{
+      "cpu-staged",      cpu::zero, cpu::copy, cpu::sum_of_squares,
+      cpu::adamw_update, host_copy, host_copy, true};
   if (device == "cpu") return cpu_backend;
+  if (device == "cpu-staged") return cpu_staged_backend;
 #ifdef MPITRON_HAVE_CUDA
-  static constexpr StepBackend cuda_backend{"cuda", cuda_zero, cuda_copy, cuda_sum_of_squares,
-                                            cuda_adamw_update};
+  static constexpr StepBackend cuda_backend{
+      "cuda",       cuda_zero,      cuda_copy, cuda_sum_of_squares, cuda_adamw_update,
+      cuda::upload, cuda::download, true};
   if (device == "cuda") return cuda_backend;
   throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device));
 #else

@@ -1,6 +1,7 @@
-// The step's non-layer work (zeroing, copies, gradient norm, AdamW) as one table per device,
-// chosen once when the run starts: call sites never branch on the device. The CPU table holds
-// src/cpu/step_ops; a CUDA table adds src/cuda twins with the same signatures.
+// The step's non-layer work (zeroing, copies, gradient norm, AdamW, host transfers) as one table
+// per device, chosen once when the run starts: call sites never branch on the device. The CPU
+// table holds src/cpu/step_ops; the CUDA table their src/cuda twins; "cpu-staged" is the CPU's
+// math with every transfer a GPU run makes (see layer_ops), to check that movement anywhere.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +19,13 @@ struct StepBackend {
   double (*sum_of_squares)(const float* g, size_t n);
   void (*adamw_update)(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg,
                        double lr, float grad_scale, int64_t t);
+  // Between the device's memory and the host's, for MPI collectives on a device that MPI cannot
+  // read (Open MPI here is not CUDA-aware). download waits for the copy.
+  void (*upload)(float* dst, const float* host_src, size_t n);
+  void (*download)(float* host_dst, const float* src, size_t n);
+  // The device's memory is not the host's: gradients and parameters pass through host copies
+  // around every collective (GradSync).
+  bool staged;
 };
 
 // UsageError for a device this build cannot train on.

@@ -798,22 +798,37 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
 }
 
 namespace {
-// --device: one the build has, for a family and a layout it runs; makes the rank's GPU current.
-void check_device(const std::string& device, const ModelFamily& family, int world) {
-  if (device != "cpu" && device != "cuda")
-    throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device));
+// --device: one the build has, for a family and a layout it runs; makes the rank's GPU current
+// (ranks of one node share its GPUs round-robin: --comm mpi stages their collectives on the host).
+void check_device(const std::string& device, const ModelFamily& family, const Layout& L) {
+  if (device != "cpu" && device != "cuda" && device != "cpu-staged")
+    throw UsageError(fmt::format("--device {}: not a device (cpu, cuda or cpu-staged)", device));
   if (device == "cpu") return;
   step_backend(device);  // UsageError where this build has no CUDA backend
   if (family.type != std::string("gpt"))
+    throw UsageError(
+        fmt::format("--device {} trains the gpt family so far; the {} family runs on the cpu",
+                    device, family.type));
+  if (L.tp > 1 || L.pp > 1)
     throw UsageError(fmt::format(
-        "--device cuda trains the gpt family so far; the {} family runs on the cpu", family.type));
-  if (world > 1)
-    throw UsageError(fmt::format(
-        "--device cuda runs one rank so far (this job has {}): data, tensor and pipeline "
-        "parallelism on GPUs are not built yet; run one rank, or --device cpu",
-        world));
+        "--device {} runs data parallelism only so far (--tp 1 --pp 1, got --tp {} --pp {}); "
+        "tensor and pipeline parallelism run on the cpu",
+        device, L.tp, L.pp));
+  if (device != "cuda") return;
 #ifdef MPITRON_HAVE_CUDA
-  cuda::select_device(0);
+  MPI_Comm node = MPI_COMM_NULL;
+  int local_rank = 0;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &local_rank));
+  MPI_CHECK(MPI_Comm_free(&node));
+  std::string error;
+  try {
+    cuda::select_device(local_rank);
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
+  if (!error.empty()) throw UsageError(error);  // a rank whose node differs from rank 0's
 #endif
 }
 }  // namespace
@@ -859,7 +874,7 @@ int run_training(TrainOptions opts) {
         "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  check_device(opts.device, family, grid.shape.world);
+  check_device(opts.device, family, L);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())

@@ -51,7 +51,7 @@ expect_error "--top-k must not be negative" "$MPITRON" generate --ckpt $ckpt --t
 expect_error "--temperature must be" "$MPITRON" generate --ckpt $ckpt --temperature nan --tokens 3
 expect_error "cannot create" "$MPITRON" batch --data "$data" --out missing_dir/batch.h5
 expect_error "Could not convert: --steps = lots" "$MPITRON" train --config "$TINY" --data "$data" --steps lots
-expect_error "--device gpu: not a device (cpu or cuda)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device gpu --out dev
+expect_error "--device gpu: not a device (cpu, cuda or cpu-staged)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device gpu --out dev
 # Without CUDA in the build, or without a GPU in the machine: one line either way.
 expect_error "--device cuda: " "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device cuda --out dev
 echo "bad input ok"

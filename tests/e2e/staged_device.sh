@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# --device cpu-staged runs the CPU's math with every movement a GPU run makes: the model,
+# gradients and moments in "device" memory reached only by uploads and downloads, the initial
+# parameters drawn on the host and uploaded, checkpoints and --init-from through host copies, and
+# every data-parallel collective on a host copy of its range. Its losses must equal the CPU's bit
+# for bit, at dp 1 and dp 2 with every reduction, resumed or not; so a transfer the GPU path
+# forgets fails here, on any machine.
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "$0")/common.sh"
+data=$(corpus)
+common=(--config "$TINY" --data "$data" --steps 6 --log-every 0 --eval-every 3 --eval-batches 1)
+same() {  # same A B WHAT
+  "$MPITRON" compare "$1/trace.h5" "$2/trace.h5" --rtol 0 >/dev/null || fail "$3"
+}
+"$MPITRON" train "${common[@]}" --out cpu >/dev/null
+"$MPITRON" train "${common[@]}" --device cpu-staged --out staged >/dev/null
+same cpu staged "cpu-staged differs from the cpu at one rank"
+# Steps 4-6 again from the step-3 checkpoint (the trace keeps steps 1-3 and is continued).
+"$MPITRON" train "${common[@]}" --device cpu-staged --ckpt-every 3 --out resumed >/dev/null
+rm resumed/ckpt_6.h5
+"$MPITRON" train "${common[@]}" --device cpu-staged --resume auto --out resumed >/dev/null
+same cpu resumed "a resumed cpu-staged run differs (checkpoint through host copies)"
+"$MPITRON" train "${common[@]}" --device cpu-staged --recompute block --out recompute >/dev/null
+same cpu recompute "cpu-staged with --recompute block differs"
+"$MPITRON" train "${common[@]}" --device cpu-staged --steps 0 --out init >/dev/null
+"$MPITRON" train "${common[@]}" --device cpu-staged --init-from init/ckpt_0.h5 --out from_init \
+  >/dev/null
+same cpu from_init "--init-from through host copies changed the parameters"
+for layout in "--zero 0" "--zero 0 --bucket-mb 0.05" "--zero 1" "--zero 2" \
+  "--zero 1 --dp-reduce ring" "--zero 0 --dp-reduce gather-scatter"; do
+  name=$(echo "$layout" | tr -d ' -')
+  read -ra flags <<<"$layout"
+  mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 "${flags[@]}" --out "cpu_$name" >/dev/null
+  mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 "${flags[@]}" --device cpu-staged \
+    --out "staged_$name" >/dev/null
+  same "cpu_$name" "staged_$name" "cpu-staged at dp 2 ($layout) differs from the cpu"
+done
+expect_error "--device cpu-staged runs data parallelism only so far" \
+  mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cpu-staged --out bad_tp
+expect_error "--device cpu-staged trains the gpt family so far" \
+  "$MPITRON" train --config "$REPO/configs/mlp-fmnist.toml" --steps 1 --device cpu-staged --out bad
+echo "staged device ok"
