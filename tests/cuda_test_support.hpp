@@ -40,11 +40,15 @@ struct DeviceArray {
   }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
+  // Complete on return: a pageable copy may still be in flight when cudaMemcpy returns, and the
+  // tests' non-blocking streams do not wait for the legacy stream.
   void upload(const std::vector<T>& host) {
     if (n) CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> download() const {
     std::vector<T> host(n);
+    CUDA_CHECK(cudaDeviceSynchronize());  // every stream's work on it is done, not only legacy's
     if (n) CUDA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
     return host;
   }
