@@ -1,15 +1,21 @@
 // The CUDA linear layer (layers/cuda/linear) against the CPU's (layers/cpu/linear, float) on random
 // data, for float, bf16 and f16 storage: forward with and without bias, backward with dinp and
 // dbias present or skipped, += accumulation of the parameter gradients from non-zero values, the
-// fused bias-GELU forward against linear + gelu, and the same bits from two identical calls.
-// Skips (GTEST_SKIP) on a machine with no device.
+// fused linear + GELU against cpu linear + cpu gelu, both on the cuBLASLt path (aligned pointers)
+// and on the cublasGemmEx fallback (pointers one element off 16 bytes), and the same bits from two
+// identical calls. Every case skips without a device.
 //
-// Tolerances are relative to the largest |cpu| element of each tensor: fp32 1e-4 (a matrix
-// product summed in another order; no TF32). For bf16/f16 the CPU runs in fp32 on exactly the
-// device's inputs (rounded to T and widened): a T output then differs by its own rounding, at most
-// the unit roundoff u of T (bf16 2^-8, f16 2^-11) times max|cpu|, plus the fp32 term; the float
-// parameter gradients keep 1e-4 (their products of T inputs are exact in fp32, only the order of
-// the sums differs). The bias is added to the rounded product, a second rounding: 2u for out.
+// Tolerances, relative to the largest |cpu| element of each tensor:
+// fp32: 1e-4, a matrix product summed in another order (no TF32 anywhere).
+// bf16/f16: the CPU runs in fp32 on exactly the device's inputs (rounded to T, widened), so the
+// products are exact in fp32 on both sides (8- or 11-bit significands) and only the order of the
+// fp32 sums (1e-4 as above) and the one rounding of a T output differ (the bias is added in fp32
+// before it on every path): round-to-nearest errs by at most the unit roundoff u = 2^-8 (bf16) or
+// 2^-11 (f16) of the element, so by at most u max|cpu|. The float parameter gradients keep 1e-4.
+// GELU output, relative to max|pre|: the pre-activation's error times GELU's largest slope 1.13,
+// plus the output's rounding u, plus 5e-4 for the epilogue's tanh (cuBLASLt may use the hardware
+// tanh.approx.f32, relative error 2^-11: 0.5 |x| 2^-11 < 2.5e-4 |x|); the unfused path takes GELU
+// of the rounded pre (1.13 u more). 2.2 u + 5e-4 bounds both.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -18,9 +24,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "layers/cuda/linear.cuh"
@@ -55,12 +63,14 @@ T from_f(float x) {
     return __float2half(x);
 }
 
+// Unit roundoff of T (0 for float: its outputs are held to the fp32 tolerance alone).
 template <class T>
 constexpr double kRound = std::is_same_v<T, float>           ? 0.0
                           : std::is_same_v<T, __nv_bfloat16> ? 0x1p-8
                                                              : 0x1p-11;
+constexpr double kSum = 1e-4;  // fp32 sums in another order
 
-// Values of T (rounded from N(0, scale)) and the same values as float.
+// Values of T (rounded from N(0, scale^2)) and the same values as float.
 template <class T>
 std::pair<std::vector<T>, std::vector<float>> random_values(size_t n, uint32_t seed,
                                                             float scale = 1.0f) {
@@ -82,26 +92,85 @@ std::vector<float> widen(const std::vector<T>& v) {
   return f;
 }
 
-// max |got - want| / max |want| (want all zero: the absolute difference).
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, double(std::fabs(want[i])));
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::fabs(x)));
+  return m;
+}
+
+// max |got - want| / scale (scale 0: the absolute difference).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want, double scale) {
+  EXPECT_EQ(got.size(), want.size());
+  double err = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     err = std::max(err, double(std::fabs(got[i] - want[i])));
-  }
   return scale > 0 ? err / scale : err;
+}
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  return relative_error(got, want, max_abs(want));
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// n elements of T on the device, `offset` elements into their allocation: offset 1 puts them off
+// 16-byte alignment (cudaMalloc gives 256), which the cuBLASLt path refuses.
+template <class T>
+struct Placed {
+  DeviceArray<T> mem;
+  size_t offset, n;
+  T* ptr;
+  Placed(size_t count, size_t off) : mem(count + off), offset(off), n(count), ptr(mem.ptr + off) {}
+  Placed(const std::vector<T>& host, size_t off) : Placed(host.size(), off) { upload(host); }
+  void upload(const std::vector<T>& host) {
+    std::vector<T> padded(offset, from_f<T>(0.0f));
+    padded.insert(padded.end(), host.begin(), host.end());
+    mem.upload(padded);
+  }
+  std::vector<T> download() const {
+    const std::vector<T> all = mem.download();
+    return std::vector<T>(all.begin() + ptrdiff_t(offset), all.end());
+  }
+};
+
+bool compute_capability_at_least(int major) {
+  int device = 0, have = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&have, cudaDevAttrComputeCapabilityMajor, device));
+  return have >= major;
 }
 
 struct Shape {
   int N, IC, OC;
 };
-const Shape kShapes[] = {{1, 3, 5}, {7, 1, 9}, {37, 53, 29}, {64, 128, 384}, {130, 768, 2304}};
+// Awkward shapes (N = 1, IC = 1, nothing a multiple of 8) and ones the cuBLASLt path takes when
+// aligned: GPT-2's c_attn (768 -> 2304), N = 1, N = 130.
+const Shape kShapes[] = {{1, 3, 5},       {7, 1, 9},     {37, 53, 29},
+                         {64, 768, 2304}, {1, 768, 768}, {130, 256, 384}};
+
+std::string describe(const Shape& sh) {
+  return "N=" + std::to_string(sh.N) + " IC=" + std::to_string(sh.IC) +
+         " OC=" + std::to_string(sh.OC);
+}
+
+// Whether IC and OC are multiples of 16 bytes of T (the cuBLASLt path's leading dimensions).
+template <class T>
+bool lt_shape(const Shape& sh) {
+  const int per16 = int(16 / sizeof(T));
+  return sh.IC % per16 == 0 && sh.OC % per16 == 0;
+}
+
+struct Options {
+  bool bias = true, dinp = true, dbias = true;
+  size_t offset = 0;  // elements every device pointer sits into its allocation
+};
 
 template <class T>
-void check_linear(const Shape& sh, bool with_bias, bool with_dinp, bool with_dbias) {
-  SCOPED_TRACE("N=" + std::to_string(sh.N) + " IC=" + std::to_string(sh.IC) +
-               " OC=" + std::to_string(sh.OC) + (with_bias ? " bias" : "") +
-               (with_dinp ? " dinp" : "") + (with_dbias ? " dbias" : ""));
+void check_linear(const Shape& sh, const Options& o) {
+  SCOPED_TRACE(describe(sh) + (o.bias ? " bias" : "") + (o.dinp ? " dinp" : "") +
+               (o.dbias ? " dbias" : "") + " offset=" + std::to_string(o.offset));
   const int N = sh.N, IC = sh.IC, OC = sh.OC;
   auto [inp_t, inp] = random_values<T>(size_t(N) * IC, 1);
   auto [w_t, w] = random_values<T>(size_t(OC) * IC, 2, 0.2f);
@@ -111,56 +180,98 @@ void check_linear(const Shape& sh, bool with_bias, bool with_dinp, bool with_dbi
   auto [db0_t, db0] = random_values<float>(size_t(OC), 6);
 
   std::vector<float> out_ref(size_t(N) * OC), dinp_ref(size_t(N) * IC), dw_ref = dw0, db_ref = db0;
-  cpu::linear_forward(out_ref.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC,
-                      OC);
-  cpu::linear_backward(with_dinp ? dinp_ref.data() : nullptr, dw_ref.data(),
-                       with_dbias ? db_ref.data() : nullptr, dout.data(), inp.data(), w.data(), N,
-                       IC, OC);
+  cpu::linear_forward(out_ref.data(), inp.data(), w.data(), o.bias ? b.data() : nullptr, N, IC, OC);
+  cpu::linear_backward(o.dinp ? dinp_ref.data() : nullptr, dw_ref.data(),
+                       o.dbias ? db_ref.data() : nullptr, dout.data(), inp.data(), w.data(), N, IC,
+                       OC);
 
   Stream s;
-  DeviceArray<T> d_inp(inp_t), d_w(w_t), d_b(b_t), d_dout(dout_t), d_out(size_t(N) * OC),
-      d_dinp(size_t(N) * IC);
-  DeviceArray<float> d_dw(dw0), d_db(db0);
-  cuda::linear_forward(d_out.ptr, d_inp.ptr, d_w.ptr, with_bias ? d_b.ptr : nullptr, N, IC, OC,
-                       s.s);
-  cuda::linear_backward(with_dinp ? d_dinp.ptr : nullptr, d_dw.ptr, with_dbias ? d_db.ptr : nullptr,
-                        d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
-  s.sync();
-  const double out_tol = 2 * kRound<T> + 1e-4, act_tol = kRound<T> + 1e-4;
-  EXPECT_LE(relative_error(widen(d_out.download()), out_ref), out_tol) << "out";
-  if (with_dinp) EXPECT_LE(relative_error(widen(d_dinp.download()), dinp_ref), act_tol) << "dinp";
-  EXPECT_LE(relative_error(d_dw.download(), dw_ref), 1e-4) << "dweight (+=)";
-  EXPECT_LE(relative_error(d_db.download(), db_ref), 1e-4) << "dbias (+=, or untouched)";
+  const size_t off = o.offset;
+  Placed<T> d_inp(inp_t, off), d_w(w_t, off), d_b(b_t, off), d_dout(dout_t, off),
+      d_out(size_t(N) * OC, off), d_dinp(size_t(N) * IC, off);
+  Placed<float> d_dw(dw0, off), d_db(db0, off);
+  const T* bias = o.bias ? d_b.ptr : nullptr;
+  T* dinp = o.dinp ? d_dinp.ptr : nullptr;
+  float* dbias = o.dbias ? d_db.ptr : nullptr;
 
-  // The same call again from the same start: the same bits.
+  cuda::linear_forward(d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s.s);
+  const bool used_lt = cuda::linear_forward_used_lt();
+  cuda::linear_backward(dinp, d_dw.ptr, dbias, d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
+  s.sync();
+  if (off % (16 / sizeof(T)) != 0) {
+    EXPECT_FALSE(used_lt) << "misaligned pointers took cuBLASLt";
+  }
+  // The fast path: plain and bias epilogues that cuBLASLt offers on any sm_80+ device. Where this
+  // fails the results are still right (the fallback), only slower.
+  if (off == 0 && N > 1 && lt_shape<T>(sh) && compute_capability_at_least(8)) {
+    EXPECT_TRUE(used_lt) << "cuBLASLt found no algorithm: linear_forward fell back to GemmEx";
+  }
+
+  const double act_tol = kRound<T> + kSum;
+  EXPECT_LE(relative_error(widen(d_out.download()), out_ref), act_tol) << "out";
+  if (o.dinp) {
+    EXPECT_LE(relative_error(widen(d_dinp.download()), dinp_ref), act_tol) << "dinp";
+  }
+  EXPECT_LE(relative_error(d_dw.download(), dw_ref), kSum) << "dweight (+=)";
+  EXPECT_LE(relative_error(d_db.download(), db_ref), kSum) << "dbias (+=, or untouched)";
+
+  // The same calls again from the same start: the same bits.
+  const std::vector<T> out_first = d_out.download(), dinp_first = d_dinp.download();
   const std::vector<float> dw_first = d_dw.download(), db_first = d_db.download();
+  d_out.upload(std::vector<T>(size_t(N) * OC, from_f<T>(0.0f)));
+  d_dinp.upload(std::vector<T>(size_t(N) * IC, from_f<T>(0.0f)));
   d_dw.upload(dw0);
   d_db.upload(db0);
-  cuda::linear_backward(with_dinp ? d_dinp.ptr : nullptr, d_dw.ptr, with_dbias ? d_db.ptr : nullptr,
-                        d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
+  cuda::linear_forward(d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s.s);
+  cuda::linear_backward(dinp, d_dw.ptr, dbias, d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
   s.sync();
-  EXPECT_EQ(0, std::memcmp(dw_first.data(), d_dw.download().data(), dw_first.size() * 4));
-  EXPECT_EQ(0, std::memcmp(db_first.data(), d_db.download().data(), db_first.size() * 4));
+  EXPECT_TRUE(same_bits(out_first, d_out.download())) << "out repeat";
+  if (o.dinp) {
+    EXPECT_TRUE(same_bits(dinp_first, d_dinp.download())) << "dinp repeat";
+  }
+  EXPECT_TRUE(same_bits(dw_first, d_dw.download())) << "dweight repeat";
+  EXPECT_TRUE(same_bits(db_first, d_db.download())) << "dbias repeat";
 }
 
 template <class T>
-void check_linear_gelu(const Shape& sh) {
-  SCOPED_TRACE("N=" + std::to_string(sh.N) + " IC=" + std::to_string(sh.IC) +
-               " OC=" + std::to_string(sh.OC));
+void check_linear_gelu(const Shape& sh, bool with_bias, size_t off) {
+  SCOPED_TRACE(describe(sh) + (with_bias ? " bias" : "") + " offset=" + std::to_string(off));
   const int N = sh.N, IC = sh.IC, OC = sh.OC;
+  // Weights ~ 1/sqrt(IC): pre-activations of order 1, where GELU bends.
   auto [inp_t, inp] = random_values<T>(size_t(N) * IC, 11);
-  auto [w_t, w] = random_values<T>(size_t(OC) * IC, 12, 0.2f);
-  auto [b_t, b] = random_values<T>(size_t(OC), 13);
+  auto [w_t, w] = random_values<T>(size_t(OC) * IC, 12, 1.0f / std::sqrt(float(IC)));
+  auto [b_t, b] = random_values<T>(size_t(OC), 13, 0.5f);
   std::vector<float> pre_ref(size_t(N) * OC), out_ref(size_t(N) * OC);
-  cpu::linear_forward(pre_ref.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  cpu::linear_forward(pre_ref.data(), inp.data(), w.data(), with_bias ? b.data() : nullptr, N, IC,
+                      OC);
   cpu::gelu_forward(out_ref.data(), pre_ref.data(), pre_ref.size());
-  Stream s;
-  DeviceArray<T> d_inp(inp_t), d_w(w_t), d_b(b_t), d_pre(size_t(N) * OC), d_out(size_t(N) * OC);
-  cuda::linear_gelu_forward(d_pre.ptr, d_out.ptr, d_inp.ptr, d_w.ptr, d_b.ptr, N, IC, OC, s.s);
-  s.sync();
-  // GELU's slope is at most 1.13: the pre-activation's error passes on, plus one more rounding.
-  EXPECT_LE(relative_error(widen(d_pre.download()), pre_ref), 2 * kRound<T> + 1e-4) << "pre";
-  EXPECT_LE(relative_error(widen(d_out.download()), out_ref), 4 * kRound<T> + 2e-4) << "out";
+
+  Stream s1, s2;
+  Placed<T> d_inp(inp_t, off), d_w(w_t, off), d_b(b_t, off), d_pre(size_t(N) * OC, off),
+      d_out(size_t(N) * OC, off);
+  const T* bias = with_bias ? d_b.ptr : nullptr;
+  cuda::linear_gelu_forward(d_pre.ptr, d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s1.s);
+  const bool used_lt = cuda::linear_forward_used_lt();
+  s1.sync();
+  if (off % (16 / sizeof(T)) != 0) {
+    EXPECT_FALSE(used_lt) << "misaligned pointers took cuBLASLt";
+  }
+  std::cout << "  [" << describe(sh) << (with_bias ? " bias" : "") << " offset=" << off
+            << "] linear_gelu_forward: " << (used_lt ? "cuBLASLt epilogue" : "GemmEx + kernels")
+            << "\n";
+
+  const std::vector<T> pre_first = d_pre.download(), out_first = d_out.download();
+  EXPECT_LE(relative_error(widen(pre_first), pre_ref), kRound<T> + kSum) << "pre";
+  EXPECT_LE(relative_error(widen(out_first), out_ref, max_abs(pre_ref)), 2.2 * kRound<T> + 5e-4)
+      << "out";
+
+  // Again on another stream (the thread's streams share the cuBLASLt workspace): the same bits.
+  d_pre.upload(std::vector<T>(size_t(N) * OC, from_f<T>(0.0f)));
+  d_out.upload(std::vector<T>(size_t(N) * OC, from_f<T>(0.0f)));
+  cuda::linear_gelu_forward(d_pre.ptr, d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s2.s);
+  s2.sync();
+  EXPECT_TRUE(same_bits(pre_first, d_pre.download())) << "pre repeat";
+  EXPECT_TRUE(same_bits(out_first, d_out.download())) << "out repeat";
 }
 
 template <class T>
@@ -170,20 +281,41 @@ TYPED_TEST_SUITE(CudaLinear, StorageTypes);
 
 TYPED_TEST(CudaLinear, ForwardAndBackwardMatchTheCpu) {
   SKIP_WITHOUT_DEVICE();
-  for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, true, true, true);
+  for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, Options{});
 }
 
 TYPED_TEST(CudaLinear, NoBiasAndSkippedGradients) {
   SKIP_WITHOUT_DEVICE();
-  for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, false, false, false);
-  check_linear<TypeParam>(kShapes[2], true, false, true);
-  check_linear<TypeParam>(kShapes[2], false, true, false);
+  Options none;
+  none.bias = none.dinp = none.dbias = false;
+  for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, none);
+  Options no_dinp, no_bias_dbias;
+  no_dinp.dinp = false;
+  no_bias_dbias.bias = no_bias_dbias.dbias = false;
+  for (const Shape& sh : {kShapes[2], kShapes[3]}) {
+    check_linear<TypeParam>(sh, no_dinp);
+    check_linear<TypeParam>(sh, no_bias_dbias);
+  }
 }
 
-TYPED_TEST(CudaLinear, FusedBiasGeluMatchesLinearThenGelu) {
+TYPED_TEST(CudaLinear, MisalignedPointersTakeTheFallback) {
   SKIP_WITHOUT_DEVICE();
-  // 64x128x384 and 130x768x2304 take cuBLASLt's epilogue; the odd shapes the unfused path.
-  for (const Shape& sh : kShapes) check_linear_gelu<TypeParam>(sh);
+  Options off;
+  off.offset = 1;
+  for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, off);
+  off.bias = false;
+  check_linear<TypeParam>(kShapes[3], off);
+}
+
+TYPED_TEST(CudaLinear, FusedGeluMatchesLinearThenGelu) {
+  SKIP_WITHOUT_DEVICE();
+  for (const Shape& sh : kShapes) {
+    check_linear_gelu<TypeParam>(sh, true, 0);
+    check_linear_gelu<TypeParam>(sh, true, 1);
+  }
+  check_linear_gelu<TypeParam>(kShapes[3], false, 0);
+  check_linear_gelu<TypeParam>(kShapes[3], false, 1);
+  check_linear_gelu<TypeParam>(kShapes[2], false, 0);
 }
 
 }  // namespace

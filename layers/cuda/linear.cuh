@@ -1,8 +1,14 @@
-// CUDA twin of layers/linear.hpp: out = inp W^T + b with W stored (out, in) as nn.Linear, on
-// cuBLAS (fp32 math; no TF32, so fp32 results stay within 1e-4 of the CPU's). Same names and
-// argument order as the CPU layer plus the stream; storage T is float, __nv_bfloat16 or __half,
-// parameter gradients are float. A cuBLAS handle per host thread and device, made on first use and
-// kept; calls are asynchronous on s.
+// CUDA twins of layers/linear.hpp: out = inp W^T + b, W stored (OC,IC) as nn.Linear; backward
+// dinp = dout W, dW += dout^T inp, db += column sums of dout. T (activations, weights, bias) is
+// float, __nv_bfloat16 or __half; parameter gradients are float; products accumulate in fp32
+// (true fp32 for float: no TF32). Device pointers; asynchronous on s.
+//
+// A cuBLAS handle, a cuBLASLt handle and a 32 MiB cuBLASLt workspace per host thread and device,
+// made on the first call and kept (remade when the thread's current device changes); nothing else
+// allocates. The forward is one cuBLASLt call with the bias (and GELU) in its epilogue where every
+// pointer is 16-byte aligned, IC and OC are multiples of 16 bytes of T (GELU: also OC % 8 == 0) and
+// cuBLASLt has an algorithm; otherwise the bias rows, cublasGemmEx adding the product onto them,
+// then a GELU kernel. The same call on the same pointers takes the same path: the same bits.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,6 +23,8 @@ void linear_forward(T* out,           // (N,OC)
                     const T* bias,    // (OC) or nullptr
                     int N, int IC, int OC, cudaStream_t s);
 
+// dinp and dweight on cublasGemmEx (dweight: T inputs, float output, beta = 1); dbias by a
+// fixed-order column-sum kernel without atomics, so every call gives the same bits.
 template <class T>
 void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
                      float* dweight,   // (OC,IC) +=
@@ -26,15 +34,19 @@ void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
                      const T* weight,  // (OC,IC)
                      int N, int IC, int OC, cudaStream_t s);
 
-// pre = inp W^T + b, out = gelu(pre) (GPT-2's tanh form): one cuBLASLt call with the bias and GELU
-// in its epilogue (pre kept as the epilogue's auxiliary output, for gelu_backward); where
-// cuBLASLt offers no algorithm for the shape, a product then a bias-GELU kernel, the same math.
+// pre = inp W^T + b, out = gelu(pre) with GPT-2's tanh GELU 0.5 x (1 + tanh(sqrt(2/pi) (x +
+// 0.044715 x^3))): cuBLASLt's GELU_AUX_BIAS epilogue, pre being its auxiliary output, kept for
+// gelu_backward. pre and out must not overlap.
 template <class T>
 void linear_gelu_forward(T* pre,           // (N,OC)
                          T* out,           // (N,OC)
                          const T* inp,     // (N,IC)
                          const T* weight,  // (OC,IC)
-                         const T* bias,    // (OC)
+                         const T* bias,    // (OC) or nullptr
                          int N, int IC, int OC, cudaStream_t s);
+
+// Whether this thread's latest linear_forward or linear_gelu_forward ran as one cuBLASLt call
+// (false: cublasGemmEx and kernels). For tests and benchmarks.
+bool linear_forward_used_lt();
 
 }  // namespace mpitron::cuda
