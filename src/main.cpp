@@ -37,6 +37,9 @@
 #include "src/train/pretrained.hpp"
 #include "src/train/trainer.hpp"
 
+#ifdef MPITRON_HAVE_NCCL
+#include <nccl.h>
+#endif
 #ifdef MPITRON_HAVE_CUDA
 #include "src/cuda/device_query.hpp"
 #endif
@@ -480,6 +483,12 @@ int cmd_devices() {
   for (const auto& d : q.devices)
     fmt::print("cuda:{} {} (sm_{}{}), {:.1f} GiB\n", d.index, d.name, d.major, d.minor,
                double(d.total_bytes) / (1 << 30));
+#ifdef MPITRON_HAVE_NCCL
+  int nccl_version = 0;
+  if (ncclGetVersion(&nccl_version) == ncclSuccess) fmt::print("nccl: {}\n", nccl_version);
+#else
+  fmt::print("nccl: not in this build\n");
+#endif
 #else
   fmt::print("built without CUDA (MPITRON_CUDA=OFF or no nvcc)\n");
 #endif
@@ -585,7 +594,12 @@ int main(int argc, char** argv) {
     train->add_flag("--help-config", help_config, "list every config key, default and meaning");
     train->add_option("--data", data_path,
                       "text file (byte tokens) or image folder (default: the model family's)");
-    train->add_option("--device", opts.device, "cpu")->capture_default_str();
+    train->add_option("--device", opts.device, "cpu, cuda or cpu-staged")->capture_default_str();
+    train
+        ->add_option("--comm", opts.comm,
+                     "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
+                     "nccl (one GPU per rank)")
+        ->capture_default_str();
     train->add_option("--steps", steps, "optimizer steps");
     train->add_option("--batch-size", batch_size, "global batch, in sequences");
     train->add_option("--seq-len", seq_len, "tokens per sequence (<= block size)");

@@ -79,6 +79,9 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
       if (info.shard.stage == StageOwner::first_and_last)
         tied_.push_back({info.offset, info.offset + info.numel});
   }
+  if (opts.device_dp)
+    MPITRON_REQUIRE(opts.zero < 2 && opts.method == comm::DpReduce::allreduce && !embedding_,
+                    "device collectives reduce with allreduce at ZeRO 0 or 1, one stage");
   grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
   if (opts.zero == 0) {
     shard_ = {0, flat};
@@ -93,7 +96,7 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
-  if (ops.staged && p > 1) {
+  if (ops.staged && p > 1 && !opts.device_dp) {
     staging_.assign(flat, 0.0f);
     if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
   }
@@ -140,6 +143,10 @@ void GradSync::on_segment(size_t segment) {
   float* g = grads_.data.data();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first >= ready_begin) {
     auto [b, e] = buckets_[next_bucket_++];
+    if (const DeviceCollectives* d = opts_.device_dp) {  // queued behind backward's kernels
+      d->allreduce_sum(d->ctx, g + b, e - b);
+      continue;
+    }
     float* x = g + b;  // the bucket itself, or its host copy (uploaded by finish_backward)
     if (ops_.staged) {
       x = staging_.data() + b;
@@ -180,6 +187,15 @@ void GradSync::finish_backward() {
   for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
   if (dp_.size() == 1) return;
   const size_t flat = model_.flat_size;
+  if (const DeviceCollectives* d = opts_.device_dp) {
+    if (opts_.zero == 1)  // in place: this rank's shard is its block of the flat gradients
+      d->reduce_scatter_sum(d->ctx, g, g + shard_.begin, shard_.size());
+    else if (buckets_.empty())
+      d->allreduce_sum(d->ctx, g, flat);
+    next_bucket_ = 0;
+    d->synchronize(d->ctx);
+    return;
+  }
   if (opts_.zero == 2) {
     if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
     return;
@@ -237,6 +253,11 @@ double GradSync::grad_norm() {
 void GradSync::gather_params(float* params) {
   CommTimer timer{&comm_s_};
   if (opts_.zero == 0) return;
+  if (const DeviceCollectives* d = opts_.device_dp) {  // in place, as the reduce-scatter
+    d->all_gather(d->ctx, params + shard_.begin, params, shard_.size());
+    d->synchronize(d->ctx);
+    return;
+  }
   if (ops_.staged) {  // this rank's shard up to the host, everyone's back down
     float* host = staging_.data();
     ops_.download(host + shard_.begin, params + shard_.begin, shard_.size());

@@ -34,10 +34,22 @@ struct GradStorage {
   static GradStorage windowed(Model& model, DeviceAllocator& alloc);
 };
 
+// Collectives on the device's own memory over the dp ranks (NCCL, --comm nccl), asynchronous on
+// the device's stream until synchronize; GradSync then needs no host copies. Only the allreduce
+// method, ZeRO 0 and 1 (equal shards, in place).
+struct DeviceCollectives {
+  void* ctx = nullptr;
+  void (*allreduce_sum)(void* ctx, float* buf, size_t n) = nullptr;
+  void (*reduce_scatter_sum)(void* ctx, const float* send, float* recv, size_t count) = nullptr;
+  void (*all_gather)(void* ctx, const float* send, float* recv, size_t count) = nullptr;
+  void (*synchronize)(void* ctx) = nullptr;
+};
+
 struct GradSyncOptions {
   int zero = 0;  // ZeRO stage 0, 1 or 2
   comm::DpReduce method = comm::DpReduce::allreduce;
   double bucket_mb = 0;  // ZeRO 0: > 0 reduces buckets of this size while backward runs
+  const DeviceCollectives* device_dp = nullptr;  // NCCL over dp, or nullptr: MPI
 };
 
 class GradSync {

@@ -44,6 +44,9 @@
 #ifdef MPITRON_HAVE_CUDA
 #include "src/cuda/device_memory.cuh"
 #endif
+#ifdef MPITRON_HAVE_NCCL
+#include "comm/nccl/nccl_comm.hpp"
+#endif
 
 namespace mpitron {
 
@@ -178,8 +181,36 @@ struct Trainer {
   }
 
   uint64_t comm_bytes_total() const {
-    return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent;
+    uint64_t nccl_bytes = 0;
+#ifdef MPITRON_HAVE_NCCL
+    nccl_bytes = nccl_dp.bytes_sent;
+#endif
+    return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent +
+           nccl_bytes;
   }
+
+#ifdef MPITRON_HAVE_NCCL
+  // --comm nccl: NCCL over the dp ranks, on the stream the layers and step ops use.
+  comm::NcclComm nccl_dp;
+  DeviceCollectives nccl_collectives() {
+    DeviceCollectives d;
+    d.ctx = &nccl_dp;
+    d.allreduce_sum = [](void* c, float* buf, size_t n) {
+      static_cast<comm::NcclComm*>(c)->allreduce_sum(buf, n, cudaStreamPerThread);
+    };
+    d.reduce_scatter_sum = [](void* c, const float* send, float* recv, size_t count) {
+      static_cast<comm::NcclComm*>(c)->reduce_scatter_sum(send, recv, count, cudaStreamPerThread);
+    };
+    d.all_gather = [](void* c, const float* send, float* recv, size_t count) {
+      static_cast<comm::NcclComm*>(c)->all_gather(send, recv, count, cudaStreamPerThread);
+    };
+    d.synchronize = [](void* c) {
+      static_cast<comm::NcclComm*>(c)->synchronize(cudaStreamPerThread);
+    };
+    return d;
+  }
+#endif
+  DeviceCollectives device_dp;
 
   void setup() {
     const Layout& L = opts.layout;
@@ -239,9 +270,16 @@ struct Trainer {
     model_activation_bytes = alloc.current_bytes - before_model -
                              (model->params.size() + model->buffers.size()) * sizeof(float);
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
-    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp,
-                                      GradSyncOptions{L.zero, L.dp_reduce, L.bucket_mb}, ops, alloc,
-                                      &grid.pp, &grid.embedding);
+    GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
+#ifdef MPITRON_HAVE_NCCL
+    if (opts.comm == "nccl") {
+      nccl_dp = comm::NcclComm(grid.dp);
+      device_dp = nccl_collectives();
+      sync_options.device_dp = &device_dp;
+    }
+#endif
+    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, ops, alloc, &grid.pp,
+                                      &grid.embedding);
     size_t message = 0;  // the largest boundary message of any chunk
     for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
       const StageBoundary b = model->boundary(c, 0);
@@ -540,6 +578,7 @@ struct Trainer {
     a["config"] = cfg.name;
     a["data"] = opts.data;
     a["device"] = opts.device;
+    a["comm"] = opts.comm;
     a["seed"] = int64_t(tc.seed);
     a["train.batch_size"] = int64_t(tc.batch_size);
     a["train.seq_len"] = int64_t(tc.seq_len);
@@ -800,9 +839,28 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
 namespace {
 // --device: one the build has, for a family and a layout it runs; makes the rank's GPU current
 // (ranks of one node share its GPUs round-robin: --comm mpi stages their collectives on the host).
-void check_device(const std::string& device, const ModelFamily& family, const Layout& L) {
+void check_device(const std::string& device, const std::string& comm_kind,
+                  const ModelFamily& family, const Layout& L) {
   if (device != "cpu" && device != "cuda" && device != "cpu-staged")
     throw UsageError(fmt::format("--device {}: not a device (cpu, cuda or cpu-staged)", device));
+  if (comm_kind != "mpi" && comm_kind != "nccl")
+    throw UsageError(
+        fmt::format("--comm {}: not a communication library (mpi or nccl)", comm_kind));
+  if (comm_kind == "nccl") {
+    if (device != "cuda")
+      throw UsageError(
+          fmt::format("--comm nccl sums a GPU's gradients: it needs --device cuda "
+                      "(got --device {})",
+                      device));
+#ifndef MPITRON_HAVE_NCCL
+    throw UsageError("--comm nccl: this build has no NCCL (use --comm mpi)");
+#endif
+    if (L.zero > 1 || L.dp_reduce != comm::DpReduce::allreduce)
+      throw UsageError(fmt::format(
+          "--comm nccl reduces with NCCL's allreduce at ZeRO 0 or 1 (got --zero {} --dp-reduce "
+          "{}): use --comm mpi for the others",
+          L.zero, comm::dp_reduce_name(L.dp_reduce)));
+  }
   if (device == "cpu") return;
   step_backend(device);  // UsageError where this build has no CUDA backend
   if (family.type != std::string("gpt"))
@@ -823,6 +881,13 @@ void check_device(const std::string& device, const ModelFamily& family, const La
   MPI_CHECK(MPI_Comm_free(&node));
   std::string error;
   try {
+#ifdef MPITRON_HAVE_NCCL
+    // NCCL refuses two ranks on one GPU: one each, or a clear line on every rank.
+    if (comm_kind == "nccl") {
+      comm::select_local_device(MPI_COMM_WORLD, true);
+      return;
+    }
+#endif
     cuda::select_device(local_rank);
   } catch (const UsageError& e) {
     error = e.what();
@@ -874,7 +939,7 @@ int run_training(TrainOptions opts) {
         "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  check_device(opts.device, family, L);
+  check_device(opts.device, opts.comm, family, L);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())

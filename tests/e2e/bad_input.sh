@@ -54,4 +54,6 @@ expect_error "Could not convert: --steps = lots" "$MPITRON" train --config "$TIN
 expect_error "--device gpu: not a device (cpu, cuda or cpu-staged)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device gpu --out dev
 # Without CUDA in the build, or without a GPU in the machine: one line either way.
 expect_error "--device cuda: " "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device cuda --out dev
+expect_error "--comm nccl sums a GPU's gradients: it needs --device cuda" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --comm nccl --out dev
+expect_error "--comm shm: not a communication library (mpi or nccl)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --comm shm --out dev
 echo "bad input ok"

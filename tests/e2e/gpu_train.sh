@@ -38,6 +38,11 @@ full, block = peak("gpu"), peak("gpu_recompute")
 print(f"GPU peak bytes: {full} without recompute, {block} with ({block / full:.2f})")
 assert block < full, "recompute did not lower the GPU's peak"
 PY
+# NCCL at one rank (it refuses two on one GPU): set up and torn down around the same steps.
+if grep -q "^nccl: [0-9]" devices.txt; then
+  "$MPITRON" train "${common[@]}" --device cuda --comm nccl --out gpu_nccl | tee nccl.log
+  "$MPITRON" compare gpu/trace.h5 gpu_nccl/trace.h5 --rtol 0 || fail "--comm nccl changed the losses"
+fi
 # Two ranks on the one GPU, their collectives staged through the host (Open MPI is not CUDA-aware),
 # against the CPU's runs of the same layouts.
 for layout in "--zero 0" "--zero 0 --bucket-mb 0.05" "--zero 1" "--zero 2"; do
