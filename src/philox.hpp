@@ -7,6 +7,14 @@
 #include <cstdint>
 #include <string_view>
 
+// philox4x32, PhiloxStream::block and ::uniform are also device functions under nvcc, so CUDA
+// kernels draw the CPU's numbers bit for bit (integer math plus an exact power-of-two scale).
+#if defined(__CUDACC__)
+#define MPITRON_HOST_DEVICE __host__ __device__
+#else
+#define MPITRON_HOST_DEVICE
+#endif
+
 namespace mpitron {
 
 struct Philox4x32 {
@@ -14,8 +22,8 @@ struct Philox4x32 {
 };
 
 // Ten rounds of Philox4x32 on counter (c0..c3) with key (k0,k1).
-inline Philox4x32 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                             uint32_t k1) {
+MPITRON_HOST_DEVICE inline Philox4x32 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                                                 uint32_t k0, uint32_t k1) {
   constexpr uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
   for (int r = 0; r < 10; ++r) {
     uint64_t p0 = uint64_t(M0) * c0, p1 = uint64_t(M1) * c2;
@@ -49,12 +57,12 @@ struct PhiloxStream {
   uint64_t seed;
   uint64_t stream;
 
-  Philox4x32 block(uint64_t index) const {
+  MPITRON_HOST_DEVICE Philox4x32 block(uint64_t index) const {
     return philox4x32(uint32_t(index), uint32_t(index >> 32), uint32_t(stream),
                       uint32_t(stream >> 32), uint32_t(seed), uint32_t(seed >> 32));
   }
   // Uniform in [0,1) with 24 bits, for element `index`.
-  float uniform(uint64_t index) const {
+  MPITRON_HOST_DEVICE float uniform(uint64_t index) const {
     return float(block(index).v[0] >> 8) * (1.0f / 16777216.0f);
   }
   // Standard normal for element `index` (Box-Muller on two 32-bit words, double precision).

@@ -19,7 +19,7 @@ namespace mpitron {
 
 namespace {
 
-constexpr cudaStream_t kStream = cudaStreamPerThread;
+const cudaStream_t kStream = cudaStreamPerThread;
 
 // Scratch of the backward kernels that need some (LayerNorm's column partials, the embedding's
 // sort): one per host thread and device, grown to the largest request and kept, so a step

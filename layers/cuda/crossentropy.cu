@@ -1,0 +1,155 @@
+// Softmax cross-entropy on the device (layers/cpu/crossentropy.cpp's formulas in fp32), one block
+// per row: an online (max, sum) pass for lse, then an elementwise backward.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "layers/cuda/crossentropy.cuh"
+#include "src/cuda/cuda_check.hpp"
+
+namespace mpitron::cuda {
+
+namespace {
+
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);  // round to nearest even
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half(x);  // round to nearest even
+}
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 512;  // a multiple of kWarp: every warp is full for the shuffles
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kUnroll = 4;  // loads issued together, then folded in in element order
+
+// Running softmax denominator: sum of exp(x - m) over the elements seen, m their maximum.
+// m starts at -FLT_MAX (not -inf) so that a -inf logit adds exp(-inf) = 0 instead of NaN.
+struct MaxSum {
+  float m = -FLT_MAX;
+  float s = 0.0f;
+  __device__ void add(float x) {
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  __device__ void merge(float m2, float s2) {
+    const float mx = fmaxf(m, m2);
+    s = s * expf(m - mx) + s2 * expf(m2 - mx);
+    m = mx;
+  }
+};
+
+// Block n: row n. Thread j folds in elements j, j + kThreads, ... in increasing order; lanes
+// combine down to lane 0 (shfl_down tree), then thread 0 combines the warps in warp order.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
+                                int V) {
+  __shared__ float warp_m[kWarps], warp_s[kWarps];
+  const int n = int(blockIdx.x);
+  const T* x = logits + size_t(n) * size_t(V);
+  MaxSum acc;
+  int j = int(threadIdx.x);
+  for (; j + (kUnroll - 1) * kThreads < V; j += kUnroll * kThreads) {
+    float v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = to_float(x[j + u * kThreads]);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc.add(v[u]);
+  }
+  for (; j < V; j += kThreads) acc.add(to_float(x[j]));
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float m2 = __shfl_down_sync(0xffffffffu, acc.m, offset);
+    const float s2 = __shfl_down_sync(0xffffffffu, acc.s, offset);
+    acc.merge(m2, s2);  // lanes past the end merge stale values; only lane 0's result is used
+  }
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  if (lane == 0) {
+    warp_m[warp] = acc.m;
+    warp_s[warp] = acc.s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    MaxSum total;
+    total.m = warp_m[0];
+    total.s = warp_s[0];
+    for (int w = 1; w < kWarps; ++w) total.merge(warp_m[w], warp_s[w]);
+    const float l = total.m + logf(total.s);
+    lse[n] = l;
+    const int32_t t = targets[n];
+    losses[n] = (t >= 0 && t < V) ? l - to_float(x[t]) : NAN;
+  }
+}
+
+// Block n: row n, dlogits[n, j] = (exp(logits[n, j] - lse[n]) - (j == target)) * dloss.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int V) {
+  const int n = int(blockIdx.x);
+  const size_t row = size_t(n) * size_t(V);
+  const float l = lse[n];
+  const int32_t t = targets[n];
+  for (int j = int(threadIdx.x); j < V; j += kThreads) {
+    const float p = expf(to_float(logits[row + j]) - l);
+    dlogits[row + j] = from_float<T>((p - (j == t ? 1.0f : 0.0f)) * dloss);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void crossentropy_forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N,
+                          int V, cudaStream_t s) {
+  if (N <= 0 || V <= 0) return;
+  crossentropy_forward_kernel<T><<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void crossentropy_backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, cudaStream_t s) {
+  if (N <= 0 || V <= 0) return;
+  crossentropy_backward_kernel<T>
+      <<<unsigned(N), kThreads, 0, s>>>(dlogits, logits, lse, targets, dloss, V);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define MPITRON_INSTANTIATE(T)                                                                   \
+  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int,      \
+                                        cudaStream_t);                                           \
+  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int, \
+                                         int, cudaStream_t);
+MPITRON_INSTANTIATE(float)
+MPITRON_INSTANTIATE(__nv_bfloat16)
+MPITRON_INSTANTIATE(__half)
+#undef MPITRON_INSTANTIATE
+
+}  // namespace mpitron::cuda

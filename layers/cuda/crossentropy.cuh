@@ -1,0 +1,33 @@
+// CUDA twins of layers/crossentropy.hpp: softmax cross-entropy in log-sum-exp form,
+// loss_i = lse_i - logits[i, target_i], lse = max + log(sum exp(x - max)); backward
+// dlogits = (exp(logits - lse) - onehot) * dloss. T (the logits) is float, __nv_bfloat16 or
+// __half; losses and lse are float, math in fp32. Targets are device int32 in [0, V): a target
+// outside it is a contract violation, answered with a NaN loss and no one-hot term (no read out
+// of the row). One block per row; any V >= 1. Device pointers; asynchronous on s; the same bits
+// on every call.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace mpitron::cuda {
+
+// Each thread keeps a running (max, sum of exp(x - max)) over its strided elements; the block
+// combines them in a fixed tree, so the bits do not depend on scheduling.
+template <class T>
+void crossentropy_forward(float* losses,           // (N)
+                          float* lse,              // (N)
+                          const T* logits,         // (N,V)
+                          const int32_t* targets,  // (N)
+                          int N, int V, cudaStream_t s);
+
+// dloss is dL/dloss_i, the same for every row (1 / global token count for a mean loss).
+// Each element is read before it is written by the same thread, so dlogits may alias logits.
+template <class T>
+void crossentropy_backward(T* dlogits,              // (N,V) =
+                           const T* logits,         // (N,V)
+                           const float* lse,        // (N)
+                           const int32_t* targets,  // (N)
+                           float dloss, int N, int V, cudaStream_t s);
+
+}  // namespace mpitron::cuda
