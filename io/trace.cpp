@@ -36,6 +36,8 @@ constexpr Column kColumns[] = {
     {"peak_mem_bytes", &TraceRow::peak_mem_bytes, nullptr},
     {"param_bytes", &TraceRow::param_bytes, nullptr},
     {"bubble", nullptr, &TraceRow::bubble},
+    {"loss_scale", nullptr, &TraceRow::loss_scale},
+    {"skipped", &TraceRow::skipped, nullptr},
 };
 
 struct MatrixColumn {
@@ -344,6 +346,8 @@ Trace read_trace(const std::string& path) {
   t.tokens_per_s = read_column<double>(group, path, "tokens_per_s", n, kNaN);
   t.step_s = read_column<double>(group, path, "step_s", n, kNaN);
   t.bubble = read_column<double>(group, path, "bubble", n, kNaN);
+  t.loss_scale = read_column<double>(group, path, "loss_scale", n, kNaN);
+  t.skipped = read_column<int64_t>(group, path, "skipped", n, kMissing);
   t.comm_bytes = read_column<int64_t>(group, path, "comm_bytes", n, kMissing);
   t.peak_mem_bytes = read_column<int64_t>(group, path, "peak_mem_bytes", n, kMissing);
   t.param_bytes = read_column<int64_t>(group, path, "param_bytes", n, kMissing);

@@ -22,6 +22,10 @@ struct TraceRow {
   // Measured idle fraction of the step's forward and backward: 1 - (time every rank spent
   // computing) / (ranks x the slowest rank's time); the pipeline bubble, plus any imbalance.
   double bubble = 0;
+  // Dynamic loss scaling: the scale this step's backward used (NaN without scaling) and 1 when the
+  // step was skipped because its gradients overflowed (the scale then halves).
+  double loss_scale = 0;
+  int64_t skipped = 0;
   // One entry per world rank; empty => not written for this row (stored as -1).
   std::vector<int64_t> rank_comm_bytes, rank_peak_mem_bytes, rank_param_bytes;
   std::vector<int64_t> rank_busy_us;  // microseconds in forward and backward this step
@@ -33,8 +37,9 @@ struct TraceRow {
   std::vector<int64_t> rank_activation_bytes;
 };
 
-// Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes} int64 and
-// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble} float64, 1-D chunked
+// Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes,skipped} int64 and
+// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale} float64,
+// 1-D chunked
 // with unlimited length;
 // /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,grad_sync_us,activation_bytes} int64
 // (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
@@ -86,8 +91,9 @@ class TraceWriter {
 // missing, e.g. from an older writer, is padded with NaN / -1), and the root attributes.
 struct Trace {
   std::vector<int64_t> step;
-  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s, bubble;
-  std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes;
+  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s, bubble,
+      loss_scale;
+  std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes, skipped;
   Attributes attrs;
 };
 

@@ -170,6 +170,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"beta2", setter(t.beta2)},
               {"eps", setter(t.eps)},
               {"grad_clip", setter(t.grad_clip)},
+              {"loss_scale", setter(t.loss_scale)},
+              {"loss_scale_window", setter(t.loss_scale_window)},
               {"dropout", setter(t.dropout)},
               {"seed", setter(seed)},
               {"eval_every", setter(t.eval_every)},
@@ -202,6 +204,10 @@ std::string config_keys_help() {
       {"beta2", fmt::format("{}", d.beta2), "AdamW second-moment decay"},
       {"eps", fmt::format("{}", d.eps), "AdamW epsilon"},
       {"grad_clip", fmt::format("{}", d.grad_clip), "clip the global gradient norm (0: never)"},
+      {"loss_scale", fmt::format("{}", d.loss_scale),
+       "initial dynamic loss scale, a power of two (fp16; 0: no scaling)"},
+      {"loss_scale_window", fmt::format("{}", d.loss_scale_window),
+       "clean steps before the loss scale doubles"},
       {"dropout", fmt::format("{}", d.dropout), "dropout probability"},
       {"seed", fmt::format("{}", d.seed), "initialisation, data order and dropout"},
       {"eval_every", fmt::format("{}", d.eval_every), "validation every N steps (0: at the end)"},
@@ -270,6 +276,19 @@ void validate_config(const RunConfig& cfg) {
     throw UsageError("warmup_steps, eval_every, ckpt_every and log_every must not be negative");
   if (!(t.grad_clip >= 0 && std::isfinite(t.grad_clip)))
     throw UsageError("grad_clip must be a finite number >= 0 (0: no clipping)");
+  if (t.loss_scale != 0) {
+    int exponent = 0;
+    // A power of two scales every gradient exactly: the same bits after unscaling.
+    if (!(std::isfinite(t.loss_scale) && t.loss_scale > 0 &&
+          std::frexp(t.loss_scale, &exponent) == 0.5 && exponent - 1 >= -126 &&
+          exponent - 1 <= 127))
+      throw UsageError(fmt::format(
+          "loss_scale must be 0 (no scaling) or a power of two from 2^-126 to 2^127 (got {})",
+          t.loss_scale));
+  }
+  if (t.loss_scale_window < 1)
+    throw UsageError(
+        fmt::format("loss_scale_window must be at least 1 (got {})", t.loss_scale_window));
   family.validate(cfg.model, t);
 }
 

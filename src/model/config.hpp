@@ -32,6 +32,11 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // clip by global norm; 0 disables
+  // Dynamic loss scaling (for fp16): the loss's gradient is multiplied by the scale, a power of
+  // two, and the gradients divided by it again; a step whose gradients overflow is skipped and
+  // halves the scale, loss_scale_window clean steps double it. 0: no scaling.
+  double loss_scale = 0;
+  int loss_scale_window = 2000;
   double dropout = 0.1;
   uint64_t seed = 1337;
   int eval_every = 100;  // 0 disables evaluation

@@ -28,6 +28,8 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.beta2", t.beta2},
           {"train.eps", t.eps},
           {"train.grad_clip", t.grad_clip},
+          {"train.loss_scale", t.loss_scale},
+          {"train.loss_scale_window", int64_t(t.loss_scale_window)},
           {"train.batch_size", int64_t(t.batch_size)},
           {"train.seq_len", int64_t(t.seq_len)},
           {"train.dropout", t.dropout},
@@ -63,7 +65,8 @@ std::map<std::string, io::Attributes> checkpoint_groups(const CheckpointRecord& 
   return {{"rng",
            {{"seed", r.seed},
             {"kind", std::string("philox4x32-10, keyed by (seed, name|step, index)")}}},
-          {"data", data}};
+          {"data", data},
+          {"loss_scale", {{"current", r.loss_scale}, {"clean_steps", r.loss_scale_clean_steps}}}};
 }
 
 CheckpointRecord read_checkpoint_record(const std::string& path) {
@@ -114,6 +117,14 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
       it != h.root.end() && std::holds_alternative<double>(it->second))
     r.lr = std::get<double>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
+  if (auto g = h.groups.find("loss_scale"); g != h.groups.end()) {
+    auto c = g->second.find("current");
+    auto k = g->second.find("clean_steps");
+    if (c != g->second.end() && std::holds_alternative<double>(c->second))
+      r.loss_scale = std::get<double>(c->second);
+    if (k != g->second.end() && std::holds_alternative<int64_t>(k->second))
+      r.loss_scale_clean_steps = std::get<int64_t>(k->second);
+  }
   if (auto p = r.data.find("path");
       p != r.data.end() && std::holds_alternative<std::string>(p->second))
     r.data_path = std::get<std::string>(p->second);

@@ -30,6 +30,9 @@ struct CheckpointRecord {
   std::string data_path;     // data.path, "" when not recorded
   // What gives the run its meaning (run_settings): root attributes, compared on resume.
   io::Attributes settings;
+  // Dynamic loss scaling's state after `step` (0: the run does not scale).
+  double loss_scale = 0;
+  int64_t loss_scale_clean_steps = 0;
 };
 
 // The settings a resumed run must keep to continue the same run: the preset's name, the

@@ -36,6 +36,7 @@
 #include "src/train/batch_slice.hpp"
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/loss_scale.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained.hpp"
 #include "src/train/step_backend.hpp"
@@ -214,6 +215,7 @@ struct Trainer {
 
   void setup() {
     const Layout& L = opts.layout;
+    loss_scale = LossScale{tc.loss_scale, 0, tc.loss_scale_window};
     const RowRange rank_rows = batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, 1, 0);
     first_row = rank_rows.begin;
     local_rows = rank_rows.count;
@@ -353,6 +355,8 @@ struct Trainer {
     r.data = data.attributes();
     r.settings = run_settings(cfg);
     r.eval_batches = tc.eval_batches;  // for `mpitron eval`'s defaults
+    r.loss_scale = loss_scale.scale;
+    r.loss_scale_clean_steps = loss_scale.clean_steps;
     const std::string path = checkpoint_path(step);
     download_state();
     io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
@@ -391,6 +395,10 @@ struct Trainer {
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     upload_state();
     step = r.step;
+    if (tc.loss_scale > 0 && r.loss_scale > 0) {  // the scaler continues where it stopped
+      loss_scale.scale = r.loss_scale;
+      loss_scale.clean_steps = r.loss_scale_clean_steps;
+    }
     auto c = r.data.find("checksum");
     if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
         std::get<int64_t>(c->second) != int64_t(data.checksum()) && is_root())
@@ -448,7 +456,11 @@ struct Trainer {
     double loss, grad_norm, lr;
     double busy_s;      // this rank's forward and backward
     double pipeline_s;  // its walk through the schedule
+    double loss_scale;  // the scale this step's backward used (NaN: no scaling)
+    bool skipped;       // its gradients overflowed: no update
   };
+
+  LossScale loss_scale;  // train.loss_scale > 0: dynamic; restored from checkpoints
 
   // Rows of micro-batch mb of this rank's part of the global batch.
   RowRange micro_batch_rows(int mb) const {
@@ -507,7 +519,7 @@ struct Trainer {
     data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
     sync->begin_step();
     progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
-    const float dloss = 1.0f / float(loss_terms);
+    const float dloss = loss_scale.dloss(loss_terms);
     walk = {s, float(tc.dropout), dloss, nullptr, true};
     const double loss_sum = executor->run(train_actions, work, true);
     progress.mark("the batch-norm statistics' all-reduce (dp)");
@@ -516,20 +528,34 @@ struct Trainer {
     sync->finish_backward();
     progress.mark("the gradient norm's all-reduce (dp, tp, pp)");
     // Global gradient norm: every rank holds the summed gradient of its shard.
-    const double norm = sync->grad_norm();
-    const float scale =
-        tc.grad_clip > 0 && norm > tc.grad_clip ? float(tc.grad_clip / (norm + 1e-6)) : 1.0f;
+    const double used_scale = loss_scale.scale;
+    const double norm = loss_scale.unscaled(sync->grad_norm());
     const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
-    const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
-    ops.adamw_update(model->registry,
-                     {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
-                      shard.begin, m.data(), v.data(), shard.begin},
-                     acfg, lr, scale, s);
-    progress.mark("the parameter all-gather (dp)");
-    sync->gather_params(model->params.data());
     progress.mark("the loss all-reduce (pp, dp)");
     const double loss = sum_over_stages_and_dp(loss_sum) / double(loss_terms);
-    return {loss, norm, lr, executor->timing().busy_s, executor->timing().total_s};
+    // The norm is the same on every rank, so every rank skips (or not) alike.
+    const bool skipped = !loss_scale.step_ok(norm);
+    if (!skipped) {
+      const float clip =
+          tc.grad_clip > 0 && norm > tc.grad_clip ? float(tc.grad_clip / (norm + 1e-6)) : 1.0f;
+      // Unscaling and clipping in one factor; a power of two keeps the product exact.
+      const float grad_scale = used_scale > 0 ? clip * float(1.0 / used_scale) : clip;
+      const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+      ops.adamw_update(model->registry,
+                       {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
+                        shard.begin, m.data(), v.data(), shard.begin},
+                       acfg, lr, grad_scale, s);
+      progress.mark("the parameter all-gather (dp)");
+      sync->gather_params(model->params.data());
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    return {loss,
+            norm,
+            lr,
+            executor->timing().busy_s,
+            executor->timing().total_s,
+            used_scale > 0 ? used_scale : nan,
+            skipped};
   }
 
   struct EvalResult {
@@ -734,19 +760,27 @@ struct Trainer {
         row.comm_bytes = comm_bytes;
         row.peak_mem_bytes = peak;
         row.bubble = measured_bubble(row.rank_busy_us, slowest_s);
+        row.loss_scale = r.loss_scale;
+        row.skipped = r.skipped ? 1 : 0;
+        if (r.skipped)
+          spdlog::info(
+              "step {}: gradients overflowed at loss scale 2^{}: step skipped, scale now 2^{}", s,
+              std::ilogb(r.loss_scale), std::ilogb(loss_scale.scale));
         trace->append(row);
         if ((tc.log_every > 0 && s % tc.log_every == 0) || s == first || s == tc.steps ||
             !std::isnan(val)) {
           const double elapsed = seconds_since(t_start);
           const double eta = elapsed / double(s - first + 1) * double(tc.steps - s);
           spdlog::info(
-              "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f} | {:.1f}k {}/s | "
+              "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f}{} | {:.1f}k {}/s | "
               "{:.1f} ms{} | params {} | peak {} | ETA {}",
               s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
               std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
-              r.lr, r.grad_norm, tokens_per_step / dt / 1000,
-              is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
-              opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
+              r.lr, r.grad_norm,
+              std::isnan(r.loss_scale) ? ""
+                                       : fmt::format(" | scale 2^{}", std::ilogb(r.loss_scale)),
+              tokens_per_step / dt / 1000, is_sequence_data(data.kind) ? "tok" : "samples",
+              dt * 1000, opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
               human_bytes(double(row.param_bytes)), human_bytes(double(peak)), human_seconds(eta));
         }
       }
