@@ -600,6 +600,11 @@ int main(int argc, char** argv) {
                      "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
                      "nccl (one GPU per rank)")
         ->capture_default_str();
+    train
+        ->add_option("--precision", opts.precision,
+                     "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
+                     "with dynamic loss scaling)")
+        ->capture_default_str();
     train->add_option("--steps", steps, "optimizer steps");
     train->add_option("--batch-size", batch_size, "global batch, in sequences");
     train->add_option("--seq-len", seq_len, "tokens per sequence (<= block size)");

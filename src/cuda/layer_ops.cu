@@ -1,6 +1,12 @@
-// The CUDA layer table (src/model/layer_ops.hpp): the layers/cuda twins in fp32 on the calling
-// thread's default stream, where the step ops run too, so everything of a step is in one order.
+// The CUDA layer tables (src/model/layer_ops.hpp): the layers/cuda twins in float, bf16 or fp16
+// storage on the calling thread's default stream, where the step ops run too, so everything of a
+// step is in one order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
 
 #include "layers/cuda/attention.cuh"
 #include "layers/cuda/crossentropy.cuh"
@@ -56,109 +62,181 @@ void* encoder_scratch(size_t bytes) {
   return s.get(bytes);
 }
 
-void zero(float* p, size_t n) {
-  cuda::zero(p, n, kStream);
+// The CUDA type of a storage type: float, __nv_bfloat16 or __half (the same bits).
+template <class A>
+struct Cuda {
+  using type = float;
+};
+template <>
+struct Cuda<bf16_t> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct Cuda<fp16_t> {
+  using type = __half;
+};
+static_assert(sizeof(__nv_bfloat16) == sizeof(bf16_t) && sizeof(__half) == sizeof(fp16_t));
+template <class A>
+typename Cuda<A>::type* dev(A* p) {
+  return reinterpret_cast<typename Cuda<A>::type*>(p);
 }
-void copy(float* dst, const float* src, size_t n) {
-  cuda::copy(dst, src, n, kStream);
+template <class A>
+const typename Cuda<A>::type* dev(const A* p) {
+  return reinterpret_cast<const typename Cuda<A>::type*>(p);
 }
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C, double eps) {
-  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, kStream);
+
+template <class T>
+__global__ void round_kernel(T* dst, const float* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = T(src[i]);  // round to nearest even
 }
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C) {
+
+template <class A>
+void zero(A* p, size_t n) {
+  if constexpr (std::is_same_v<A, float>)
+    cuda::zero(p, n, kStream);
+  else  // +0 is all zero bits in both 16-bit formats
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(A), kStream));
+}
+template <class A>
+void copy(A* dst, const A* src, size_t n) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(A), cudaMemcpyDeviceToDevice, kStream));
+}
+template <class A>
+void round_weights(A* dst, const float* src, size_t n) {
+  if (n == 0) return;
+  if constexpr (std::is_same_v<A, float>) {
+    copy(dst, src, n);
+  } else {
+    const int threads = 256;
+    const int blocks = int(std::min<size_t>((n + threads - 1) / threads, 65536));
+    round_kernel<<<blocks, threads, 0, kStream>>>(dev(dst), src, n);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+template <class A>
+void layernorm_forward(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                       const A* bias, int N, int C, double eps) {
+  cuda::layernorm_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, eps,
+                          kStream);
+}
+template <class A>
+void layernorm_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                        const A* weight, const float* mean, const float* rstd, int N, int C) {
   float* scratch = static_cast<float*>(
       layernorm_scratch(cuda::layernorm_backward_scratch(N, C) * sizeof(float)));
-  cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch,
-                           kStream);
+  cuda::layernorm_backward(dev(dinp), dweight, dbias, dev(dout), dev(inp), dev(weight), mean, rstd,
+                           N, C, scratch, kStream);
 }
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int IC, int OC) {
-  cuda::linear_forward(out, inp, weight, bias, N, IC, OC, kStream);
+template <class A>
+void linear_forward(A* out, const A* inp, const A* weight, const A* bias, int N, int IC, int OC) {
+  cuda::linear_forward(dev(out), dev(inp), dev(weight), dev(bias), N, IC, OC, kStream);
 }
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
-  cuda::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, kStream);
+template <class A>
+void linear_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                     const A* weight, int N, int IC, int OC) {
+  cuda::linear_backward(dev(dinp), dweight, dbias, dev(dout), dev(inp), dev(weight), N, IC, OC,
+                        kStream);
 }
-void gelu_forward(float* out, const float* inp, size_t n) {
-  cuda::gelu_forward(out, inp, n, kStream);
+template <class A>
+void gelu_forward(A* out, const A* inp, size_t n) {
+  cuda::gelu_forward(dev(out), dev(inp), n, kStream);
 }
-void gelu_backward(float* dinp, const float* dout, const float* inp, size_t n) {
-  cuda::gelu_backward(dinp, dout, inp, n, kStream);
+template <class A>
+void gelu_backward(A* dinp, const A* dout, const A* inp, size_t n) {
+  cuda::gelu_backward(dev(dinp), dev(dout), dev(inp), n, kStream);
 }
 // saved: the (B,NH,T) log-sum-exp; scratch: backward's (B,NH,T) rowsum(dout * out).
-void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
-                       bool causal, const int32_t* lengths) {
-  cuda::attention_forward(out, saved, qkv, B, T, C, NH, causal, lengths, kStream);
+template <class A>
+void attention_forward(A* out, float* saved, const A* qkv, int B, int T, int C, int NH, bool causal,
+                       const int32_t* lengths) {
+  cuda::attention_forward(dev(out), saved, dev(qkv), B, T, C, NH, causal, lengths, kStream);
 }
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
-                        const float* qkv, const float* saved, int B, int T, int C, int NH,
-                        bool causal, const int32_t* lengths) {
-  cuda::attention_backward(dqkv, scratch, dout, out, qkv, saved, B, T, C, NH, causal, lengths,
-                           kStream);
+template <class A>
+void attention_backward(A* dqkv, float* scratch, const A* dout, const A* out, const A* qkv,
+                        const float* saved, int B, int T, int C, int NH, bool causal,
+                        const int32_t* lengths) {
+  cuda::attention_backward(dev(dqkv), scratch, dev(dout), dev(out), dev(qkv), saved, B, T, C, NH,
+                           causal, lengths, kStream);
 }
 size_t attention_saved_elements(int B, int NH, int T) {
   return size_t(B) * NH * T;
 }
-void dropout_forward(float* out, const float* inp, float p, const PhiloxStream& rng, uint64_t row0,
-                     int N, int C) {
-  cuda::dropout_forward(out, inp, p, rng, row0, N, C, kStream);
+template <class A>
+void dropout_forward(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t row0, int N,
+                     int C) {
+  cuda::dropout_forward(dev(out), dev(inp), p, rng, row0, N, C, kStream);
 }
-void dropout_backward(float* dinp, const float* dout, float p, const PhiloxStream& rng,
-                      uint64_t row0, int N, int C) {
-  cuda::dropout_backward(dinp, dout, p, rng, row0, N, C, kStream);
+template <class A>
+void dropout_backward(A* dinp, const A* dout, float p, const PhiloxStream& rng, uint64_t row0,
+                      int N, int C) {
+  cuda::dropout_backward(dev(dinp), dev(dout), p, rng, row0, N, C, kStream);
 }
-void residual_forward(float* out, const float* a, const float* b, size_t n) {
-  cuda::residual_forward(out, a, b, n, kStream);
+template <class A>
+void residual_forward(A* out, const A* a, const A* b, size_t n) {
+  cuda::residual_forward(dev(out), dev(a), dev(b), n, kStream);
 }
-void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                     int T, int C) {
-  cuda::encoder_forward(out, tokens, wte, wpe, B, T, C, kStream);
+template <class A>
+void encoder_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                     int C) {
+  cuda::encoder_forward(dev(out), tokens, dev(wte), dev(wpe), B, T, C, kStream);
 }
-void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                      int T, int C) {
+template <class A>
+void encoder_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
+                      int C) {
   void* scratch = encoder_scratch(cuda::encoder_backward_scratch_bytes(B, T));
-  cuda::encoder_backward(dwte, dwpe, dout, tokens, B, T, C, scratch, kStream);
+  cuda::encoder_backward(dwte, dwpe, dev(dout), tokens, B, T, C, scratch, kStream);
 }
-void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                          int N, int V) {
-  cuda::crossentropy_forward(losses, lse, logits, targets, N, V, kStream);
+template <class A>
+void crossentropy_forward(float* losses, float* lse, const A* logits, const int32_t* targets, int N,
+                          int V) {
+  cuda::crossentropy_forward(losses, lse, dev(logits), targets, N, V, kStream);
 }
-void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
-                           const int32_t* targets, float dloss, int N, int V) {
-  cuda::crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V, kStream);
+template <class A>
+void crossentropy_backward(A* dlogits, const A* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V) {
+  cuda::crossentropy_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, V, kStream);
+}
+
+template <class A>
+const LayerOpsT<A>& table() {
+  static constexpr LayerOpsT<A> ops{
+      "cuda",
+      zero<A>,
+      copy<A>,
+      cuda::upload_int32,
+      cuda::upload,
+      cuda::download,
+      round_weights<A>,
+      layernorm_forward<A>,
+      layernorm_backward<A>,
+      linear_forward<A>,
+      linear_backward<A>,
+      gelu_forward<A>,
+      gelu_backward<A>,
+      attention_forward<A>,
+      attention_backward<A>,
+      attention_saved_elements,
+      dropout_forward<A>,
+      dropout_backward<A>,
+      residual_forward<A>,
+      encoder_forward<A>,
+      encoder_backward<A>,
+      crossentropy_forward<A>,
+      crossentropy_backward<A>,
+  };
+  return ops;
 }
 
 }  // namespace
 
-const LayerOps& cuda_layer_ops() {
-  static constexpr LayerOps ops{
-      "cuda",
-      zero,
-      copy,
-      cuda::upload_int32,
-      cuda::upload,
-      cuda::download,
-      layernorm_forward,
-      layernorm_backward,
-      linear_forward,
-      linear_backward,
-      gelu_forward,
-      gelu_backward,
-      attention_forward,
-      attention_backward,
-      attention_saved_elements,
-      dropout_forward,
-      dropout_backward,
-      residual_forward,
-      encoder_forward,
-      encoder_backward,
-      crossentropy_forward,
-      crossentropy_backward,
-  };
-  return ops;
+template <class A>
+const LayerOpsT<A>& cuda_layer_ops() {
+  return table<A>();
 }
+template const LayerOpsT<float>& cuda_layer_ops<float>();
+template const LayerOpsT<bf16_t>& cuda_layer_ops<bf16_t>();
+template const LayerOpsT<fp16_t>& cuda_layer_ops<fp16_t>();
 
 }  // namespace mpitron

@@ -11,9 +11,14 @@ namespace mpitron {
 struct ActivationCarver {
   float* base = nullptr;  // nullptr: only count
   size_t used = 0;
-  float* take(size_t n) {
-    float* p = base ? base + used : nullptr;
-    used += (n + 15) / 16 * 16;
+  float* take(size_t n) { return take_as<float>(n); }
+  // n elements of T (2- or 4-byte), on the same 64-byte grid.
+  template <class T>
+  T* take_as(size_t n) {
+    static_assert(sizeof(T) <= sizeof(float) && alignof(T) <= 64);
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    const size_t floats = (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+    used += (floats + 15) / 16 * 16;
     return p;
   }
 };

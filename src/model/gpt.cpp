@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
@@ -90,13 +91,14 @@ ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice) {
 
 namespace {
 
-template <class At>
-GptWeights gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At address) {
-  auto at = [&](const std::string& name) -> float* {
+// address(flat offset) -> W*: where each parameter lives in a flat buffer of W.
+template <class W, class At>
+GptWeightsT<W> gpt_weights(const ParamRegistry& reg, const GptConfig& cfg, At address) {
+  auto at = [&](const std::string& name) -> W* {
     const ParamInfo* p = reg.find(name);
     return p ? address(p->offset) : nullptr;
   };
-  GptWeights w;
+  GptWeightsT<W> w;
   w.wte = at("wte.weight");
   w.wpe = at("wpe.weight");
   w.h.resize(cfg.n_layer);
@@ -125,8 +127,10 @@ BlockDropout block_dropout(const MicroBatch& mb, int layer, uint64_t row0) {
 
 }  // namespace
 
-GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
+template <class A>
+GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
+  MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a GPT built for another precision");
   tp_ = how.tp ? how.tp : &self_;
   MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
                   "the TP group does not match the registry slice");
@@ -138,7 +142,7 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   DeviceAllocator& alloc = *how.alloc;
   const RegistrySlice& slice = how.slice;
   for (size_t k = 0; k < slice.chunks.size(); ++k) {
-    GptChunk ch;
+    GptChunkT<A> ch;
     ch.blocks = {slice.chunks[k].begin, std::min(slice.chunks[k].end, cfg.n_layer)};
     MPITRON_REQUIRE(ch.blocks.begin >= 0 && ch.blocks.size() >= 1, "a chunk without blocks");
     MPITRON_REQUIRE(k == 0 || ch.blocks.begin >= chunks.back().blocks.end,
@@ -150,8 +154,14 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   holds_first_ = chunks.front().first;
   registry = gpt_registry(cfg, slice);
   allocate_tensors(how);
-  float* p = params.data();
-  w = gpt_weights(registry, cfg, [p](size_t offset) { return p + offset; });
+  if constexpr (std::is_same_v<A, float>) {
+    float* p = params.data();
+    w = gpt_weights<float>(registry, cfg, [p](size_t offset) { return p + offset; });
+  } else {
+    weights = Buffer<A>(alloc, flat_size);
+    A* p = weights.data();
+    w = gpt_weights<A>(registry, cfg, [p](size_t offset) { return p + offset; });
+  }
 
   // Gradient segments in flat order: the embeddings, each block, ln_f (those this stage holds).
   auto begin_of = [&](int l) {
@@ -165,7 +175,7 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   segment_of_block.assign(cfg.n_layer, SIZE_MAX);
   const ParamInfo* ln_f = registry.find("ln_f.weight");
   const size_t blocks_end = ln_f ? ln_f->offset : flat_size;
-  for (const GptChunk& ch : chunks)
+  for (const GptChunkT<A>& ch : chunks)
     for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
       const bool next_held =
           l + 1 < cfg.n_layer && registry.find("h." + std::to_string(l + 1) + ".ln_1.weight");
@@ -179,36 +189,40 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
     segments.back().end = flat_size;  // the flat padding joins the last block
   }
 
-  layers_ = how.layers ? how.layers : &cpu_layer_ops();
-  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  if constexpr (std::is_same_v<A, float>)
+    layers_ = how.layers ? how.layers : &cpu_layer_ops();
+  else
+    layers_ = &layer_ops<A>(how.layers ? how.layers->device : "cpu");
+  parameters_changed();
+  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;
-  for (GptChunk& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
+  for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   recompute = how.recompute;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
     if (recompute) block_acts_carve(recompute_acts, a, shape);
-    for (GptChunk& ch : chunks)
-      for (GptActs& s : ch.slots) {
-        s.encoded = a.take(BT * C);
+    for (GptChunkT<A>& ch : chunks)
+      for (GptActsT<A>& s : ch.slots) {
+        s.encoded = a.take_as<A>(BT * C);
         s.blocks.resize(ch.blocks.size());
-        for (BlockActs& b : s.blocks) {
+        for (BlockActsT<A>& b : s.blocks) {
           if (recompute)
-            b.res_mlp = a.take(BT * C);
+            b.res_mlp = a.take_as<A>(BT * C);
           else
             block_acts_carve(b, a, shape);
         }
         if (!ch.last) continue;
-        s.ln_f = a.take(BT * C);
+        s.ln_f = a.take_as<A>(BT * C);
         s.ln_f_mean = a.take(BT);
         s.ln_f_rstd = a.take(BT);
-        s.logits = a.take(BT * V);
+        s.logits = a.take_as<A>(BT * V);
         s.lse = a.take(BT);
         s.losses = a.take(BT);
       }
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
-    dresidual = d.take(BT * C);
+    dresidual = d.take_as<A>(BT * C);
     ce_scratch = any_last ? d.take(3 * BT) : nullptr;
     block_scratch_carve(scratch, d, shape);
   });
@@ -217,35 +231,44 @@ GptModel::GptModel(const GptConfig& c, const ModelBuild& how)
   host_tokens_.resize(2 * BT);
   host_losses_.resize(BT);
   int32_t* t = tokens.data();
-  for (GptChunk& ch : chunks)
-    for (GptActs& s : ch.slots) {
+  for (GptChunkT<A>& ch : chunks)
+    for (GptActsT<A>& s : ch.slots) {
       s.inputs = t;
       s.targets = t + BT;
       t += 2 * BT;
     }
 }
 
-BlockActs GptModel::block_acts(const GptActs& a, int k) const {
+template <class A>
+BlockActsT<A> GptModelT<A>::block_acts(const GptActsT<A>& a, int k) const {
   if (!recompute) return a.blocks[k];
-  BlockActs b = recompute_acts;
+  BlockActsT<A> b = recompute_acts;
   b.res_mlp = a.blocks[k].res_mlp;
   return b;
 }
 
-void GptModel::bind_gradients(const std::function<float*(size_t)>& address) {
-  dw = gpt_weights(registry, cfg, address);
+template <class A>
+void GptModelT<A>::bind_gradients(const std::function<float*(size_t)>& address) {
+  dw = gpt_weights<float>(registry, cfg, address);
 }
 
-double GptModel::forward(const MicroBatch& mb) {
+template <class A>
+void GptModelT<A>::parameters_changed() {
+  if constexpr (!std::is_same_v<A, float>)
+    layers_->round_weights(weights.data(), params.data(), flat_size);
+}
+
+template <class A>
+double GptModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
-  GptChunk& ch = chunks[mb.chunk];
+  GptChunkT<A>& ch = chunks[mb.chunk];
   MPITRON_REQUIRE(
       mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 && mb.slot < int(ch.slots.size()),
       "micro-batch larger than planned, or not tokens");
-  GptActs& a = ch.slots[mb.slot];
+  GptActsT<A>& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   const int32_t* tok = mb.samples.tokens;
   int32_t* inputs = host_tokens_.data();
   int32_t* targets = inputs + N;
@@ -263,10 +286,10 @@ double GptModel::forward(const MicroBatch& mb) {
                                          L);
     L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
   }
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
-  const float* x = a.encoded;
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const A* x = a.encoded;
   for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
-    BlockActs acts_l = block_acts(a, l - ch.blocks.begin);
+    BlockActsT<A> acts_l = block_acts(a, l - ch.blocks.begin);
     transformer_block_forward(acts_l, x, w.h[l], shape, block_dropout(mb, l, row0));
     x = acts_l.res_mlp;
   }
@@ -281,18 +304,19 @@ double GptModel::forward(const MicroBatch& mb) {
   return sum;
 }
 
-void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
-  const GptChunk& ch = chunks[mb.chunk];
-  const GptActs& a = ch.slots[mb.slot];
+template <class A>
+void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const GptChunkT<A>& ch = chunks[mb.chunk];
+  const GptActsT<A>& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
     tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
                                              v0, V, L);
-    const float* x_last = a.blocks.back().res_mlp;
+    const A* x_last = a.blocks.back().res_mlp;
     tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
                                         Vl, L);
     L.zero(dresidual, size_t(N) * C);
@@ -300,11 +324,11 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
                          a.ln_f_rstd, N, C);
     ready(head_segment_);
   }  // else dresidual holds the gradient of the chunk's output, received from the next stage
-  const BlockShape shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
     const int k = l - ch.blocks.begin;
-    const float* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
-    BlockActs acts_l = block_acts(a, k);
+    const A* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
+    BlockActsT<A> acts_l = block_acts(a, k);
     // Recompute: the block again from its input, the same dropout masks (keyed by Philox).
     if (recompute) transformer_block_forward(acts_l, x, w.h[l], shape, block_dropout(mb, l, row0));
     transformer_block_backward(dresidual, dw.h[l], scratch, acts_l, x, w.h[l], shape,
@@ -320,27 +344,52 @@ void GptModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);
 }
 
-ModelOutput GptModel::output(int slot) const {
-  return {chunks.back().slots[slot].logits, T, Vl};
+template <class A>
+ModelOutput GptModelT<A>::output(int slot) const {
+  if constexpr (std::is_same_v<A, float>) {
+    return {chunks.back().slots[slot].logits, T, Vl};
+  } else {
+    (void)slot;
+    throw UsageError(fmt::format("the logits of a {} model are not fp32: use --precision fp32",
+                                 precision_name(dtype_of<A>())));
+  }
 }
 
-StageBoundary GptModel::boundary(int chunk, int slot) {
-  GptChunk& ch = chunks[chunk];
-  GptActs& a = ch.slots[slot];
+template <class A>
+StageBoundary GptModelT<A>::boundary(int chunk, int slot) {
+  if constexpr (!std::is_same_v<A, float>)
+    throw UsageError(fmt::format("--precision {}: pipeline parallelism runs in fp32 only",
+                                 precision_name(dtype_of<A>())));
+  GptChunkT<A>& ch = chunks[chunk];
+  GptActsT<A>& a = ch.slots[slot];
   StageBoundary b;
   b.input_elements = b.output_elements = size_t(T) * cfg.n_embd;
-  if (!ch.first) {
-    b.input = a.encoded;
-    b.input_grad = dresidual;
-  }
-  if (!ch.last) {
-    b.output = a.blocks.back().res_mlp;
-    b.output_grad = dresidual;
+  if constexpr (std::is_same_v<A, float>) {
+    if (!ch.first) {
+      b.input = a.encoded;
+      b.input_grad = dresidual;
+    }
+    if (!ch.last) {
+      b.output = a.blocks.back().res_mlp;
+      b.output_grad = dresidual;
+    }
   }
   return b;
 }
 
+template class GptModelT<float>;
+template class GptModelT<bf16_t>;
+template class GptModelT<fp16_t>;
+
 std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return std::make_unique<GptModelT<bf16_t>>(gpt_config(m), how);
+    case DType::f16:
+      return std::make_unique<GptModelT<fp16_t>>(gpt_config(m), how);
+    case DType::f32:
+      break;
+  }
   return std::make_unique<GptModel>(gpt_config(m), how);
 }
 

@@ -40,37 +40,45 @@ int64_t gpt_parameter_count(const GptConfig& m);
 ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice = {});
 
 // Pointers to every parameter this stage holds inside one flat buffer (parameters or gradients);
-// null for the ones it does not hold. h is indexed by global block.
-struct GptWeights {
-  float* wte = nullptr;  // (V,C)
-  float* wpe = nullptr;  // (block_size,C)
-  std::vector<BlockWeights> h;
-  float *ln_f_w = nullptr, *ln_f_b = nullptr;  // (C)
+// null for the ones it does not hold. h is indexed by global block. W: the storage type.
+template <class W>
+struct GptWeightsT {
+  W* wte = nullptr;  // (V,C)
+  W* wpe = nullptr;  // (block_size,C)
+  std::vector<BlockWeightsT<W>> h;
+  W *ln_f_w = nullptr, *ln_f_b = nullptr;  // (C)
 };
+using GptWeights = GptWeightsT<float>;
 
 // Activations of one micro-batch in flight in one chunk; the head's only in the last chunk.
-struct GptActs {
-  int32_t *inputs, *targets;      // (B,T) (views into the model's token buffer)
-  float* encoded;                 // (B,T,C) the chunk's input: the embedding, or received
-  std::vector<BlockActs> blocks;  // the chunk's blocks, in order (recompute: only res_mlp)
-  float* ln_f = nullptr;          // (B,T,C)
+template <class A>
+struct GptActsT {
+  int32_t *inputs, *targets;          // (B,T) (views into the model's token buffer)
+  A* encoded;                         // (B,T,C) the chunk's input: the embedding, or received
+  std::vector<BlockActsT<A>> blocks;  // the chunk's blocks, in order (recompute: only res_mlp)
+  A* ln_f = nullptr;                  // (B,T,C)
   float *ln_f_mean = nullptr, *ln_f_rstd = nullptr;  // (B,T)
-  float* logits = nullptr;  // (B,T,Vl) this rank's vocabulary, overwritten by dlogits
+  A* logits = nullptr;      // (B,T,Vl) this rank's vocabulary, overwritten by dlogits
   float* lse = nullptr;     // (B,T)
   float* losses = nullptr;  // (B,T)
 };
 
 // Blocks of one chunk and its activation sets.
-struct GptChunk {
+template <class A>
+struct GptChunkT {
   BlockRange blocks;
   bool first = false;  // embeds the tokens (virtual stage 0)
   bool last = false;   // ln_f, LM head and loss (the last virtual stage)
-  std::vector<GptActs> slots;
+  std::vector<GptActsT<A>> slots;
 };
 
-class GptModel final : public Model {
+// A: the storage type of activations and of the weights the layers read (--precision: float,
+// bf16_t or fp16_t). Below fp32 the model keeps a rounded copy of its fp32 parameters (weights,
+// refreshed by parameters_changed) and runs at tp 1 and pp 1; gradients are fp32 either way.
+template <class A>
+class GptModelT final : public Model {
  public:
-  GptModel(const GptConfig& cfg, const ModelBuild& how);
+  GptModelT(const GptConfig& cfg, const ModelBuild& how);
 
   void bind_gradients(const std::function<float*(size_t)>& address) override;
   double forward(const MicroBatch& mb) override;
@@ -78,38 +86,42 @@ class GptModel final : public Model {
   ModelOutput output(int slot) const override;
   int loss_terms_per_sample() const override { return T; }
   StageBoundary boundary(int chunk, int slot) override;
+  void parameters_changed() override;
 
   GptConfig cfg;
   int B = 0, T = 0;    // planned micro-batch
   int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl) (padded past V on the last)
-  GptWeights w, dw;
+  GptWeightsT<A> w;    // what the layers read: params (fp32), else the rounded copy in weights
+  GptWeights dw;
+  Buffer<A> weights;          // below fp32: params rounded to A (flat_size); empty in fp32
   Buffer<float> acts, dacts;  // every slot's activations; backward scratch (shared)
   Buffer<int32_t> tokens;     // (chunks, slots, 2, B, T) inputs and targets
-  std::vector<GptChunk> chunks;
+  std::vector<GptChunkT<A>> chunks;
   // (B,T,C) gradient of the residual stream; at a stage boundary the received output gradient
   // and, after backward, the input gradient to send back.
-  float* dresidual;
-  float* dln_f;       // (B,T,C) scratch
+  A* dresidual;
+  A* dln_f;           // (B,T,C) scratch
   float* ce_scratch;  // (3,B,T) vocab-parallel cross-entropy's row statistics
-  BlockScratch scratch;
+  BlockScratchT<A> scratch;
   // --recompute block: the one set of block activations every block forwards into (its output
   // goes to the slot's own res_mlp), recomputed in backward from the block's input.
   bool recompute = false;
-  BlockActs recompute_acts;
+  BlockActsT<A> recompute_acts;
 
  private:
   // The activations block k of a slot forwards into and backward reads.
-  BlockActs block_acts(const GptActs& a, int k) const;
-  const LayerOps* layers_ = nullptr;  // the device's layers
-  std::vector<int32_t> host_tokens_;  // (2,B,T) inputs and targets, before their upload
-  std::vector<float> host_losses_;    // (B,T) the losses, downloaded
-  comm::Group self_;                  // the TP group of one when the build names none
+  BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
+  const LayerOpsT<A>* layers_ = nullptr;  // the device's layers
+  std::vector<int32_t> host_tokens_;      // (2,B,T) inputs and targets, before their upload
+  std::vector<float> host_losses_;        // (B,T) the losses, downloaded
+  comm::Group self_;                      // the TP group of one when the build names none
   comm::Group* tp_ = nullptr;
   bool holds_first_ = false;             // this stage embeds (its first chunk is virtual stage 0)
   size_t embedding_segment_ = SIZE_MAX;  // wte/wpe, where held
   size_t head_segment_ = SIZE_MAX;       // ln_f, where held
   std::vector<size_t> segment_of_block;  // index into segments of global block l
 };
+using GptModel = GptModelT<float>;
 
 std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how);
 

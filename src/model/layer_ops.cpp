@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "layers/attention.hpp"
 #include "layers/crossentropy.hpp"
@@ -49,6 +52,7 @@ const LayerOps& host_layer_ops() {
       upload_int32,
       copy_floats,
       copy_floats,
+      copy_floats,
       cpu::layernorm_forward<float>,
       cpu::layernorm_backward<float>,
       cpu::linear_forward<float>,
@@ -69,19 +73,233 @@ const LayerOps& host_layer_ops() {
   return ops;
 }
 
+// ---- bf16/fp16 storage on the CPU: every 16-bit input widened to float, the CPU layer, every
+// 16-bit output rounded once (as the CUDA kernels: fp32 math, one rounding per output) ----
+
+// Float copies of one call's 16-bit arguments: a pool per thread, grown to the largest call and
+// kept, so a step allocates nothing after the first.
+class Widened {
+ public:
+  template <class A>
+  const float* in(const A* p, size_t n) {
+    if (!p) return nullptr;
+    float* f = out(n);
+    widen(f, p, n);
+    return f;
+  }
+  float* out(size_t n) {
+    thread_local std::vector<std::vector<float>> pool;
+    if (next_ == pool.size()) pool.emplace_back();
+    std::vector<float>& v = pool[next_++];
+    if (v.size() < n) v.resize(n);
+    return v.data();
+  }
+
+ private:
+  size_t next_ = 0;
+};
+
+template <class A>
+void zero_16(A* p, size_t n) {
+  std::memset(static_cast<void*>(p), 0, n * sizeof(A));  // +0 is all zero bits in both formats
+}
+template <class A>
+void copy_16(A* dst, const A* src, size_t n) {
+  std::copy_n(src, n, dst);
+}
+template <class A>
+void round_weights_16(A* dst, const float* src, size_t n) {
+  round_to(dst, src, n);
+}
+template <class A>
+void layernorm_forward_16(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                          const A* bias, int N, int C, double eps) {
+  Widened w;
+  const size_t NC = size_t(N) * C;
+  float* o = w.out(NC);
+  cpu::layernorm_forward(o, mean, rstd, w.in(inp, NC), w.in(weight, C), w.in(bias, C), N, C, eps);
+  round_to(out, o, NC);
+}
+template <class A>
+void layernorm_backward_16(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                           const A* weight, const float* mean, const float* rstd, int N, int C) {
+  Widened w;
+  const size_t NC = size_t(N) * C;
+  float* di = const_cast<float*>(w.in(dinp, NC));  // += : starts from dinp
+  cpu::layernorm_backward(di, dweight, dbias, w.in(dout, NC), w.in(inp, NC), w.in(weight, C), mean,
+                          rstd, N, C);
+  round_to(dinp, di, NC);
+}
+template <class A>
+void linear_forward_16(A* out, const A* inp, const A* weight, const A* bias, int N, int IC,
+                       int OC) {
+  Widened w;
+  float* o = w.out(size_t(N) * OC);
+  cpu::linear_forward(o, w.in(inp, size_t(N) * IC), w.in(weight, size_t(OC) * IC), w.in(bias, OC),
+                      N, IC, OC);
+  round_to(out, o, size_t(N) * OC);
+}
+template <class A>
+void linear_backward_16(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                        const A* weight, int N, int IC, int OC) {
+  Widened w;
+  float* di = dinp ? w.out(size_t(N) * IC) : nullptr;
+  cpu::linear_backward(di, dweight, dbias, w.in(dout, size_t(N) * OC), w.in(inp, size_t(N) * IC),
+                       w.in(weight, size_t(OC) * IC), N, IC, OC);
+  if (dinp) round_to(dinp, di, size_t(N) * IC);
+}
+template <class A>
+void gelu_forward_16(A* out, const A* inp, size_t n) {
+  Widened w;
+  float* o = w.out(n);
+  cpu::gelu_forward(o, w.in(inp, n), n);
+  round_to(out, o, n);
+}
+template <class A>
+void gelu_backward_16(A* dinp, const A* dout, const A* inp, size_t n) {
+  Widened w;
+  float* d = w.out(n);
+  cpu::gelu_backward(d, w.in(dout, n), w.in(inp, n), n);
+  round_to(dinp, d, n);
+}
+template <class A>
+void attention_forward_16(A* out, float* saved, const A* qkv, int B, int T, int C, int NH,
+                          bool causal, const int32_t* lengths) {
+  Widened w;
+  const size_t BT = size_t(B) * T;
+  float* o = w.out(BT * C);
+  cpu::attention_forward(o, saved, w.in(qkv, BT * 3 * C), B, T, C, NH, causal, lengths);
+  round_to(out, o, BT * C);
+}
+template <class A>
+void attention_backward_16(A* dqkv, float* scratch, const A* dout, const A*, const A* qkv,
+                           const float* saved, int B, int T, int C, int NH, bool causal,
+                           const int32_t* lengths) {
+  Widened w;
+  const size_t BT = size_t(B) * T;
+  float* d = w.out(BT * 3 * C);
+  cpu::attention_backward(d, scratch, w.in(dout, BT * C), w.in(qkv, BT * 3 * C), saved, B, T, C, NH,
+                          causal, lengths);
+  round_to(dqkv, d, BT * 3 * C);
+}
+template <class A>
+void dropout_forward_16(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t row0,
+                        int N, int C) {
+  Widened w;
+  const size_t NC = size_t(N) * C;
+  float* o = w.out(NC);
+  cpu::dropout_forward(o, w.in(inp, NC), p, rng, row0, N, C);
+  round_to(out, o, NC);
+}
+template <class A>
+void dropout_backward_16(A* dinp, const A* dout, float p, const PhiloxStream& rng, uint64_t row0,
+                         int N, int C) {
+  Widened w;
+  const size_t NC = size_t(N) * C;
+  float* d = w.out(NC);
+  cpu::dropout_backward(d, w.in(dout, NC), p, rng, row0, N, C);
+  round_to(dinp, d, NC);
+}
+template <class A>
+void residual_forward_16(A* out, const A* a, const A* b, size_t n) {
+  Widened w;
+  float* o = w.out(n);
+  cpu::residual_forward(o, w.in(a, n), w.in(b, n), n);
+  round_to(out, o, n);
+}
+// wte's and wpe's sizes are not arguments: only the rows the tokens and positions name are read.
+template <class A>
+void encoder_forward_16(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                        int C) {
+  Widened w;
+  float* e = w.out(size_t(C));
+  float* p = w.out(size_t(C));
+  for (int i = 0; i < B * T; ++i) {
+    widen(e, wte + size_t(tokens[i]) * C, size_t(C));
+    widen(p, wpe + size_t(i % T) * C, size_t(C));
+    for (int c = 0; c < C; ++c) e[c] += p[c];
+    round_to(out + size_t(i) * C, e, size_t(C));
+  }
+}
+template <class A>
+void encoder_backward_16(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                         int T, int C) {
+  Widened w;
+  cpu::encoder_backward(dwte, dwpe, w.in(dout, size_t(B) * T * C), tokens, B, T, C);
+}
+template <class A>
+void crossentropy_forward_16(float* losses, float* lse, const A* logits, const int32_t* targets,
+                             int N, int V) {
+  Widened w;
+  cpu::crossentropy_forward(losses, lse, w.in(logits, size_t(N) * V), targets, N, V);
+}
+template <class A>
+void crossentropy_backward_16(A* dlogits, const A* logits, const float* lse, const int32_t* targets,
+                              float dloss, int N, int V) {
+  Widened w;
+  const size_t NV = size_t(N) * V;
+  float* d = w.out(NV);
+  cpu::crossentropy_backward(d, w.in(logits, NV), lse, targets, dloss, N, V);
+  round_to(dlogits, d, NV);
+}
+
+template <class A>
+const LayerOpsT<A>& host_16_layer_ops() {
+  static constexpr LayerOpsT<A> ops{
+      "cpu",
+      zero_16<A>,
+      copy_16<A>,
+      upload_int32,
+      copy_floats,
+      copy_floats,
+      round_weights_16<A>,
+      layernorm_forward_16<A>,
+      layernorm_backward_16<A>,
+      linear_forward_16<A>,
+      linear_backward_16<A>,
+      gelu_forward_16<A>,
+      gelu_backward_16<A>,
+      attention_forward_16<A>,
+      attention_backward_16<A>,
+      attention_saved_elements,
+      dropout_forward_16<A>,
+      dropout_backward_16<A>,
+      residual_forward_16<A>,
+      encoder_forward_16<A>,
+      encoder_backward_16<A>,
+      crossentropy_forward_16<A>,
+      crossentropy_backward_16<A>,
+  };
+  return ops;
+}
+
+[[noreturn]] void no_layers(const std::string& device, DType t) {
+  throw UsageError(fmt::format("--device {} --precision {}: this build has no layers for it",
+                               device, precision_name(t)));
+}
+
 }  // namespace
 
 const LayerOps& cpu_layer_ops() {
   return host_layer_ops<false>();
 }
 
-const LayerOps& layer_ops(const std::string& device) {
-  if (device == "cpu") return cpu_layer_ops();
-  if (device == "cpu-staged") return host_layer_ops<true>();
+template <class A>
+const LayerOpsT<A>& layer_ops(const std::string& device) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (device == "cpu") return cpu_layer_ops();
+    if (device == "cpu-staged") return host_layer_ops<true>();
+  } else {
+    if (device == "cpu") return host_16_layer_ops<A>();
+  }
 #ifdef MPITRON_HAVE_CUDA
-  if (device == "cuda") return cuda_layer_ops();
+  if (device == "cuda") return cuda_layer_ops<A>();
 #endif
-  throw UsageError(fmt::format("--device {}: this build has no layers for it", device));
+  no_layers(device, dtype_of<A>());
 }
+
+template const LayerOpsT<float>& layer_ops<float>(const std::string&);
+template const LayerOpsT<bf16_t>& layer_ops<bf16_t>(const std::string&);
+template const LayerOpsT<fp16_t>& layer_ops<fp16_t>(const std::string&);
 
 }  // namespace mpitron

@@ -8,62 +8,76 @@
 #include <cstdint>
 #include <string>
 
+#include "src/model/precision.hpp"
 #include "src/philox.hpp"
 
 namespace mpitron {
 
-struct LayerOps {
+// A: the storage type of activations and of the weights the layers read (float, bf16_t or
+// fp16_t; src/model/precision.hpp); parameter gradients, losses, the log-sum-exp, LayerNorm's
+// statistics and attention's saved softmax are float whatever A is.
+template <class A>
+struct LayerOpsT {
   const char* device;
 
   // ---- memory ----
-  void (*zero)(float* p, size_t n);
-  void (*copy)(float* dst, const float* src, size_t n);
+  void (*zero)(A* p, size_t n);
+  void (*copy)(A* dst, const A* src, size_t n);
   void (*upload_int32)(int32_t* dst, const int32_t* host_src, size_t n);
   void (*upload)(float* dst, const float* host_src, size_t n);
   void (*download)(float* host_dst, const float* src, size_t n);  // waits for the device
+  // The layers' weight copy from the fp32 master weights (rounded to nearest even; for float a
+  // copy). Both in the device's memory.
+  void (*round_weights)(A* dst, const float* src, size_t n);
 
-  // ---- layers (float) ----
-  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
-                            const float* weight, const float* bias, int N, int C, double eps);
-  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, const float* mean,
-                             const float* rstd, int N, int C);
-  void (*linear_forward)(float* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC);
-  void (*linear_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int IC, int OC);
-  void (*gelu_forward)(float* out, const float* inp, size_t n);
-  void (*gelu_backward)(float* dinp, const float* dout, const float* inp, size_t n);
+  // ---- layers ----
+  void (*layernorm_forward)(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                            const A* bias, int N, int C, double eps);
+  void (*layernorm_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                             const A* weight, const float* mean, const float* rstd, int N, int C);
+  void (*linear_forward)(A* out, const A* inp, const A* weight, const A* bias, int N, int IC,
+                         int OC);
+  void (*linear_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                          const A* weight, int N, int IC, int OC);
+  void (*gelu_forward)(A* out, const A* inp, size_t n);
+  void (*gelu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
   // saved: what backward needs of the softmax, attention_saved_elements(B, NH, T) of it (the CPU:
   // the (B,NH,T,T) probabilities; CUDA: the (B,NH,T) log-sum-exp). out is forward's output (the
   // CUDA backward reads it, the CPU's does not); scratch has as many elements as saved.
-  void (*attention_forward)(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
+  void (*attention_forward)(A* out, float* saved, const A* qkv, int B, int T, int C, int NH,
                             bool causal, const int32_t* lengths);
-  void (*attention_backward)(float* dqkv, float* scratch, const float* dout, const float* out,
-                             const float* qkv, const float* saved, int B, int T, int C, int NH,
-                             bool causal, const int32_t* lengths);
+  void (*attention_backward)(A* dqkv, float* scratch, const A* dout, const A* out, const A* qkv,
+                             const float* saved, int B, int T, int C, int NH, bool causal,
+                             const int32_t* lengths);
   size_t (*attention_saved_elements)(int B, int NH, int T);
-  void (*dropout_forward)(float* out, const float* inp, float p, const PhiloxStream& rng,
-                          uint64_t row0, int N, int C);
-  void (*dropout_backward)(float* dinp, const float* dout, float p, const PhiloxStream& rng,
-                           uint64_t row0, int N, int C);
-  void (*residual_forward)(float* out, const float* a, const float* b, size_t n);
-  void (*encoder_forward)(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                          int B, int T, int C);
-  void (*encoder_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                           int B, int T, int C);
-  void (*crossentropy_forward)(float* losses, float* lse, const float* logits,
-                               const int32_t* targets, int N, int V);
-  void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse,
+  void (*dropout_forward)(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t row0,
+                          int N, int C);
+  void (*dropout_backward)(A* dinp, const A* dout, float p, const PhiloxStream& rng, uint64_t row0,
+                           int N, int C);
+  void (*residual_forward)(A* out, const A* a, const A* b, size_t n);
+  void (*encoder_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                          int C);
+  void (*encoder_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                           int T, int C);
+  void (*crossentropy_forward)(float* losses, float* lse, const A* logits, const int32_t* targets,
+                               int N, int V);
+  void (*crossentropy_backward)(A* dlogits, const A* logits, const float* lse,
                                 const int32_t* targets, float dloss, int N, int V);
 };
 
+using LayerOps = LayerOpsT<float>;
+
 const LayerOps& cpu_layer_ops();
 #ifdef MPITRON_HAVE_CUDA
-const LayerOps& cuda_layer_ops();  // src/cuda/layer_ops.cu
+template <class A>
+const LayerOpsT<A>& cuda_layer_ops();  // src/cuda/layer_ops.cu
 #endif
 
-// UsageError for a device this build has no layers for.
-const LayerOps& layer_ops(const std::string& device);
+// The device's layers in storage type A: "cpu", "cpu-staged" (float only) or "cuda". The CPU's
+// bf16/fp16 tables widen every input to float, run the CPU layer and round every output: the
+// GPU's storage rounding on the host, slower than fp32 (a reference, and mixed precision where no
+// GPU is). UsageError for a device this build has no layers for.
+template <class A>
+const LayerOpsT<A>& layer_ops(const std::string& device);
 
 }  // namespace mpitron

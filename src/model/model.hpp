@@ -58,6 +58,9 @@ struct ModelBuild {
   // The layers of the device alloc allocates on (nullptr: the CPU's). Families that run on the CPU
   // only refuse another (ModelFamily::devices).
   const LayerOps* layers = nullptr;
+  // Storage of activations and of the weights the layers read (--precision); the trainer takes
+  // another than fp32 for the GPT family only.
+  DType precision = DType::f32;
 };
 
 // A flat range of parameters whose gradients become final together in backward, in flat order.
@@ -131,6 +134,9 @@ class Model {
   // After a training step's last backward, on every rank of the dp group: state that is no
   // gradient but sums over the step's samples (batch-norm running statistics).
   virtual void end_step(comm::Group& dp);
+  // After the fp32 parameters changed outside the model (an optimizer step, a checkpoint or
+  // pretrained weights read): a model whose layers read a lower-precision copy rounds it again.
+  virtual void parameters_changed() {}
   // What the slot's last forward derived from its samples (an encoder's masked inputs, token types,
   // lengths, targets), for the oracle's `eval --dump`; empty for families that use them as given.
   virtual std::vector<DumpTensor> input_dump(int slot) const;

@@ -3,6 +3,8 @@
 // vocab-parallel cross-entropy all-reduces N-sized row statistics instead of gathering logits.
 #include "src/model/tensor_parallel.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -41,6 +43,13 @@ int real_columns(int Vl, int v0, int V) {
 }
 
 }  // namespace
+
+void require_serial(const comm::Group& tp, DType t) {
+  if (tp.size() > 1)
+    throw UsageError(fmt::format(
+        "--precision {}: tensor parallelism runs in fp32 only (use --tp 1 or --precision fp32)",
+        precision_name(t)));
+}
 
 // ---- communication pairs ----
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "comm/group.hpp"
 #include "src/model/layer_ops.hpp"
@@ -126,5 +127,67 @@ void vocab_parallel_crossentropy_backward(comm::Group& tp,
                                           const int32_t* targets,  // (N)
                                           float dloss, int N, int Vl, int v0, int V,
                                           const LayerOps& ops = cpu_layer_ops());
+
+// ---- bf16/fp16 storage (src/model/precision.hpp): tensor parallelism is fp32 only, so at tp 1
+// these are the serial layers of ops, with the arguments of their float twins above ----
+
+void require_serial(const comm::Group& tp, DType t);  // UsageError above tp 1
+
+template <class A>
+requires(!std::is_same_v<A, float>) void column_parallel_linear_forward(
+    comm::Group& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
+    int IC, int OCl, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.linear_forward(out, inp, w, b, N, IC, OCl);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void column_parallel_linear_backward(
+    comm::Group& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout,
+    const A* inp, const A* w, int N, int IC, int OCl, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void row_parallel_linear_forward(
+    comm::Group& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
+    int ICl, int OC, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.linear_forward(out, inp, w, b, N, ICl, OC);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void row_parallel_linear_backward(
+    comm::Group& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout,
+    const A* inp, const A* w, int N, int ICl, int OC, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_forward(
+    comm::Group& tp, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C,
+    int, int, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.encoder_forward(out, tokens, wte, wpe, B, T, C);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_backward(
+    comm::Group& tp, float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
+    int C, int, int, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_forward(
+    comm::Group& tp, float* losses, float* lse, float*, const A* logits, const int32_t* targets,
+    int N, int, int, int V, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.crossentropy_forward(losses, lse, logits, targets, N, V);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_backward(
+    comm::Group& tp, A* dlogits, const A* logits, const float* lse, const int32_t* targets,
+    float dloss, int N, int, int, int V, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
+}
 
 }  // namespace mpitron::tp

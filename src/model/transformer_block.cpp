@@ -13,41 +13,44 @@
 
 namespace mpitron {
 
-void block_acts_carve(BlockActs& a, ActivationCarver& c, const BlockShape& s) {
+template <class A>
+void block_acts_carve(BlockActsT<A>& a, ActivationCarver& c, const BlockShapeT<A>& s) {
   const size_t BT = size_t(s.B) * s.T, C = s.C, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
-  a.ln_1 = c.take(BT * C);
+  a.ln_1 = c.take_as<A>(BT * C);
   a.ln_1_mean = c.take(BT);
   a.ln_1_rstd = c.take(BT);
-  a.qkv = c.take(BT * 3 * Cl);
+  a.qkv = c.take_as<A>(BT * 3 * Cl);
   a.att = c.take(s.layers().attention_saved_elements(s.B, NHl, s.T));
-  a.atty = c.take(BT * Cl);
-  a.attn_out = c.take(BT * C);
-  a.res_attn = c.take(BT * C);
-  a.ln_2 = c.take(BT * C);
+  a.atty = c.take_as<A>(BT * Cl);
+  a.attn_out = c.take_as<A>(BT * C);
+  a.res_attn = c.take_as<A>(BT * C);
+  a.ln_2 = c.take_as<A>(BT * C);
   a.ln_2_mean = c.take(BT);
   a.ln_2_rstd = c.take(BT);
-  a.fc = c.take(BT * 4 * Cl);
-  a.fc_gelu = c.take(BT * 4 * Cl);
-  a.mlp_out = c.take(BT * C);
-  a.res_mlp = c.take(BT * C);
+  a.fc = c.take_as<A>(BT * 4 * Cl);
+  a.fc_gelu = c.take_as<A>(BT * 4 * Cl);
+  a.mlp_out = c.take_as<A>(BT * C);
+  a.res_mlp = c.take_as<A>(BT * C);
 }
 
-void block_scratch_carve(BlockScratch& d, ActivationCarver& c, const BlockShape& s) {
+template <class A>
+void block_scratch_carve(BlockScratchT<A>& d, ActivationCarver& c, const BlockShapeT<A>& s) {
   const size_t BT = size_t(s.B) * s.T, C = s.C, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
-  d.dbranch = c.take(BT * C);
-  d.dln = c.take(BT * C);
-  d.dqkv = c.take(BT * 3 * Cl);
-  d.datty = c.take(BT * Cl);
+  d.dbranch = c.take_as<A>(BT * C);
+  d.dln = c.take_as<A>(BT * C);
+  d.dqkv = c.take_as<A>(BT * 3 * Cl);
+  d.datty = c.take_as<A>(BT * Cl);
   d.datt = c.take(s.layers().attention_saved_elements(s.B, NHl, s.T));
-  d.dfc = c.take(BT * 4 * Cl);
-  d.dfc_gelu = c.take(BT * 4 * Cl);
+  d.dfc = c.take_as<A>(BT * 4 * Cl);
+  d.dfc_gelu = c.take_as<A>(BT * 4 * Cl);
 }
 
-void transformer_block_forward(BlockActs& a, const float* x, const BlockWeights& w,
-                               const BlockShape& s, const BlockDropout& drop) {
+template <class A>
+void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
+                               const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   comm::Group& tp = *s.tp;
-  const LayerOps& L = s.layers();
+  const LayerOpsT<A>& L = s.layers();
   L.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, x, w.ln_1_w, w.ln_1_b, N, C, s.ln_eps);
   tp::column_parallel_linear_forward(tp, a.qkv, a.ln_1, w.c_attn_w, w.c_attn_b, N, C, 3 * Cl, L);
   L.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, s.causal, s.lengths);
@@ -65,12 +68,13 @@ void transformer_block_forward(BlockActs& a, const float* x, const BlockWeights&
   L.residual_forward(a.res_mlp, a.res_attn, a.mlp_out, size_t(N) * C);
 }
 
-void transformer_block_backward(float* dresidual, const BlockWeights& dw, const BlockScratch& d,
-                                const BlockActs& a, const float* x, const BlockWeights& w,
-                                const BlockShape& s, const BlockDropout& drop) {
+template <class A>
+void transformer_block_backward(A* dresidual, const BlockWeights& dw, const BlockScratchT<A>& d,
+                                const BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
+                                const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   comm::Group& tp = *s.tp;
-  const LayerOps& L = s.layers();
+  const LayerOpsT<A>& L = s.layers();
   // Each branch adds its input gradient to dresidual (the residual stream's += rule).
   L.dropout_backward(d.dbranch, dresidual, drop.p, drop.mlp, drop.row0, N, C);
   tp::row_parallel_linear_backward(tp, d.dfc_gelu, dw.mlp_proj_w, dw.mlp_proj_b, d.dbranch,
@@ -90,6 +94,20 @@ void transformer_block_backward(float* dresidual, const BlockWeights& dw, const 
   L.layernorm_backward(dresidual, dw.ln_1_w, dw.ln_1_b, d.dln, x, w.ln_1_w, a.ln_1_mean,
                        a.ln_1_rstd, N, C);
 }
+
+#define MPITRON_GPT_BLOCK(A)                                                                    \
+  template void block_acts_carve<A>(BlockActsT<A>&, ActivationCarver&, const BlockShapeT<A>&);  \
+  template void block_scratch_carve<A>(BlockScratchT<A>&, ActivationCarver&,                    \
+                                       const BlockShapeT<A>&);                                  \
+  template void transformer_block_forward<A>(BlockActsT<A>&, const A*, const BlockWeightsT<A>&, \
+                                             const BlockShapeT<A>&, const BlockDropout&);       \
+  template void transformer_block_backward<A>(                                                  \
+      A*, const BlockWeights&, const BlockScratchT<A>&, const BlockActsT<A>&, const A*,         \
+      const BlockWeightsT<A>&, const BlockShapeT<A>&, const BlockDropout&);
+MPITRON_GPT_BLOCK(float)
+MPITRON_GPT_BLOCK(bf16_t)
+MPITRON_GPT_BLOCK(fp16_t)
+#undef MPITRON_GPT_BLOCK
 
 namespace {
 

@@ -20,26 +20,33 @@
 
 namespace mpitron {
 
-struct BlockShape {
+// A: the storage type of activations and weights (float, bf16_t, fp16_t: precision.hpp); the GPT
+// block runs in any, the encoder block in float.
+template <class A>
+struct BlockShapeT {
   int B = 0, T = 0, C = 0, NH = 0;
   bool causal = true;
-  const int32_t* lengths = nullptr;  // (B) valid tokens per sequence, nullptr: all T
-  comm::Group* tp = nullptr;         // the tensor-parallel group (size 1: no TP)
-  double ln_eps = 1e-5;              // LayerNorm's epsilon (BERT: 1e-12)
-  const LayerOps* ops = nullptr;  // the device's layers, nullptr: the CPU's (the encoder block's)
+  const int32_t* lengths = nullptr;   // (B) valid tokens per sequence, nullptr: all T
+  comm::Group* tp = nullptr;          // the tensor-parallel group (size 1: no TP)
+  double ln_eps = 1e-5;               // LayerNorm's epsilon (BERT: 1e-12)
+  const LayerOpsT<A>* ops = nullptr;  // the device's layers, nullptr: the CPU's
   int tp_size() const { return tp ? tp->size() : 1; }
-  const LayerOps& layers() const { return ops ? *ops : cpu_layer_ops(); }
+  const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>("cpu"); }
 };
+using BlockShape = BlockShapeT<float>;
 
-// Pointers to one block's parameters (or gradients) inside a flat buffer: this rank's shards.
-struct BlockWeights {
-  float *ln_1_w, *ln_1_b;            // (C)
-  float *c_attn_w, *c_attn_b;        // (3Cl,C), (3Cl): q | k | v rows of this rank's heads
-  float *attn_proj_w, *attn_proj_b;  // (C,Cl), (C)
-  float *ln_2_w, *ln_2_b;            // (C)
-  float *c_fc_w, *c_fc_b;            // (4Cl,C), (4Cl)
-  float *mlp_proj_w, *mlp_proj_b;    // (C,4Cl), (C)
+// Pointers to one block's parameters (or gradients) inside a flat buffer: this rank's shards. W is
+// the storage type of the weights (gradients are float).
+template <class W>
+struct BlockWeightsT {
+  W *ln_1_w, *ln_1_b;            // (C)
+  W *c_attn_w, *c_attn_b;        // (3Cl,C), (3Cl): q | k | v rows of this rank's heads
+  W *attn_proj_w, *attn_proj_b;  // (C,Cl), (C)
+  W *ln_2_w, *ln_2_b;            // (C)
+  W *c_fc_w, *c_fc_b;            // (4Cl,C), (4Cl)
+  W *mlp_proj_w, *mlp_proj_b;    // (C,4Cl), (C)
 };
+using BlockWeights = BlockWeightsT<float>;
 
 // The encoder block's parameters (or gradients): this rank's shards, BERT's names.
 struct EncoderBlockWeights {
@@ -54,26 +61,32 @@ struct EncoderBlockWeights {
 // Saved by forward for backward, one set per block and micro-batch in flight. The encoder block
 // fills the same fields in its own order: res_attn = x + attn_out, ln_1 = LN_1(res_attn),
 // res_mlp = ln_1 + mlp_out, ln_2 = LN_2(res_mlp) (its output).
-struct BlockActs {
-  float* ln_1;                   // (B,T,C)
+template <class A>
+struct BlockActsT {
+  A* ln_1;                       // (B,T,C)
   float *ln_1_mean, *ln_1_rstd;  // (B,T)
-  float* qkv;                    // (B,T,3Cl)
+  A* qkv;                        // (B,T,3Cl)
   float* att;                    // the softmax for backward: attention_saved_elements(B,NH/tp,T)
-  float* atty;                   // (B,T,Cl)
-  float* attn_out;               // (B,T,C) after projection and dropout
-  float* res_attn;               // (B,T,C) x + attn_out
-  float* ln_2;                   // (B,T,C)
+  A* atty;                       // (B,T,Cl)
+  A* attn_out;                   // (B,T,C) after projection and dropout
+  A* res_attn;                   // (B,T,C) x + attn_out
+  A* ln_2;                       // (B,T,C)
   float *ln_2_mean, *ln_2_rstd;  // (B,T)
-  float* fc;                     // (B,T,4Cl)
-  float* fc_gelu;                // (B,T,4Cl)
-  float* mlp_out;                // (B,T,C) after projection and dropout
-  float* res_mlp;                // (B,T,C) block output
+  A* fc;                         // (B,T,4Cl)
+  A* fc_gelu;                    // (B,T,4Cl)
+  A* mlp_out;                    // (B,T,C) after projection and dropout
+  A* res_mlp;                    // (B,T,C) block output
 };
+using BlockActs = BlockActsT<float>;
 
 // Backward's scratch, shared by every block (one backward runs at a time).
-struct BlockScratch {
-  float *dbranch, *dln, *dqkv, *datty, *datt, *dfc, *dfc_gelu;
+template <class A>
+struct BlockScratchT {
+  A *dbranch, *dln, *dqkv, *datty;
+  float* datt;
+  A *dfc, *dfc_gelu;
 };
+using BlockScratch = BlockScratchT<float>;
 
 // Inverted dropout on the two branch outputs; masks keyed by global row (sample * T + t).
 struct BlockDropout {
@@ -82,18 +95,22 @@ struct BlockDropout {
   uint64_t row0 = 0;
 };
 
-void block_acts_carve(BlockActs& a, ActivationCarver& c, const BlockShape& s);
-void block_scratch_carve(BlockScratch& d, ActivationCarver& c, const BlockShape& s);
+template <class A>
+void block_acts_carve(BlockActsT<A>& a, ActivationCarver& c, const BlockShapeT<A>& s);
+template <class A>
+void block_scratch_carve(BlockScratchT<A>& d, ActivationCarver& c, const BlockShapeT<A>& s);
 
 // Fills a from the block input x (B,T,C); the block output is a.res_mlp.
-void transformer_block_forward(BlockActs& a, const float* x, const BlockWeights& w,
-                               const BlockShape& s, const BlockDropout& drop);
+template <class A>
+void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
+                               const BlockShapeT<A>& s, const BlockDropout& drop);
 
 // dresidual (B,T,C): on entry dL/d(block output), on exit dL/d(block input x). Parameter
 // gradients accumulate into dw.
-void transformer_block_backward(float* dresidual, const BlockWeights& dw, const BlockScratch& d,
-                                const BlockActs& a, const float* x, const BlockWeights& w,
-                                const BlockShape& s, const BlockDropout& drop);
+template <class A>
+void transformer_block_backward(A* dresidual, const BlockWeights& dw, const BlockScratchT<A>& d,
+                                const BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
+                                const BlockShapeT<A>& s, const BlockDropout& drop);
 
 // The encoder block: fills a from x (B,T,C); the block output is a.ln_2.
 void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "src/model/precision.hpp"
 #include "src/model/registry.hpp"
 
 namespace mpitron {
@@ -13,10 +14,6 @@ namespace mpitron {
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
 };
-
-// Storage types. Master weights, moments and statistics are always fp32; mixed precision keeps
-// a bf16/fp16 copy of the weights for forward and backward, refreshed by the update.
-enum class DType { f32, bf16, f16 };
 
 // Learning rate of 1-based step s: lr * s / warmup during warm-up, then cosine from lr to
 // lr * min_ratio at total_steps (and min afterwards).

@@ -134,7 +134,7 @@ struct Trainer {
         grid(g),
         family(model_family(opts.cfg.model.type)),
         ops(step_backend(opts.device)),
-        layers(layer_ops(opts.device)),
+        layers(layer_ops<float>(opts.device)),
         on_host(opts.device == "cpu"),
         alloc(device_memory(opts.device)) {}
 
@@ -215,7 +215,7 @@ struct Trainer {
 
   void setup() {
     const Layout& L = opts.layout;
-    loss_scale = LossScale{tc.loss_scale, 0, tc.loss_scale_window};
+    loss_scale = LossScale{initial_loss_scale(), 0, tc.loss_scale_window};
     const RowRange rank_rows = batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, 1, 0);
     first_row = rank_rows.begin;
     local_rows = rank_rows.count;
@@ -267,6 +267,7 @@ struct Trainer {
     how.tp = &grid.tp;
     how.alloc = &alloc;
     how.layers = &layers;
+    how.precision = parse_precision(opts.precision);
     const size_t before_model = alloc.current_bytes;
     model = build_model(cfg.model, how);
     model_activation_bytes = alloc.current_bytes - before_model -
@@ -394,8 +395,9 @@ struct Trainer {
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     upload_state();
+    model->parameters_changed();
     step = r.step;
-    if (tc.loss_scale > 0 && r.loss_scale > 0) {  // the scaler continues where it stopped
+    if (loss_scale.enabled() && r.loss_scale > 0) {  // the scaler continues where it stopped
       loss_scale.scale = r.loss_scale;
       loss_scale.clean_steps = r.loss_scale_clean_steps;
     }
@@ -434,6 +436,7 @@ struct Trainer {
         grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
     if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
     upload_state();
+    model->parameters_changed();
     if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
     if (is_root() && !fresh.empty())
       spdlog::info("initialised, not in {} (this run's task head): {}", source,
@@ -460,7 +463,13 @@ struct Trainer {
     bool skipped;       // its gradients overflowed: no update
   };
 
-  LossScale loss_scale;  // train.loss_scale > 0: dynamic; restored from checkpoints
+  LossScale loss_scale;  // train.loss_scale > 0 or fp16: dynamic; restored from checkpoints
+
+  // train.loss_scale, or 2^16 for fp16 when it is 0: fp16 gradients underflow without a scale.
+  double initial_loss_scale() const {
+    if (tc.loss_scale == 0 && opts.precision == "fp16") return 0x1p16;
+    return tc.loss_scale;
+  }
 
   // Rows of micro-batch mb of this rank's part of the global batch.
   RowRange micro_batch_rows(int mb) const {
@@ -547,6 +556,7 @@ struct Trainer {
                        acfg, lr, grad_scale, s);
       progress.mark("the parameter all-gather (dp)");
       sync->gather_params(model->params.data());
+      model->parameters_changed();
     }
     const double nan = std::numeric_limits<double>::quiet_NaN();
     return {loss,
@@ -605,6 +615,7 @@ struct Trainer {
     a["data"] = opts.data;
     a["device"] = opts.device;
     a["comm"] = opts.comm;
+    a["precision"] = opts.precision;
     a["seed"] = int64_t(tc.seed);
     a["train.batch_size"] = int64_t(tc.batch_size);
     a["train.seq_len"] = int64_t(tc.seq_len);
@@ -690,7 +701,7 @@ struct Trainer {
     if (is_root()) {
       spdlog::info(
           "{} ({}): {} parameters, layout dp={}{} tp={} pp={} zero={}{}, global batch {} "
-          "({} micro-batches of {} per rank), {} steps, {}, gemm {}, {}",
+          "({} micro-batches of {} per rank), {} steps, {}{}, gemm {}, {}",
           cfg.name, cfg.model.type, total_parameters(), opts.layout.dp,
           opts.dp_inferred ? " (ranks / tp·pp)" : "", opts.layout.tp, opts.layout.pp,
           opts.layout.zero,
@@ -702,6 +713,12 @@ struct Trainer {
           is_sequence_data(data.kind) ? fmt::format("{}x{}", tc.batch_size, tc.seq_len)
                                       : fmt::format("{}", tc.batch_size),
           tc.micro_batches, micro_rows, tc.steps, opts.device,
+          opts.precision == "fp32"
+              ? ""
+              : fmt::format(" {}{}", opts.precision,
+                            loss_scale.enabled() ? fmt::format(" (loss scale from 2^{})",
+                                                               std::ilogb(loss_scale.scale))
+                                                 : ""),
           on_host ? cpu::gemm_library() : "cublas", data.describe());
     }
     std::signal(SIGUSR1, on_stop_signal);
@@ -874,9 +891,23 @@ namespace {
 // --device: one the build has, for a family and a layout it runs; makes the rank's GPU current
 // (ranks of one node share its GPUs round-robin: --comm mpi stages their collectives on the host).
 void check_device(const std::string& device, const std::string& comm_kind,
-                  const ModelFamily& family, const Layout& L) {
+                  const std::string& precision, const ModelFamily& family, const Layout& L) {
   if (device != "cpu" && device != "cuda" && device != "cpu-staged")
     throw UsageError(fmt::format("--device {}: not a device (cpu, cuda or cpu-staged)", device));
+  if (parse_precision(precision) != DType::f32) {
+    if (family.type != std::string("gpt"))
+      throw UsageError(
+          fmt::format("--precision {} trains the gpt family so far; the {} family runs in fp32",
+                      precision, family.type));
+    if (L.tp > 1 || L.pp > 1)
+      throw UsageError(fmt::format(
+          "--precision {} runs with data parallelism only so far (--tp 1 --pp 1, got --tp {} --pp "
+          "{}); tensor and pipeline parallelism run in fp32",
+          precision, L.tp, L.pp));
+    if (device == "cpu-staged")
+      throw UsageError(
+          fmt::format("--precision {}: --device cpu-staged runs in fp32 only", precision));
+  }
   if (comm_kind != "mpi" && comm_kind != "nccl")
     throw UsageError(
         fmt::format("--comm {}: not a communication library (mpi or nccl)", comm_kind));
@@ -973,7 +1004,7 @@ int run_training(TrainOptions opts) {
         "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  check_device(opts.device, opts.comm, family, L);
+  check_device(opts.device, opts.comm, opts.precision, family, L);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())

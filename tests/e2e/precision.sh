@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# --precision bf16|fp16 on the CPU (16-bit activations and layer weights, fp32 master weights,
+# gradients and moments): 20 steps of gpt-tiny track the fp32 run within twice the format's
+# rounding error per step (bf16 2^-8, fp16 2^-11); a resumed run and --recompute block give the
+# same bits as the straight run; dp 2 with ZeRO 1 agrees with dp 1 within bf16's rounding error
+# 2^-9 (a master weight whose last fp32 bit differs may round to the neighbouring bf16 value);
+# fp16 from a loss scale of 2^32 overflows, skips and halves until 2^24, then trains; one line for
+# each refused combination. The learning rate is one where gpt-tiny trains without loss spikes (a
+# spike magnifies any difference, in fp32 too).
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "$0")/common.sh"
+data=$(corpus)
+common=(--config "$TINY" --data "$data" --steps 20 --lr 1e-3 --log-every 0 --eval-every 10
+  --eval-batches 1)
+for p in fp32 bf16 fp16; do
+  "$MPITRON" train "${common[@]}" --precision "$p" --out "$p" >"$p.log"
+done
+grep -q "cpu bf16, gemm" bf16.log || fail "the run does not say it is bf16: $(cat bf16.log)"
+grep -q "cpu fp16 (loss scale from 2^16)" fp16.log || fail "fp16 without its loss scale"
+"$MPITRON" compare fp32/trace.h5 bf16/trace.h5 --rtol 0.00390625 || fail "bf16 strays from fp32"
+"$MPITRON" compare fp32/trace.h5 fp16/trace.h5 --rtol 0.00048828125 || fail "fp16 strays from fp32"
+/usr/bin/python3 - <<'PY'
+import h5py
+for p in ("fp32", "bf16", "fp16"):
+    with h5py.File(f"{p}/trace.h5", "r") as f:
+        assert f.attrs["precision"] == p, f"{p}: trace says {f.attrs['precision']}"
+        loss = [float(x) for x in f["trace/loss"][:]]
+    print(f"{p}: loss {loss[0]:.4f} -> {loss[-1]:.4f}")
+with h5py.File("bf16/trace.h5", "r") as a, h5py.File("fp32/trace.h5", "r") as b:
+    assert (a["trace/loss"][:] != b["trace/loss"][:]).any(), "bf16 gave fp32's bits: not 16-bit"
+PY
+
+# The weight copy is rebuilt from the master weights on resume: the same bits as the straight run.
+"$MPITRON" train "${common[@]}" --precision bf16 --ckpt-every 10 --out bf16_resumed >/dev/null
+rm bf16_resumed/ckpt_20.h5
+"$MPITRON" train "${common[@]}" --precision bf16 --resume auto --out bf16_resumed >/dev/null
+"$MPITRON" compare bf16/trace.h5 bf16_resumed/trace.h5 --rtol 0 || fail "bf16 resume differs"
+"$MPITRON" train "${common[@]}" --precision bf16 --recompute block --out bf16_recompute >/dev/null
+"$MPITRON" compare bf16/trace.h5 bf16_recompute/trace.h5 --rtol 0 ||
+  fail "bf16 with --recompute block differs"
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --precision bf16 --dp 2 --zero 1 --out bf16_dp2 \
+  >/dev/null
+"$MPITRON" compare bf16/trace.h5 bf16_dp2/trace.h5 --rtol 0.001953125 ||
+  fail "bf16 at dp 2 with ZeRO 1 strays from dp 1"
+
+# A forced overflow: 2^32 times the loss gradient is past fp16's 65504 in the logits' gradient.
+"$MPITRON" train "${common[@]}" --precision fp16 --set train.loss_scale=4294967296 \
+  --out overflow >overflow.log
+grep -q "step 1: gradients overflowed at loss scale 2^32: step skipped, scale now 2^31" \
+  overflow.log || fail "no skipped-step line: $(cat overflow.log)"
+/usr/bin/python3 - <<'PY'
+import math
+import h5py
+with h5py.File("overflow/trace.h5", "r") as f:
+    skipped = [int(x) for x in f["trace/skipped"][:]]
+    scale = [int(math.log2(x)) for x in f["trace/loss_scale"][:]]
+    loss = [float(x) for x in f["trace/loss"][:]]
+print("skipped:", skipped)
+print("log2 scale:", scale)
+k = skipped.index(0)
+assert k >= 1 and not any(skipped[k:]), f"skips are not a prefix: {skipped}"
+assert scale == [32 - min(i, k) for i in range(20)], f"the scale does not halve per skip: {scale}"
+assert scale[-1] <= 25, "an fp16 logit gradient overflows above 2^25 here"
+assert loss[-1] < loss[k] - 0.5, f"no learning after the recovery: {loss}"
+PY
+
+expect_error "--precision fp8: not a precision (fp32, bf16 or fp16)" \
+  "$MPITRON" train "${common[@]}" --precision fp8 --out bad
+expect_error "--precision bf16: --device cpu-staged runs in fp32 only" \
+  "$MPITRON" train "${common[@]}" --precision bf16 --device cpu-staged --out bad
+expect_error "--precision fp16 runs with data parallelism only so far" \
+  mpiexec -n 2 "$MPITRON" train "${common[@]}" --precision fp16 --tp 2 --out bad
+expect_error "--precision bf16 trains the gpt family so far; the mlp family runs in fp32" \
+  "$MPITRON" train --config "$REPO/configs/mlp-fmnist.toml" --steps 1 --precision bf16 --out bad
+echo "precision ok"

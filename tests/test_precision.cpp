@@ -1,0 +1,307 @@
+// --precision bf16|fp16: the 16-bit formats' rounding, the CPU's 16-bit layer tables (every output
+// is the float layer's output rounded once, on inputs the format holds), and the GPT in 16-bit
+// storage against the same GPT in fp32 (tolerances from the formats' precision, stated at each).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "src/check.hpp"
+#include "src/model/family.hpp"
+#include "src/model/gpt.hpp"
+#include "src/model/layer_ops.hpp"
+#include "src/model/precision.hpp"
+#include "src/train/grad_sync.hpp"
+
+using namespace mpitron;
+
+namespace {
+
+template <class A>
+uint16_t bits_of(float x) {
+  A h;
+  round_to(&h, &x, 1);
+  return h.bits;
+}
+template <class A>
+float value_of(uint16_t bits) {
+  A h{bits};
+  float x = 0;
+  widen(&x, &h, 1);
+  return x;
+}
+
+}  // namespace
+
+TEST(Precision, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    EXPECT_EQ(parse_precision(precision_name(t)), t);
+  EXPECT_THROW(parse_precision("fp8"), UsageError);
+  EXPECT_THROW(parse_precision("float16"), UsageError);
+}
+
+TEST(Precision, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(bits_of<bf16_t>(1.0f), 0x3F80);
+  EXPECT_EQ(bits_of<bf16_t>(-2.0f), 0xC000);
+  EXPECT_EQ(bits_of<bf16_t>(1.0f + 0x1p-8f), 0x3F80);             // tie: to the even 1.0
+  EXPECT_EQ(bits_of<bf16_t>(1.0f + 3 * 0x1p-8f), 0x3F82);         // tie: to the even 1 + 2^-6
+  EXPECT_EQ(bits_of<bf16_t>(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);  // above the tie: up
+  EXPECT_TRUE(std::isfinite(value_of<bf16_t>(bits_of<bf16_t>(1e30f))));  // fp32's range
+  EXPECT_TRUE(std::isnan(value_of<bf16_t>(bits_of<bf16_t>(std::nanf("")))));
+  EXPECT_EQ(value_of<bf16_t>(0x3F81), 1.0f + 0x1p-7f);
+}
+
+TEST(Precision, Fp16RoundsToNearestEvenAndOverflowsToInfinity) {
+  EXPECT_EQ(bits_of<fp16_t>(1.0f), 0x3C00);
+  EXPECT_EQ(bits_of<fp16_t>(65504.0f), 0x7BFF);  // the largest finite fp16
+  EXPECT_EQ(bits_of<fp16_t>(65519.0f), 0x7BFF);  // below the tie with 65536: stays finite
+  EXPECT_EQ(bits_of<fp16_t>(65520.0f), 0x7C00);  // the tie: to the even, infinity
+  EXPECT_EQ(bits_of<fp16_t>(-1e6f), 0xFC00);
+  EXPECT_EQ(bits_of<fp16_t>(1.0f + 0x1p-11f), 0x3C00);  // tie: to the even 1.0
+  EXPECT_EQ(bits_of<fp16_t>(0x1p-24f), 0x0001);         // the smallest subnormal
+  EXPECT_EQ(bits_of<fp16_t>(0x1p-26f), 0x0000);         // below half of it: zero
+  EXPECT_TRUE(std::isinf(value_of<fp16_t>(0x7C00)));
+  EXPECT_EQ(value_of<fp16_t>(0x3555), 0.333251953125f);
+}
+
+namespace {
+
+// Data the 16-bit format A holds exactly: the same values for the float and the 16-bit layer.
+template <class A>
+struct Exact {
+  std::vector<float> f;
+  std::vector<A> h;
+  Exact(size_t n, uint32_t seed, float scale) : f(n), h(n) {
+    uint32_t x = seed;
+    for (float& v : f) {
+      x = x * 1664525u + 1013904223u;
+      v = scale * (float(x >> 8) / float(1u << 24) * 2.0f - 1.0f);
+    }
+    round_to(h.data(), f.data(), n);
+    widen(f.data(), h.data(), n);
+  }
+};
+
+// The 16-bit layer's outputs are the float layer's, rounded: bit for bit.
+template <class A>
+void expect_rounded(const std::vector<A>& got, const std::vector<float>& want, const char* what) {
+  std::vector<A> r(want.size());
+  round_to(r.data(), want.data(), want.size());
+  ASSERT_EQ(got.size(), r.size());
+  for (size_t i = 0; i < r.size(); ++i)
+    ASSERT_EQ(got[i].bits, r[i].bits) << what << " element " << i;
+}
+
+template <class A>
+void check_layers_round_the_float_layers() {
+  const LayerOps& F = cpu_layer_ops();
+  const LayerOpsT<A>& H = layer_ops<A>("cpu");
+  const int B = 2, T = 8, C = 32, NH = 2, N = B * T, V = 40;
+  const size_t NC = size_t(N) * C;
+  Exact<A> x(NC, 1, 1.5f), y(NC, 2, 1.0f), w(size_t(3 * C) * C, 3, 0.2f), b(3 * C, 4, 0.1f),
+      lnw(C, 5, 1.0f), dout(NC, 6, 0.5f), qkv(NC * 3, 7, 1.0f), logits(size_t(N) * V, 8, 3.0f);
+  std::vector<float> of(NC * 3), mean(N), rstd(N), mean16(N), rstd16(N);
+  std::vector<A> oh(NC * 3);
+
+  F.linear_forward(of.data(), x.f.data(), w.f.data(), b.f.data(), N, C, 3 * C);
+  H.linear_forward(oh.data(), x.h.data(), w.h.data(), b.h.data(), N, C, 3 * C);
+  expect_rounded(oh, of, "linear_forward");
+
+  std::vector<float> dwf(size_t(3 * C) * C), dbf(3 * C), dwh(dwf.size()), dbh(dbf.size());
+  std::vector<float> dinf(NC);
+  std::vector<A> dinh(NC);
+  F.linear_backward(dinf.data(), dwf.data(), dbf.data(), qkv.f.data(), x.f.data(), w.f.data(), N, C,
+                    3 * C);
+  H.linear_backward(dinh.data(), dwh.data(), dbh.data(), qkv.h.data(), x.h.data(), w.h.data(), N, C,
+                    3 * C);
+  expect_rounded(dinh, dinf, "linear_backward dinp");
+  EXPECT_EQ(dwf, dwh) << "linear_backward: parameter gradients stay fp32";
+  EXPECT_EQ(dbf, dbh);
+
+  of.assign(NC, 0);
+  oh.assign(NC, A{});
+  F.layernorm_forward(of.data(), mean.data(), rstd.data(), x.f.data(), lnw.f.data(), b.f.data(), N,
+                      C, 1e-5);
+  H.layernorm_forward(oh.data(), mean16.data(), rstd16.data(), x.h.data(), lnw.h.data(), b.h.data(),
+                      N, C, 1e-5);
+  expect_rounded(oh, of, "layernorm_forward");
+  EXPECT_EQ(mean, mean16);
+  EXPECT_EQ(rstd, rstd16);
+
+  // dinp += : both start from y.
+  std::vector<float> gf = y.f, lwf(C), lbf(C), lwh(C), lbh(C);
+  std::vector<A> gh = y.h;
+  F.layernorm_backward(gf.data(), lwf.data(), lbf.data(), dout.f.data(), x.f.data(), lnw.f.data(),
+                       mean.data(), rstd.data(), N, C);
+  H.layernorm_backward(gh.data(), lwh.data(), lbh.data(), dout.h.data(), x.h.data(), lnw.h.data(),
+                       mean.data(), rstd.data(), N, C);
+  expect_rounded(gh, gf, "layernorm_backward dinp");
+  EXPECT_EQ(lwf, lwh);
+  EXPECT_EQ(lbf, lbh);
+
+  F.gelu_forward(of.data(), x.f.data(), NC);
+  H.gelu_forward(oh.data(), x.h.data(), NC);
+  expect_rounded(oh, of, "gelu_forward");
+  F.gelu_backward(of.data(), dout.f.data(), x.f.data(), NC);
+  H.gelu_backward(oh.data(), dout.h.data(), x.h.data(), NC);
+  expect_rounded(oh, of, "gelu_backward");
+  F.residual_forward(of.data(), x.f.data(), y.f.data(), NC);
+  H.residual_forward(oh.data(), x.h.data(), y.h.data(), NC);
+  expect_rounded(oh, of, "residual_forward");
+  const PhiloxStream rng{11, 12};
+  F.dropout_forward(of.data(), x.f.data(), 0.3f, rng, 5, N, C);
+  H.dropout_forward(oh.data(), x.h.data(), 0.3f, rng, 5, N, C);
+  expect_rounded(oh, of, "dropout_forward");
+  F.dropout_backward(of.data(), dout.f.data(), 0.3f, rng, 5, N, C);
+  H.dropout_backward(oh.data(), dout.h.data(), 0.3f, rng, 5, N, C);
+  expect_rounded(oh, of, "dropout_backward");
+
+  const size_t saved = F.attention_saved_elements(B, NH, T);
+  std::vector<float> att(saved), att16(saved), scratch(saved), scratch16(saved);
+  F.attention_forward(of.data(), att.data(), qkv.f.data(), B, T, C, NH, true, nullptr);
+  H.attention_forward(oh.data(), att16.data(), qkv.h.data(), B, T, C, NH, true, nullptr);
+  expect_rounded(oh, of, "attention_forward");
+  std::vector<float> dq(NC * 3);
+  std::vector<A> dq16(NC * 3);
+  F.attention_backward(dq.data(), scratch.data(), dout.f.data(), of.data(), qkv.f.data(),
+                       att.data(), B, T, C, NH, true, nullptr);
+  H.attention_backward(dq16.data(), scratch16.data(), dout.h.data(), oh.data(), qkv.h.data(),
+                       att16.data(), B, T, C, NH, true, nullptr);
+  expect_rounded(dq16, dq, "attention_backward");
+
+  std::vector<int32_t> tokens(N), targets(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (i * 7) % V, targets[i] = (i * 5 + 3) % V;
+  Exact<A> wte(size_t(V) * C, 9, 0.5f), wpe(size_t(T) * C, 10, 0.5f);
+  F.encoder_forward(of.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C);
+  H.encoder_forward(oh.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C);
+  expect_rounded(oh, of, "encoder_forward");
+  std::vector<float> dwte(size_t(V) * C), dwpe(size_t(T) * C), dwte16(dwte), dwpe16(dwpe);
+  F.encoder_backward(dwte.data(), dwpe.data(), dout.f.data(), tokens.data(), B, T, C);
+  H.encoder_backward(dwte16.data(), dwpe16.data(), dout.h.data(), tokens.data(), B, T, C);
+  EXPECT_EQ(dwte, dwte16);
+  EXPECT_EQ(dwpe, dwpe16);
+
+  std::vector<float> losses(N), lse(N), losses16(N), lse16(N), dl(size_t(N) * V);
+  std::vector<A> dl16(size_t(N) * V);
+  F.crossentropy_forward(losses.data(), lse.data(), logits.f.data(), targets.data(), N, V);
+  H.crossentropy_forward(losses16.data(), lse16.data(), logits.h.data(), targets.data(), N, V);
+  EXPECT_EQ(losses, losses16);
+  EXPECT_EQ(lse, lse16);
+  F.crossentropy_backward(dl.data(), logits.f.data(), lse.data(), targets.data(), 0.25f, N, V);
+  H.crossentropy_backward(dl16.data(), logits.h.data(), lse.data(), targets.data(), 0.25f, N, V);
+  expect_rounded(dl16, dl, "crossentropy_backward");
+
+  std::vector<A> r(NC);
+  H.round_weights(r.data(), x.f.data(), NC);
+  expect_rounded(r, x.f, "round_weights");
+}
+
+}  // namespace
+
+TEST(Precision, Bf16CpuLayersAreTheFloatLayersRounded) {
+  check_layers_round_the_float_layers<bf16_t>();
+}
+TEST(Precision, Fp16CpuLayersAreTheFloatLayersRounded) {
+  check_layers_round_the_float_layers<fp16_t>();
+}
+
+TEST(Precision, CpuStagedHasNoSixteenBitLayers) {
+  EXPECT_THROW(layer_ops<bf16_t>("cpu-staged"), UsageError);
+  EXPECT_THROW(layer_ops<fp16_t>("no-such-device"), UsageError);
+}
+
+namespace {
+
+struct GptRun {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+GptRun run_gpt(DType precision, float dloss, float param_scale = 1.0f) {
+  GptConfig g{2, 4, 64, 16, 256};
+  const int rows = 2, T = 16;
+  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 256);
+  DeviceAllocator alloc;
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = T;
+  how.seed = 3;
+  how.alloc = &alloc;
+  how.precision = precision;
+  auto model = build_model(to_model_config(g), how);
+  if (param_scale != 1.0f) {
+    for (size_t i = 0; i < model->params.size(); ++i) model->params[i] *= param_scale;
+    model->parameters_changed();
+  }
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples.tokens = tokens.data();
+  mb.samples.rows = rows;
+  mb.step = 1;
+  mb.dropout = 0.1f;
+  mb.seed = 5;
+  GptRun r;
+  r.loss = model->forward(mb) / double(rows * T);
+  model->backward(mb, dloss, {});
+  r.grads.assign(grads.data.data(), grads.data.data() + grads.data.size());
+  return r;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += double(a[i] - b[i]) * (a[i] - b[i]), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+}  // namespace
+
+// Each layer rounds its outputs once: bf16 keeps 8 significant bits (relative rounding error up
+// to 2^-9), fp16 11 (2^-12). Through 2 blocks the loss stays within one such error of fp32's (the
+// per-element errors mostly cancel in the mean), and the gradient as a whole (relative L2) within
+// eight (seen: about three).
+TEST(Precision, GptInSixteenBitsTracksFp32) {
+  const float dloss = 1.0f / 32;
+  const GptRun f32 = run_gpt(DType::f32, dloss), bf = run_gpt(DType::bf16, dloss),
+               h = run_gpt(DType::f16, dloss);
+  std::printf("loss fp32 %.7f bf16 %.7f fp16 %.7f; gradient relative L2 bf16 %.2e fp16 %.2e\n",
+              f32.loss, bf.loss, h.loss, relative_l2(bf.grads, f32.grads),
+              relative_l2(h.grads, f32.grads));
+  EXPECT_NEAR(bf.loss, f32.loss, 0x1p-9 * f32.loss);
+  EXPECT_NEAR(h.loss, f32.loss, 0x1p-12 * f32.loss);
+  EXPECT_NE(bf.loss, f32.loss) << "bf16 storage changed nothing: is it fp32?";
+  EXPECT_NE(h.loss, f32.loss);
+  EXPECT_LT(relative_l2(bf.grads, f32.grads), 8 * 0x1p-9);
+  EXPECT_LT(relative_l2(h.grads, f32.grads), 8 * 0x1p-12);
+  EXPECT_GT(relative_l2(bf.grads, f32.grads), relative_l2(h.grads, f32.grads));
+}
+
+// The layers read the rounded copy: changed parameters reach them through parameters_changed.
+TEST(Precision, LayersReadTheWeightsRoundedAfterParametersChange) {
+  const float dloss = 1.0f / 32;
+  const GptRun f32 = run_gpt(DType::f32, dloss, 0.5f), bf = run_gpt(DType::bf16, dloss, 0.5f),
+               bf_unscaled = run_gpt(DType::bf16, dloss);
+  std::printf("params x0.5: loss fp32 %.7f bf16 %.7f; bf16 unscaled %.7f\n", f32.loss, bf.loss,
+              bf_unscaled.loss);
+  EXPECT_NEAR(bf.loss, f32.loss, 0x1p-9 * f32.loss);
+  EXPECT_GT(std::abs(bf_unscaled.loss - f32.loss), 10 * std::abs(bf.loss - f32.loss))
+      << "the layers still read the weights from before the change";
+}
+
+// fp16's largest finite value is 65504: a large enough loss gradient overflows the activation
+// gradients (what dynamic loss scaling detects and skips); bf16 has fp32's range and does not.
+TEST(Precision, Fp16OverflowsWhereBf16DoesNot) {
+  auto finite = [](const std::vector<float>& g) {
+    for (float x : g)
+      if (!std::isfinite(x)) return false;
+    return true;
+  };
+  EXPECT_TRUE(finite(run_gpt(DType::f16, 1.0f / 32).grads));
+  EXPECT_FALSE(finite(run_gpt(DType::f16, 1e6f).grads));
+  EXPECT_TRUE(finite(run_gpt(DType::bf16, 1e6f).grads));
+}
