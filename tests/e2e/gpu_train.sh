@@ -2,7 +2,8 @@
 # --device cuda against the CPU: 20 steps of gpt-tiny (dropout on, so the Philox masks must agree)
 # follow the CPU's trace within 1e-4 relative at every step; --recompute block gives the GPU's
 # losses bit for bit; a GPU run stopped at step 10 and resumed ends where the straight one does
-# (the checkpoint passes through host copies); dp 2 on one GPU follows the CPU's dp 2 runs.
+# (the checkpoint passes through host copies); dp 2 on one GPU follows the CPU's dp 2 runs; bf16
+# and fp16 stay within 2% of the CPU's fp32 losses.
 # Skipped, saying why, without a CUDA build or GPU.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -37,6 +38,43 @@ def peak(run):
 full, block = peak("gpu"), peak("gpu_recompute")
 print(f"GPU peak bytes: {full} without recompute, {block} with ({block / full:.2f})")
 assert block < full, "recompute did not lower the GPU's peak"
+PY
+# bf16 and fp16 (16-bit activations and layer weights, fp32 master weights and moments) within 2%
+# of the CPU's fp32 at every step, at a learning rate where gpt-tiny has no loss spikes (a spike
+# magnifies any difference); their activations take less memory; fp16 recovers from a forced
+# overflow (2^32 times the loss gradient): skipped steps halving the scale, then training.
+smooth=(--lr 1e-3)
+"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cpu --out cpu_smooth >/dev/null
+"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --out gpu_smooth >/dev/null
+for p in bf16 fp16; do
+  "$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision "$p" --out "gpu_$p" |
+    tee "gpu_$p.log"
+  "$MPITRON" compare cpu_smooth/trace.h5 "gpu_$p/trace.h5" --rtol 0.02 ||
+    fail "the GPU's $p losses left the CPU's fp32 ones by over 2%"
+done
+"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision bf16 --recompute block \
+  --out gpu_bf16_recompute >/dev/null
+"$MPITRON" compare gpu_bf16/trace.h5 gpu_bf16_recompute/trace.h5 --rtol 0 ||
+  fail "recompute changed the GPU's bf16 losses"
+"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision fp16 \
+  --set train.loss_scale=4294967296 --out gpu_overflow >/dev/null
+/usr/bin/python3 - <<'PY'
+import math
+import h5py
+def peak(run):
+    with h5py.File(f"{run}/trace.h5", "r") as f:
+        return int(f["trace/rank_peak_mem_bytes"][-1].max())
+print({run: peak(run) for run in ("gpu_smooth", "gpu_bf16", "gpu_fp16")})
+assert peak("gpu_bf16") < peak("gpu_smooth"), "bf16 activations take no less memory than fp32"
+with h5py.File("gpu_overflow/trace.h5", "r") as f:
+    skipped = [int(x) for x in f["trace/skipped"][:]]
+    scale = [int(math.log2(x)) for x in f["trace/loss_scale"][:]]
+    loss = [float(x) for x in f["trace/loss"][:]]
+print("forced overflow: skipped", skipped, "log2 scale", scale)
+k = skipped.index(0)
+assert k >= 1 and not any(skipped[k:]), f"skips are not a prefix: {skipped}"
+assert scale == [32 - min(i, k) for i in range(len(scale))], f"scale not halved per skip: {scale}"
+assert loss[-1] < loss[k] - 0.5, f"no learning after the recovery: {loss}"
 PY
 # NCCL at one rank (it refuses two on one GPU): set up and torn down around the same steps.
 if grep -q "^nccl: [0-9]" devices.txt; then

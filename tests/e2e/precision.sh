@@ -10,7 +10,7 @@
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
-common=(--config "$TINY" --data "$data" --steps 20 --lr 1e-3 --log-every 0 --eval-every 10
+common=(--config "$TINY" --data "$data" --steps 20 --batch-size 16 --lr 1e-3 --log-every 0 --eval-every 10
   --eval-batches 1)
 for p in fp32 bf16 fp16; do
   "$MPITRON" train "${common[@]}" --precision "$p" --out "$p" >"$p.log"

@@ -1,0 +1,128 @@
+// --precision bf16|fp16 on the GPU: the CUDA tables' weight rounding is the host's (round to
+// nearest even, fp16 overflowing to infinity) bit for bit, and the GPT in 16-bit storage on the GPU
+// against the same GPT in the CPU's 16-bit tables: both round every layer output to the format,
+// they differ only in fp32 summation order, so the loss agrees within the format's rounding error
+// (bf16 2^-9, fp16 2^-12 relative) and the fp32 gradients within eight times it (relative L2).
+// Skips (GTEST_SKIP) on a machine with no device.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "src/cuda/device_memory.cuh"
+#include "src/model/family.hpp"
+#include "src/model/gpt.hpp"
+#include "src/model/layer_ops.hpp"
+#include "src/model/precision.hpp"
+#include "src/train/grad_sync.hpp"
+#include "tests/cuda_test_support.hpp"
+
+using namespace mpitron;
+using cuda_test::DeviceArray;
+
+namespace {
+
+template <class A>
+void check_round_weights() {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.0f + 0x1p-8f,
+                          1.0f + 3 * 0x1p-8f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -1e6f,
+                          0x1p-24f,
+                          0x1p-26f,
+                          1e30f,
+                          -3.5e-3f,
+                          std::numeric_limits<float>::infinity(),
+                          std::nanf("")};
+  for (int i = 0; i < 1000; ++i) x.push_back(std::ldexp(std::sin(float(i) * 0.37f), i % 40 - 20));
+  std::vector<A> want(x.size());
+  round_to(want.data(), x.data(), x.size());
+  DeviceArray<float> src(x);
+  DeviceArray<A> dst(x.size());
+  cuda_layer_ops<A>().round_weights(dst.ptr, src.ptr, x.size());
+  const std::vector<A> got = dst.download();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool nan = std::isnan(x[i]);
+    if (nan)  // any NaN: the payload is the library's choice
+      EXPECT_EQ(got[i].bits & 0x7FFFu, want[i].bits & 0x7FFFu) << "NaN at " << i;
+    else
+      EXPECT_EQ(got[i].bits, want[i].bits) << x[i] << " at " << i;
+  }
+}
+
+struct GptRun {
+  double loss = 0;
+  std::vector<float> grads;
+};
+
+GptRun run_gpt(DType precision, bool on_gpu) {
+  GptConfig g{2, 4, 128, 32, 256};
+  const int rows = 4, T = 32;
+  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 256);
+  DeviceAllocator alloc = on_gpu ? cuda::device_allocator() : DeviceAllocator{};
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = T;
+  how.seed = 3;
+  how.alloc = &alloc;
+  how.layers = on_gpu ? &cuda_layer_ops<float>() : &cpu_layer_ops();
+  how.precision = precision;
+  auto model = build_model(to_model_config(g), how);
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples.tokens = tokens.data();
+  mb.samples.rows = rows;
+  mb.step = 1;
+  mb.dropout = 0.1f;
+  mb.seed = 5;
+  GptRun r;
+  r.loss = model->forward(mb) / double(rows * T);
+  model->backward(mb, 1.0f / float(rows * T), {});
+  r.grads.resize(grads.data.size());
+  how.layers->download(r.grads.data(), grads.data.data(), r.grads.size());
+  return r;
+}
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += double(a[i] - b[i]) * (a[i] - b[i]), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+void check_gpt(DType precision, double u) {
+  const GptRun gpu = run_gpt(precision, true), cpu = run_gpt(precision, false);
+  const double e = relative_l2(gpu.grads, cpu.grads);
+  std::printf("%s: loss gpu %.7f cpu %.7f; gradient relative L2 %.2e\n", precision_name(precision),
+              gpu.loss, cpu.loss, e);
+  EXPECT_NEAR(gpu.loss, cpu.loss, u * cpu.loss);
+  EXPECT_LT(e, 8 * u);
+}
+
+}  // namespace
+
+TEST(CudaPrecision, Bf16WeightRoundingIsTheHostsBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  check_round_weights<bf16_t>();
+}
+TEST(CudaPrecision, Fp16WeightRoundingIsTheHostsBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  check_round_weights<fp16_t>();
+}
+TEST(CudaPrecision, Bf16GptMatchesTheCpusBf16Gpt) {
+  SKIP_WITHOUT_DEVICE();
+  check_gpt(DType::bf16, 0x1p-9);
+}
+TEST(CudaPrecision, Fp16GptMatchesTheCpusFp16Gpt) {
+  SKIP_WITHOUT_DEVICE();
+  check_gpt(DType::f16, 0x1p-12);
+}
