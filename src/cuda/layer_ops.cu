@@ -140,6 +140,12 @@ void linear_backward(A* dinp, float* dweight, float* dbias, const A* dout, const
                         kStream);
 }
 template <class A>
+void linear_gelu_forward(A* pre, A* out, const A* inp, const A* weight, const A* bias, int N,
+                         int IC, int OC) {
+  cuda::linear_gelu_forward(dev(pre), dev(out), dev(inp), dev(weight), dev(bias), N, IC, OC,
+                            kStream);
+}
+template <class A>
 void gelu_forward(A* out, const A* inp, size_t n) {
   cuda::gelu_forward(dev(out), dev(inp), n, kStream);
 }
@@ -213,6 +219,7 @@ const LayerOpsT<A>& table() {
       layernorm_backward<A>,
       linear_forward<A>,
       linear_backward<A>,
+      linear_gelu_forward<A>,
       gelu_forward<A>,
       gelu_backward<A>,
       attention_forward<A>,

@@ -40,6 +40,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 size_t attention_saved_elements(int B, int NH, int T) {
   return size_t(B) * NH * T * T;
 }
+void linear_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                         const float* bias, int N, int IC, int OC) {
+  cpu::linear_forward(pre, inp, weight, bias, N, IC, OC);
+  cpu::gelu_forward(out, pre, size_t(N) * OC);
+}
 
 // The CPU's layers under another name: a model on "cpu-staged" takes the paths of a device whose
 // memory the host cannot read (uploads, downloads), with the CPU's math.
@@ -57,6 +62,7 @@ const LayerOps& host_layer_ops() {
       cpu::layernorm_backward<float>,
       cpu::linear_forward<float>,
       cpu::linear_backward<float>,
+      linear_gelu_forward,
       cpu::gelu_forward<float>,
       cpu::gelu_backward<float>,
       attention_forward,
@@ -149,11 +155,20 @@ void linear_backward_16(A* dinp, float* dweight, float* dbias, const A* dout, co
   if (dinp) round_to(dinp, di, size_t(N) * IC);
 }
 template <class A>
+void linear_gelu_forward_16(A* pre, A* out, const A* inp, const A* weight, const A* bias, int N,
+                            int IC, int OC);
+template <class A>
 void gelu_forward_16(A* out, const A* inp, size_t n) {
   Widened w;
   float* o = w.out(n);
   cpu::gelu_forward(o, w.in(inp, n), n);
   round_to(out, o, n);
+}
+template <class A>
+void linear_gelu_forward_16(A* pre, A* out, const A* inp, const A* weight, const A* bias, int N,
+                            int IC, int OC) {
+  linear_forward_16(pre, inp, weight, bias, N, IC, OC);
+  gelu_forward_16(out, pre, size_t(N) * OC);
 }
 template <class A>
 void gelu_backward_16(A* dinp, const A* dout, const A* inp, size_t n) {
@@ -257,6 +272,7 @@ const LayerOpsT<A>& host_16_layer_ops() {
       layernorm_backward_16<A>,
       linear_forward_16<A>,
       linear_backward_16<A>,
+      linear_gelu_forward_16<A>,
       gelu_forward_16<A>,
       gelu_backward_16<A>,
       attention_forward_16<A>,

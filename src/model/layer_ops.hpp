@@ -39,6 +39,10 @@ struct LayerOpsT {
                          int OC);
   void (*linear_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                           const A* weight, int N, int IC, int OC);
+  // pre = inp W^T + b, out = gelu(pre) (tanh GELU; pre kept for gelu_backward): the CUDA table
+  // fuses the GELU into the matrix product's epilogue, the CPU's runs the two layers.
+  void (*linear_gelu_forward)(A* pre, A* out, const A* inp, const A* weight, const A* bias, int N,
+                              int IC, int OC);
   void (*gelu_forward)(A* out, const A* inp, size_t n);
   void (*gelu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
   // saved: what backward needs of the softmax, attention_saved_elements(B, NH, T) of it (the CPU:

@@ -76,6 +76,14 @@ void column_parallel_linear_forward(comm::Group& tp, float* out, const float* in
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 
+void column_parallel_linear_gelu_forward(comm::Group& tp, float* pre, float* out, const float* inp,
+                                         const float* w, const float* b, int N, int IC, int OCl,
+                                         const LayerOps& ops) {
+  require_host_layers_above_tp1(tp, ops);
+  copy_to_tp_forward(tp, inp, size_t(N) * IC);
+  ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
+}
+
 void column_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, float* db,
                                      const float* dout, const float* inp, const float* w, int N,
                                      int IC, int OCl, const LayerOps& ops) {

@@ -44,6 +44,17 @@ void column_parallel_linear_forward(comm::Group& tp,
                                     const float* b,    // (OCl) or nullptr
                                     int N, int IC, int OCl, const LayerOps& ops = cpu_layer_ops());
 
+// The same with GPT-2's tanh GELU after it: pre = the product, out = gelu(pre) (this rank's
+// columns; ops.linear_gelu_forward, which a device may fuse).
+void column_parallel_linear_gelu_forward(comm::Group& tp,
+                                         float* pre,        // (N,OCl) =
+                                         float* out,        // (N,OCl) =
+                                         const float* inp,  // (N,IC)
+                                         const float* w,    // (OCl,IC)
+                                         const float* b,    // (OCl) or nullptr
+                                         int N, int IC, int OCl,
+                                         const LayerOps& ops = cpu_layer_ops());
+
 // dinp is the full input gradient, summed over TP (copy_to_tp backward: one all-reduce of N·IC).
 // dinp == nullptr skips it and the all-reduce (it must then be nullptr on every TP rank).
 void column_parallel_linear_backward(comm::Group& tp,
@@ -139,6 +150,13 @@ requires(!std::is_same_v<A, float>) void column_parallel_linear_forward(
     int IC, int OCl, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
+}
+template <class A>
+requires(!std::is_same_v<A, float>) void column_parallel_linear_gelu_forward(
+    comm::Group& tp, A* pre, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b,
+    int N, int IC, int OCl, const LayerOpsT<A>& ops) {
+  require_serial(tp, dtype_of<A>());
+  ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void column_parallel_linear_backward(

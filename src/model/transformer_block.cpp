@@ -60,8 +60,8 @@ void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT
   L.residual_forward(a.res_attn, x, a.attn_out, size_t(N) * C);
   L.layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w.ln_2_w, w.ln_2_b, N, C,
                       s.ln_eps);
-  tp::column_parallel_linear_forward(tp, a.fc, a.ln_2, w.c_fc_w, w.c_fc_b, N, C, 4 * Cl, L);
-  L.gelu_forward(a.fc_gelu, a.fc, size_t(N) * 4 * Cl);
+  tp::column_parallel_linear_gelu_forward(tp, a.fc, a.fc_gelu, a.ln_2, w.c_fc_w, w.c_fc_b, N, C,
+                                          4 * Cl, L);
   tp::row_parallel_linear_forward(tp, a.mlp_out, a.fc_gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * Cl,
                                   C, L);
   L.dropout_forward(a.mlp_out, a.mlp_out, drop.p, drop.mlp, drop.row0, N, C);
