@@ -15,7 +15,7 @@ STEPS ?= 200
 RUN ?= runs/main
 CTEST_ARGS ?=
 ASAN_BUILD ?= build-asan
-FUZZ_SECONDS ?= 45
+FUZZ_SECONDS ?= 30
 # Left out of `make sanitize` (they run in the main build): the convergence runs, which repeat the
 # short runs' code for minutes; the memory-accounting runs (1000 micro-batches, ZeRO at dp 1-4),
 # which repeat the pipeline and ZeRO code the other mpi tests run; and the equivalence matrix

@@ -87,6 +87,7 @@ class GptModelT final : public Model {
   int loss_terms_per_sample() const override { return T; }
   StageBoundary boundary(int chunk, int slot) override;
   void parameters_changed() override;
+  size_t weight_copy_bytes() const override { return weights.size() * sizeof(A); }
 
   GptConfig cfg;
   int B = 0, T = 0;    // planned micro-batch

@@ -137,6 +137,8 @@ class Model {
   // After the fp32 parameters changed outside the model (an optimizer step, a checkpoint or
   // pretrained weights read): a model whose layers read a lower-precision copy rounds it again.
   virtual void parameters_changed() {}
+  // Bytes of that copy (0 where the layers read params itself).
+  virtual size_t weight_copy_bytes() const { return 0; }
   // What the slot's last forward derived from its samples (an encoder's masked inputs, token types,
   // lengths, targets), for the oracle's `eval --dump`; empty for families that use them as given.
   virtual std::vector<DumpTensor> input_dump(int slot) const;

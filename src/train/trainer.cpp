@@ -271,7 +271,8 @@ struct Trainer {
     const size_t before_model = alloc.current_bytes;
     model = build_model(cfg.model, how);
     model_activation_bytes = alloc.current_bytes - before_model -
-                             (model->params.size() + model->buffers.size()) * sizeof(float);
+                             (model->params.size() + model->buffers.size()) * sizeof(float) -
+                             model->weight_copy_bytes();
     loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
     GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
 #ifdef MPITRON_HAVE_NCCL

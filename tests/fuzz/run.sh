@@ -11,7 +11,7 @@
 # the run; every saved input is replayed alone afterwards and classified.
 #
 # Usage: tests/fuzz/run.sh BUILD_DIR [TARGET...]
-#   FUZZ_SECONDS (45) per target, FUZZ_JOBS (2) targets at once, FUZZ_RSS_MB (2048) memory limit,
+#   FUZZ_SECONDS (30) per target, FUZZ_JOBS (2) targets at once, FUZZ_RSS_MB (2048) memory limit,
 #   FUZZ_TIMEOUT (10) seconds for one input, FUZZ_ARGS extra libFuzzer flags.
 # New inputs and crash artifacts go to BUILD_DIR/fuzz-work/<target>/ (the seeds stay as they are).
 set -euo pipefail
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${1:?usage: $0 BUILD_DIR [TARGET...]}
 shift
-seconds=${FUZZ_SECONDS:-45}
+seconds=${FUZZ_SECONDS:-30}
 jobs=${FUZZ_JOBS:-2}
 rss_mb=${FUZZ_RSS_MB:-2048}
 timeout=${FUZZ_TIMEOUT:-10}
