@@ -143,7 +143,7 @@ void GradSync::on_segment(size_t segment) {
   float* g = grads_.data.data();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first >= ready_begin) {
     auto [b, e] = buckets_[next_bucket_++];
-    if (const DeviceCollectives* d = opts_.device_dp) {  // queued behind backward's kernels
+    if (const DeviceCollectives* d = opts_.device_dp) {  // after backward's kernels so far
       d->allreduce_sum(d->ctx, g + b, e - b);
       continue;
     }

@@ -34,9 +34,10 @@ struct GradStorage {
   static GradStorage windowed(Model& model, DeviceAllocator& alloc);
 };
 
-// Collectives on the device's own memory over the dp ranks (NCCL, --comm nccl), asynchronous on
-// the device's stream until synchronize; GradSync then needs no host copies. Only the allreduce
-// method, ZeRO 0 and 1 (equal shards, in place).
+// Collectives on the device's own memory over the dp ranks (NCCL, --comm nccl): each starts after
+// the work queued so far on the device's compute stream and runs beside what is queued after it
+// (buckets overlap backward) until synchronize, which the host waits on; GradSync then needs no
+// host copies. Only the allreduce method, ZeRO 0 and 1 (equal shards, in place).
 struct DeviceCollectives {
   void* ctx = nullptr;
   void (*allreduce_sum)(void* ctx, float* buf, size_t n) = nullptr;

@@ -47,6 +47,7 @@
 #endif
 #ifdef MPITRON_HAVE_NCCL
 #include "comm/nccl/nccl_comm.hpp"
+#include "src/cuda/cuda_check.hpp"
 #endif
 
 namespace mpitron {
@@ -184,29 +185,61 @@ struct Trainer {
   uint64_t comm_bytes_total() const {
     uint64_t nccl_bytes = 0;
 #ifdef MPITRON_HAVE_NCCL
-    nccl_bytes = nccl_dp.bytes_sent;
+    nccl_bytes = nccl_dp.comm.bytes_sent;
 #endif
     return grid.world.bytes_sent + grid.dp.bytes_sent + grid.tp.bytes_sent + grid.pp.bytes_sent +
            nccl_bytes;
   }
 
 #ifdef MPITRON_HAVE_NCCL
-  // --comm nccl: NCCL over the dp ranks, on the stream the layers and step ops use.
-  comm::NcclComm nccl_dp;
+  // --comm nccl: NCCL over the dp ranks on a stream of its own, so that gradient buckets are
+  // summed while backward's kernels go on. Each collective first waits (an event) for what the
+  // compute stream has queued so far; synchronize makes the host wait for NCCL's stream, so the
+  // work queued after it (norm, update, the next forward) sees the results.
+  struct NcclDp {
+    comm::NcclComm comm;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t queued = nullptr;  // recorded on the compute stream before each collective
+    NcclDp() = default;
+    NcclDp(const NcclDp&) = delete;
+    NcclDp& operator=(const NcclDp&) = delete;
+    void open(comm::Group& dp) {
+      comm = comm::NcclComm(dp);
+      CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+    }
+    void after_compute() const {
+      CUDA_CHECK(cudaEventRecord(queued, cudaStreamPerThread));
+      CUDA_CHECK(cudaStreamWaitEvent(stream, queued, 0));
+    }
+    ~NcclDp() {  // errors ignored: a failing run may be tearing down
+      if (stream) cudaStreamSynchronize(stream);
+      comm = comm::NcclComm();
+      if (queued) cudaEventDestroy(queued);
+      if (stream) cudaStreamDestroy(stream);
+    }
+  } nccl_dp;
   DeviceCollectives nccl_collectives() {
     DeviceCollectives d;
     d.ctx = &nccl_dp;
     d.allreduce_sum = [](void* c, float* buf, size_t n) {
-      static_cast<comm::NcclComm*>(c)->allreduce_sum(buf, n, cudaStreamPerThread);
+      auto* x = static_cast<NcclDp*>(c);
+      x->after_compute();
+      x->comm.allreduce_sum(buf, n, x->stream);
     };
     d.reduce_scatter_sum = [](void* c, const float* send, float* recv, size_t count) {
-      static_cast<comm::NcclComm*>(c)->reduce_scatter_sum(send, recv, count, cudaStreamPerThread);
+      auto* x = static_cast<NcclDp*>(c);
+      x->after_compute();
+      x->comm.reduce_scatter_sum(send, recv, count, x->stream);
     };
     d.all_gather = [](void* c, const float* send, float* recv, size_t count) {
-      static_cast<comm::NcclComm*>(c)->all_gather(send, recv, count, cudaStreamPerThread);
+      auto* x = static_cast<NcclDp*>(c);
+      x->after_compute();
+      x->comm.all_gather(send, recv, count, x->stream);
     };
     d.synchronize = [](void* c) {
-      static_cast<comm::NcclComm*>(c)->synchronize(cudaStreamPerThread);
+      auto* x = static_cast<NcclDp*>(c);
+      x->comm.synchronize(x->stream);
     };
     return d;
   }
@@ -277,7 +310,7 @@ struct Trainer {
     GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
 #ifdef MPITRON_HAVE_NCCL
     if (opts.comm == "nccl") {
-      nccl_dp = comm::NcclComm(grid.dp);
+      nccl_dp.open(grid.dp);
       device_dp = nccl_collectives();
       sync_options.device_dp = &device_dp;
     }
