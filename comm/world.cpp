@@ -1,5 +1,7 @@
 #include "comm/world.hpp"
 
+#include <climits>
+
 #include "src/check.hpp"
 
 namespace mpitron::comm {
@@ -22,6 +24,15 @@ std::string broadcast_string(const std::string& s, int root, MPI_Comm comm) {
 void throw_on_all_ranks(const std::string& error, int root, MPI_Comm comm) {
   const std::string e = broadcast_string(error, root, comm);
   if (!e.empty()) throw UsageError(e);
+}
+
+void throw_first_error(const std::string& error, MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const int mine = error.empty() ? INT_MAX : rank;
+  int first = INT_MAX;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first != INT_MAX) throw_on_all_ranks(error, first, comm);
 }
 
 }  // namespace mpitron::comm

@@ -17,4 +17,9 @@ std::string broadcast_string(const std::string& s, int root, MPI_Comm comm);
 // ranks' `error` is ignored): for checks only one rank can make, such as files it alone opens.
 void throw_on_all_ranks(const std::string& error, int root, MPI_Comm comm);
 
+// Collective: throws UsageError on every rank of comm, with the lowest failing rank's message,
+// when `error` is non-empty on any rank: for checks that may fail on some ranks only (a node
+// without a GPU, a GPU out of memory), so that no rank goes on to wait for the others.
+void throw_first_error(const std::string& error, MPI_Comm comm);
+
 }  // namespace mpitron::comm

@@ -15,6 +15,7 @@
 #include "comm/grid.hpp"
 #include "comm/group.hpp"
 #include "comm/mpi_check.hpp"
+#include "comm/world.hpp"
 #include "src/check.hpp"
 
 namespace {
@@ -551,6 +552,26 @@ void test_good_layouts(Group& world) {
     }
 }
 
+// throw_first_error: every rank throws the lowest failing rank's message, whichever ranks fail;
+// no rank throws when none fails.
+void test_first_error(Group& world) {
+  const int p = world.size();
+  for (int first = 0; first <= p; ++first) {  // ranks >= first fail; first == p: none
+    const std::string mine =
+        world.rank() >= first ? "rank " + std::to_string(world.rank()) + " failed" : "";
+    std::string got = "(nothing thrown)";
+    try {
+      throw_first_error(mine, MPI_COMM_WORLD);
+    } catch (const mpitron::UsageError& e) {
+      got = e.what();
+    }
+    const std::string want =
+        first < p ? "rank " + std::to_string(first) + " failed" : "(nothing thrown)";
+    EXPECT(got == want, "throw_first_error with ranks >= " + std::to_string(first) +
+                            " failing: got '" + got + "'");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -571,6 +592,7 @@ int main(int argc, char** argv) {
     test_scalars_and_moves(world);
     test_bad_layouts(world);
     test_good_layouts(world);
+    test_first_error(world);
 
     const int64_t failed = Group::world().allreduce_sum(static_cast<int64_t>(g_failures));
     if (g_rank == 0) {

@@ -5,11 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "src/cpu/gemm.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace mpitron::cpu {
 namespace {
@@ -105,6 +110,43 @@ TEST(Gemm, BetaZeroIgnoresC) {
     EXPECT_NEAR(fast[i], ref[i], 1e-12);
   }
 }
+
+#ifdef _OPENMP
+// gemm() gives the same bits at any thread count (its chunks are cut at multiples of 64 and each
+// is one serial library call): shapes with tails on every side, both orientations of the cut,
+// transposes, beta 0 and 1.
+TEST(Gemm, BitsDoNotDependOnTheThreadCount) {
+  struct Shape {
+    int M, N, K;
+  };
+  const Shape shapes[] = {{111, 96, 96},   {2048, 384, 128}, {515, 131, 77},
+                          {97, 1031, 129}, {1500, 200, 700}, {64, 64, 4096}};
+  const int saved = omp_get_max_threads();
+  std::mt19937 g(5);
+  for (const Shape& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f}) {
+          const std::vector<float> A = random_vec<float>(size_t(s.M) * s.K, g),
+                                   B = random_vec<float>(size_t(s.K) * s.N, g),
+                                   C0 = random_vec<float>(size_t(s.M) * s.N, g);
+          std::vector<float> one;
+          for (int threads = 1; threads <= 4; ++threads) {
+            omp_set_num_threads(threads);
+            std::vector<float> C = C0;
+            gemm<float>(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), ta ? s.M : s.K, B.data(),
+                        tb ? s.K : s.N, beta, C.data(), s.N);
+            if (threads == 1)
+              one = C;
+            else
+              ASSERT_EQ(0, std::memcmp(one.data(), C.data(), C.size() * sizeof(float)))
+                  << s.M << "x" << s.N << "x" << s.K << " ta " << ta << " tb " << tb << " beta "
+                  << beta << ": other bits at " << threads << " threads";
+          }
+        }
+  omp_set_num_threads(saved);
+}
+#endif
 
 TEST(Gemm, LibraryIsNamed) {
   EXPECT_NE(std::string(gemm_library()), "");

@@ -217,10 +217,7 @@ int select_local_device(MPI_Comm world, bool exclusive) {
 
   // Every rank stops together, with the lowest failing rank's message, instead of some going on to
   // wait in ncclCommInitRank for ranks that stopped.
-  const int mine = error.empty() ? INT_MAX : world_rank;
-  int first = INT_MAX;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world));
-  if (first != INT_MAX) throw_on_all_ranks(error, first, world);
+  throw_first_error(error, world);
   return device;
 }
 

@@ -67,8 +67,10 @@ __global__ void __launch_bounds__(kMaxThreads)
 }
 
 __global__ void __launch_bounds__(kMaxThreads) iota_kernel(int32_t* x, int n) {
-  for (int i = int(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += int(gridDim.x * blockDim.x))
-    x[i] = i;
+  // 64-bit index: n near INT_MAX plus the stride would overflow an int.
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = int32_t(i);
 }
 
 // Block k starts a run when sorted_tokens[k] differs from its predecessor; its run is

@@ -96,7 +96,7 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
-  if (ops.staged && p > 1 && !opts.device_dp) {
+  if (ops.staged && !opts.device_dp) {  // at dp 1 too: ZeRO 2 sums its shard on the host
     staging_.assign(flat, 0.0f);
     if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
   }
@@ -185,6 +185,10 @@ void GradSync::finish_backward() {
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
   for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
+  if (opts_.zero == 2) {  // the shard's sums, made as backward ran (on the host when staged)
+    if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
+    return;
+  }
   if (dp_.size() == 1) return;
   const size_t flat = model_.flat_size;
   if (const DeviceCollectives* d = opts_.device_dp) {
@@ -194,10 +198,6 @@ void GradSync::finish_backward() {
       d->allreduce_sum(d->ctx, g, flat);
     next_bucket_ = 0;
     d->synchronize(d->ctx);
-    return;
-  }
-  if (opts_.zero == 2) {
-    if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
     return;
   }
   if (opts_.zero == 1) {
@@ -252,7 +252,7 @@ double GradSync::grad_norm() {
 
 void GradSync::gather_params(float* params) {
   CommTimer timer{&comm_s_};
-  if (opts_.zero == 0) return;
+  if (opts_.zero == 0 || dp_.size() == 1) return;      // at dp 1 the shard is every parameter
   if (const DeviceCollectives* d = opts_.device_dp) {  // in place, as the reduce-scatter
     d->all_gather(d->ctx, params + shard_.begin, params, shard_.size());
     d->synchronize(d->ctx);

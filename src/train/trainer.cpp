@@ -212,8 +212,10 @@ struct Trainer {
       CUDA_CHECK(cudaEventRecord(queued, cudaStreamPerThread));
       CUDA_CHECK(cudaStreamWaitEvent(stream, queued, 0));
     }
-    ~NcclDp() {  // errors ignored: a failing run may be tearing down
-      if (stream) cudaStreamSynchronize(stream);
+    // No wait for the stream: the communicator's teardown finishes its work, or aborts it after
+    // an asynchronous error (a dead peer would make a plain wait hang); the stream is released
+    // when its work is done. Errors ignored: a failing run may be tearing down.
+    ~NcclDp() {
       comm = comm::NcclComm();
       if (queued) cudaEventDestroy(queued);
       if (stream) cudaStreamDestroy(stream);
@@ -245,6 +247,32 @@ struct Trainer {
   }
 #endif
   DeviceCollectives device_dp;
+
+  // Gradient synchronisation (and the gradients), the pipeline executor, AdamW's moments and,
+  // off the host, the file copies.
+  void allocate_step_state(const GradSyncOptions& sync_options) {
+    const Layout& L = opts.layout;
+    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, ops, alloc, &grid.pp,
+                                      &grid.embedding);
+    size_t message = 0;  // the largest boundary message of any chunk
+    for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
+      const StageBoundary b = model->boundary(c, 0);
+      message = std::max(
+          {message, size_t(micro_rows) * b.input_elements, size_t(micro_rows) * b.output_elements});
+    }
+    executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, model_slots,
+                                                            message, alloc);
+    work = stage_work();
+    shard = sync->owned();
+    m = Buffer<float>(alloc, shard.size());
+    v = Buffer<float>(alloc, shard.size());
+    if (!on_host) {
+      file_params = Buffer<float>(host_alloc, model->params.size());
+      file_buffers = Buffer<float>(host_alloc, model->buffers.size());
+      file_m = Buffer<float>(host_alloc, shard.size());
+      file_v = Buffer<float>(host_alloc, shard.size());
+    }
+  }
 
   void setup() {
     const Layout& L = opts.layout;
@@ -302,7 +330,15 @@ struct Trainer {
     how.layers = &layers;
     how.precision = parse_precision(opts.precision);
     const size_t before_model = alloc.current_bytes;
-    model = build_model(cfg.model, how);
+    // A GPU may run out of memory on some ranks only (ranks sharing one): every rank stops with
+    // the first failing rank's line instead of the others waiting for it in a collective.
+    std::string failed;
+    try {
+      model = build_model(cfg.model, how);
+    } catch (const UsageError& e) {
+      failed = e.what();
+    }
+    comm::throw_first_error(failed, MPI_COMM_WORLD);
     model_activation_bytes = alloc.current_bytes - before_model -
                              (model->params.size() + model->buffers.size()) * sizeof(float) -
                              model->weight_copy_bytes();
@@ -315,26 +351,12 @@ struct Trainer {
       sync_options.device_dp = &device_dp;
     }
 #endif
-    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, ops, alloc, &grid.pp,
-                                      &grid.embedding);
-    size_t message = 0;  // the largest boundary message of any chunk
-    for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
-      const StageBoundary b = model->boundary(c, 0);
-      message = std::max(
-          {message, size_t(micro_rows) * b.input_elements, size_t(micro_rows) * b.output_elements});
+    try {  // no collective inside: gradients, pipeline buffers and moments are allocated
+      allocate_step_state(sync_options);
+    } catch (const UsageError& e) {
+      failed = e.what();
     }
-    executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, slots,
-                                                            message, alloc);
-    work = stage_work();
-    shard = sync->owned();
-    m = Buffer<float>(alloc, shard.size());
-    v = Buffer<float>(alloc, shard.size());
-    if (!on_host) {
-      file_params = Buffer<float>(host_alloc, model->params.size());
-      file_buffers = Buffer<float>(host_alloc, model->buffers.size());
-      file_m = Buffer<float>(host_alloc, shard.size());
-      file_v = Buffer<float>(host_alloc, shard.size());
-    }
+    comm::throw_first_error(failed, MPI_COMM_WORLD);
     row.rank_comm_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_peak_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
     row.rank_param_bytes.assign(is_root() ? grid.shape.world : 0, 0);
@@ -991,8 +1013,7 @@ void check_device(const std::string& device, const std::string& comm_kind,
   } catch (const UsageError& e) {
     error = e.what();
   }
-  comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
-  if (!error.empty()) throw UsageError(error);  // a rank whose node differs from rank 0's
+  comm::throw_first_error(error, MPI_COMM_WORLD);  // a node without a GPU may be any rank's
 #endif
 }
 }  // namespace

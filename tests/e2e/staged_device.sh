@@ -26,6 +26,11 @@ same cpu recompute "cpu-staged with --recompute block differs"
 "$MPITRON" train "${common[@]}" --device cpu-staged --init-from init/ckpt_0.h5 --out from_init \
   >/dev/null
 same cpu from_init "--init-from through host copies changed the parameters"
+# ZeRO at dp 1: one shard of everything, nothing to reduce or gather (the same bits as ZeRO 0).
+for z in 1 2; do
+  "$MPITRON" train "${common[@]}" --device cpu-staged --zero "$z" --out "dp1_zero$z" >/dev/null
+  same cpu "dp1_zero$z" "cpu-staged with --zero $z at dp 1 differs from the cpu"
+done
 for layout in "--zero 0" "--zero 0 --bucket-mb 0.05" "--zero 1" "--zero 2" \
   "--zero 1 --dp-reduce ring" "--zero 0 --dp-reduce gather-scatter"; do
   name=$(echo "$layout" | tr -d ' -')
