@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 30
 # which repeat the pipeline and ZeRO code the other mpi tests run; and the equivalence matrix
 # (label equivalence), the mpi tests' code at more layouts. Under ASan they would double the
 # suite's time for no new code.
-SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory
+SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \
