@@ -16,6 +16,7 @@
 #include "src/model/layer_ops.hpp"
 #include "src/model/precision.hpp"
 #include "src/train/grad_sync.hpp"
+#include "tests/gpt_precision_run.hpp"
 
 using namespace mpitron;
 
@@ -216,47 +217,12 @@ TEST(Precision, CpuStagedHasNoSixteenBitLayers) {
 
 namespace {
 
-struct GptRun {
-  double loss = 0;
-  std::vector<float> grads;
-};
+using precision_test::GptRun;
+using precision_test::relative_l2;
 
 GptRun run_gpt(DType precision, float dloss, float param_scale = 1.0f) {
-  GptConfig g{2, 4, 64, 16, 256};
-  const int rows = 2, T = 16;
-  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 37 + 11) % 256);
-  DeviceAllocator alloc;
-  ModelBuild how;
-  how.micro_rows = rows;
-  how.seq_len = T;
-  how.seed = 3;
-  how.alloc = &alloc;
-  how.precision = precision;
-  auto model = build_model(to_model_config(g), how);
-  if (param_scale != 1.0f) {
-    for (size_t i = 0; i < model->params.size(); ++i) model->params[i] *= param_scale;
-    model->parameters_changed();
-  }
-  GradStorage grads = GradStorage::full(*model, alloc);
-  MicroBatch mb;
-  mb.samples.tokens = tokens.data();
-  mb.samples.rows = rows;
-  mb.step = 1;
-  mb.dropout = 0.1f;
-  mb.seed = 5;
-  GptRun r;
-  r.loss = model->forward(mb) / double(rows * T);
-  model->backward(mb, dloss, {});
-  r.grads.assign(grads.data.data(), grads.data.data() + grads.data.size());
-  return r;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    d += double(a[i] - b[i]) * (a[i] - b[i]), n += double(b[i]) * b[i];
-  return std::sqrt(d / n);
+  return precision_test::run_gpt({2, 4, 64, 16, 256}, 2, 16, precision, dloss, DeviceAllocator{},
+                                 cpu_layer_ops(), param_scale);
 }
 
 }  // namespace

@@ -155,9 +155,6 @@ void linear_backward_16(A* dinp, float* dweight, float* dbias, const A* dout, co
   if (dinp) round_to(dinp, di, size_t(N) * IC);
 }
 template <class A>
-void linear_gelu_forward_16(A* pre, A* out, const A* inp, const A* weight, const A* bias, int N,
-                            int IC, int OC);
-template <class A>
 void gelu_forward_16(A* out, const A* inp, size_t n) {
   Widened w;
   float* o = w.out(n);
@@ -170,12 +167,13 @@ void linear_gelu_forward_16(A* pre, A* out, const A* inp, const A* weight, const
   linear_forward_16(pre, inp, weight, bias, N, IC, OC);
   gelu_forward_16(out, pre, size_t(N) * OC);
 }
-template <class A>
-void gelu_backward_16(A* dinp, const A* dout, const A* inp, size_t n) {
+// out = f(a, b) elementwise (gelu_backward, residual_forward).
+template <class A, void (*f)(float*, const float*, const float*, size_t)>
+void binary_16(A* out, const A* a, const A* b, size_t n) {
   Widened w;
-  float* d = w.out(n);
-  cpu::gelu_backward(d, w.in(dout, n), w.in(inp, n), n);
-  round_to(dinp, d, n);
+  float* o = w.out(n);
+  f(o, w.in(a, n), w.in(b, n), n);
+  round_to(out, o, n);
 }
 template <class A>
 void attention_forward_16(A* out, float* saved, const A* qkv, int B, int T, int C, int NH,
@@ -197,30 +195,15 @@ void attention_backward_16(A* dqkv, float* scratch, const A* dout, const A*, con
                           causal, lengths);
   round_to(dqkv, d, BT * 3 * C);
 }
-template <class A>
-void dropout_forward_16(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t row0,
-                        int N, int C) {
+// Dropout's forward and backward have one shape: out = mask(in) / (1 - p).
+template <class A, void (*f)(float*, const float*, float, const PhiloxStream&, uint64_t, int, int)>
+void dropout_16(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t row0, int N,
+                int C) {
   Widened w;
   const size_t NC = size_t(N) * C;
   float* o = w.out(NC);
-  cpu::dropout_forward(o, w.in(inp, NC), p, rng, row0, N, C);
+  f(o, w.in(inp, NC), p, rng, row0, N, C);
   round_to(out, o, NC);
-}
-template <class A>
-void dropout_backward_16(A* dinp, const A* dout, float p, const PhiloxStream& rng, uint64_t row0,
-                         int N, int C) {
-  Widened w;
-  const size_t NC = size_t(N) * C;
-  float* d = w.out(NC);
-  cpu::dropout_backward(d, w.in(dout, NC), p, rng, row0, N, C);
-  round_to(dinp, d, NC);
-}
-template <class A>
-void residual_forward_16(A* out, const A* a, const A* b, size_t n) {
-  Widened w;
-  float* o = w.out(n);
-  cpu::residual_forward(o, w.in(a, n), w.in(b, n), n);
-  round_to(out, o, n);
 }
 // wte's and wpe's sizes are not arguments: only the rows the tokens and positions name are read.
 template <class A>
@@ -274,13 +257,13 @@ const LayerOpsT<A>& host_16_layer_ops() {
       linear_backward_16<A>,
       linear_gelu_forward_16<A>,
       gelu_forward_16<A>,
-      gelu_backward_16<A>,
+      binary_16<A, cpu::gelu_backward<float>>,
       attention_forward_16<A>,
       attention_backward_16<A>,
       attention_saved_elements,
-      dropout_forward_16<A>,
-      dropout_backward_16<A>,
-      residual_forward_16<A>,
+      dropout_16<A, cpu::dropout_forward<float>>,
+      dropout_16<A, cpu::dropout_backward<float>>,
+      binary_16<A, cpu::residual_forward<float>>,
       encoder_forward_16<A>,
       encoder_backward_16<A>,
       crossentropy_forward_16<A>,
@@ -290,8 +273,9 @@ const LayerOpsT<A>& host_16_layer_ops() {
 }
 
 [[noreturn]] void no_layers(const std::string& device, DType t) {
-  throw UsageError(fmt::format("--device {} --precision {}: this build has no layers for it",
-                               device, precision_name(t)));
+  throw UsageError(
+      fmt::format("--device {}{}: this build has no layers for it", device,
+                  t == DType::f32 ? "" : fmt::format(" --precision {}", precision_name(t))));
 }
 
 }  // namespace
