@@ -446,10 +446,7 @@ struct Trainer {
     } catch (const UsageError& e) {
       error = e.what();
     }
-    constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-    const int64_t minus_first =
-        grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
-    if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
+    comm::throw_first_error(error, MPI_COMM_WORLD);
     upload_state();
     model->parameters_changed();
     step = r.step;
@@ -487,10 +484,7 @@ struct Trainer {
     } catch (const UsageError& e) {
       error = e.what();
     }
-    constexpr int64_t kNone = std::numeric_limits<int64_t>::min();
-    const int64_t minus_first =
-        grid.world.allreduce_max(error.empty() ? kNone : -int64_t(grid.rank));
-    if (minus_first != kNone) comm::throw_on_all_ranks(error, int(-minus_first), MPI_COMM_WORLD);
+    comm::throw_first_error(error, MPI_COMM_WORLD);
     upload_state();
     model->parameters_changed();
     if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
