@@ -15,7 +15,7 @@
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/relu.hpp"
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 
 using namespace mpitron;
 using cpu::Conv2dShape;

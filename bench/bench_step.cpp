@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "src/allocator.hpp"
-#include "src/cpu/gemm.hpp"
+#include "base/allocator.hpp"
+#include "base/gemm.hpp"
 #include "src/model/config.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::comm {
 

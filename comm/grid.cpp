@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "comm/mpi_check.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::comm {
 

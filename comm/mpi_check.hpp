@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::comm {
 inline std::string mpi_error_string(int code) {

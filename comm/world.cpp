@@ -2,7 +2,7 @@
 
 #include <climits>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::comm {
 

@@ -18,7 +18,7 @@
 #include <unordered_map>
 
 #include "io/utf8.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::io {
 

@@ -10,8 +10,8 @@
 #include "io/bpe_tokenizer.hpp"
 #include "io/h5.hpp"
 #include "io/wordpiece_tokenizer.hpp"
-#include "src/check.hpp"
-#include "src/philox.hpp"
+#include "base/check.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron::io {
 

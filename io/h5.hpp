@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::io {
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "src/check.hpp"
-#include "src/philox.hpp"
+#include "base/check.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron::io {
 

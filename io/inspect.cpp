@@ -13,7 +13,7 @@
 
 #include "io/h5.hpp"
 #include "io/trace.hpp"
-#include "src/human_units.hpp"
+#include "base/human_units.hpp"
 
 namespace mpitron::io {
 

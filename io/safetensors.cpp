@@ -17,7 +17,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::io {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "io/wordpiece_tokenizer.hpp"
-#include "src/check.hpp"
-#include "src/philox.hpp"
+#include "base/check.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron::io {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include "src/philox.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron::cpu {
 

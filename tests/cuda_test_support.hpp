@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda_test {
 

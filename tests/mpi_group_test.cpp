@@ -16,7 +16,7 @@
 #include "comm/group.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace {
 

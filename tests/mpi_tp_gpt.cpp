@@ -16,7 +16,7 @@
 
 #include "comm/grid.hpp"
 #include "comm/mpi_check.hpp"
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"

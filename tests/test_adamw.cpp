@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/train/adamw.hpp"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "io/bpe_tokenizer.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace fs = std::filesystem;
 using mpitron::UsageError;

@@ -19,7 +19,7 @@
 
 #include "layers/attention.hpp"
 #include "layers/cuda/attention.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;

@@ -39,8 +39,8 @@
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/residual.hpp"
-#include "src/cuda/cuda_check.hpp"
-#include "src/philox.hpp"
+#include "base/cuda_check.hpp"
+#include "base/philox.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;

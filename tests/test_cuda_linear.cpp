@@ -34,7 +34,7 @@
 #include "layers/cuda/linear.cuh"
 #include "layers/gelu.hpp"
 #include "layers/linear.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;

@@ -15,8 +15,8 @@
 
 #include "comm/group.hpp"
 #include "comm/nccl/nccl_comm.hpp"
-#include "src/check.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/check.hpp"
+#include "base/cuda_check.hpp"
 #include "tests/cuda_test_support.hpp"
 #include "tests/mpi_environment.hpp"
 

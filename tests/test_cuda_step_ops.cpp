@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "src/cpu/step_ops.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "src/cuda/step_ops.cuh"
 #include "tests/cuda_test_support.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "src/cpu/fastmath.hpp"
+#include "base/fastmath.hpp"
 
 using mpitron::cpu::exp_fast;
 using mpitron::cpu::tanh_fast;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 
 #ifdef _OPENMP
 #include <omp.h>

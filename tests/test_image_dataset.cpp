@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "io/image_dataset.hpp"
-#include "src/check.hpp"
-#include "src/philox.hpp"
+#include "base/check.hpp"
+#include "base/philox.hpp"
 
 namespace fs = std::filesystem;
 using namespace mpitron;

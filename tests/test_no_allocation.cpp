@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"

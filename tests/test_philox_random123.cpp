@@ -1,4 +1,4 @@
-// The project's Philox4x32-10 (src/philox.hpp) is Random123's philox4x32 (Salmon et al., SC'11),
+// The project's Philox4x32-10 (base/philox.hpp) is Random123's philox4x32 (Salmon et al., SC'11),
 // the generator CUDA code can draw from on the device with the same header: equal bits on a sweep
 // of counters and keys, including the known-answer vectors of Random123's own test suite.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <random>
 
-#include "src/philox.hpp"
+#include "base/philox.hpp"
 
 // After ours: Random123 defines a function-like macro of the same name.
 #include <Random123/philox.h>

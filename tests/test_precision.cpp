@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/layer_ops.hpp"

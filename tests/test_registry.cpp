@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/registry.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/train/pretrained.hpp"
 #include "tests/mpi_environment.hpp"
 

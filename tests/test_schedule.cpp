@@ -10,7 +10,7 @@
 #include <random>
 #include <sstream>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/pipeline/schedule.hpp"
 #include "src/pipeline/schedule_chart.hpp"
 

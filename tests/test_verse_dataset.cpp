@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/verse_dataset.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 using namespace mpitron;
 using namespace mpitron::io;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "io/wordpiece_tokenizer.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace fs = std::filesystem;
 using mpitron::UsageError;

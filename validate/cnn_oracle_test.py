@@ -62,7 +62,7 @@ M32 = 0xFFFFFFFF
 M64 = 0xFFFFFFFFFFFFFFFF
 
 
-# ---- mpitron's image batches (src/philox.hpp, io/image_dataset.cpp), re-derived ---------------
+# ---- mpitron's image batches (base/philox.hpp, io/image_dataset.cpp), re-derived ---------------
 
 def fnv1a64(s: str) -> int:
     h = 1469598103934665603

@@ -12,7 +12,7 @@
 
 #include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::comm {
 

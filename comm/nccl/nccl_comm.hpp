@@ -2,7 +2,7 @@
 // on device buffers (--comm nccl). bytes_sent follows Group's convention (comm/group.hpp), the
 // bytes NCCL's ring sends, so the counters compare with the MPI path. select_local_device picks one
 // CUDA device per process from its node-local rank. NCCL_CHECK reports a failing NCCL call like
-// CUDA_CHECK (src/cuda/cuda_check.hpp). Compiled only where CMake found NCCL (MPITRON_HAVE_NCCL).
+// CUDA_CHECK (base/cuda_check.hpp). Compiled only where CMake found NCCL (MPITRON_HAVE_NCCL).
 #pragma once
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "comm/group.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 // Version guards compare NCCL_VERSION_CODE with literals: releases from 2.9 code X*10000+Y*100+Z,
 // older ones X*1000+Y*100+Z (below 3000), so ">= 21300" means "2.13 or later" under both schemes.

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <string>
 
-#include "src/check.hpp"
-#include "src/cpu/fastmath.hpp"
-#include "src/cpu/gemm.hpp"
+#include "base/check.hpp"
+#include "base/fastmath.hpp"
+#include "base/gemm.hpp"
 
 namespace mpitron::cpu {
 

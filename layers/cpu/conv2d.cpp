@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 
 namespace mpitron::cpu {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "src/cpu/fastmath.hpp"
+#include "base/fastmath.hpp"
 
 namespace mpitron::cpu {
 

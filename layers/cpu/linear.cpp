@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "layers/cpu/column_blocks.hpp"
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 
 namespace mpitron::cpu {
 

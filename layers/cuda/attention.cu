@@ -17,7 +17,7 @@
 #include <string>
 
 #include "layers/cuda/attention.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

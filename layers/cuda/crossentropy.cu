@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "layers/cuda/crossentropy.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "src/philox.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron::cuda {
 

@@ -10,8 +10,8 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "layers/cuda/encoder.cuh"
-#include "src/check.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

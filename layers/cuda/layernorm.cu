@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "layers/cuda/layernorm.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

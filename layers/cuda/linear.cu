@@ -15,8 +15,8 @@
 #include <type_traits>
 
 #include "layers/cuda/linear.cuh"
-#include "src/check.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "layers/cuda/residual.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::cpu {
 

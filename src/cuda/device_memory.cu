@@ -1,8 +1,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "src/check.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/check.hpp"
+#include "base/cuda_check.hpp"
 #include "src/cuda/device_memory.cuh"
 
 namespace mpitron::cuda {

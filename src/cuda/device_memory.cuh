@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 
 namespace mpitron::cuda {
 

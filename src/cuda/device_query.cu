@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "src/cuda/device_query.hpp"
 
 namespace mpitron::cuda {

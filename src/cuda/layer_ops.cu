@@ -16,7 +16,7 @@
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/linear.cuh"
 #include "layers/cuda/residual.cuh"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
 #include "src/model/layer_ops.hpp"

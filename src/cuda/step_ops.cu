@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #include "src/cuda/step_ops.cuh"
 
 namespace mpitron::cuda {

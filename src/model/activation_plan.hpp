@@ -4,7 +4,7 @@
 #pragma once
 #include <cstddef>
 
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 
 namespace mpitron {
 

@@ -10,7 +10,7 @@
 #include "layers/dropout.hpp"
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/tensor_parallel.hpp"
 

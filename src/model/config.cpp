@@ -11,7 +11,7 @@
 #include <string_view>
 #include <toml.hpp>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/family.hpp"
 
 namespace mpitron {

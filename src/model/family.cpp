@@ -4,7 +4,7 @@
 
 #include <span>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/bert.hpp"
 #include "src/model/cnn.hpp"
 #include "src/model/gpt.hpp"

@@ -13,7 +13,7 @@
 #include "layers/encoder.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 

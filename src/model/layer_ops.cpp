@@ -15,7 +15,7 @@
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 
 namespace mpitron {

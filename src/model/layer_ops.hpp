@@ -9,7 +9,7 @@
 #include <string>
 
 #include "src/model/precision.hpp"
-#include "src/philox.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron {
 

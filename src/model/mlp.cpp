@@ -9,7 +9,7 @@
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/activation_plan.hpp"
 

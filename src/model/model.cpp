@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron {
 

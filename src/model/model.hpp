@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/group.hpp"
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 #include "src/model/config.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/model/registry.hpp"

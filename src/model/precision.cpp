@@ -2,7 +2,7 @@
 
 #include <Eigen/Core>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron {
 

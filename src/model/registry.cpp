@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "src/check.hpp"
-#include "src/philox.hpp"
+#include "base/check.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron {
 

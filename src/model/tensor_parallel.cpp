@@ -15,8 +15,8 @@
 #include "layers/crossentropy.hpp"
 #include "layers/encoder.hpp"
 #include "layers/linear.hpp"
-#include "src/check.hpp"
-#include "src/cpu/fastmath.hpp"
+#include "base/check.hpp"
+#include "base/fastmath.hpp"
 
 namespace mpitron::tp {
 

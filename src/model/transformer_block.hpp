@@ -16,7 +16,7 @@
 #include "comm/group.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/layer_ops.hpp"
-#include "src/philox.hpp"
+#include "base/philox.hpp"
 
 namespace mpitron {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <exception>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::pipeline {
 

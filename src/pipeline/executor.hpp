@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "comm/group.hpp"
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 #include "src/model/model.hpp"
 #include "src/pipeline/schedule.hpp"
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::pipeline {
 

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::pipeline {
 

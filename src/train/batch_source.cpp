@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "io/wordpiece_tokenizer.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron {
 

@@ -9,7 +9,7 @@
 #include "io/h5.hpp"
 #include "io/image_dataset.hpp"
 #include "io/verse_dataset.hpp"
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 #include "src/model/family.hpp"
 #include "src/model/model.hpp"
 

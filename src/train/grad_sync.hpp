@@ -12,7 +12,7 @@
 
 #include "comm/dp_reduce.hpp"
 #include "comm/group.hpp"
-#include "src/allocator.hpp"
+#include "base/allocator.hpp"
 #include "src/model/model.hpp"
 #include "src/train/step_backend.hpp"
 

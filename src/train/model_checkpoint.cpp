@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/family.hpp"
 
 namespace mpitron {

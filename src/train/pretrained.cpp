@@ -19,7 +19,7 @@
 
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/family.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained_bert.hpp"

@@ -18,7 +18,7 @@
 
 #include "io/safetensors.hpp"
 #include "io/wordpiece_tokenizer.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 
 #ifdef MPITRON_HAVE_CUDA

@@ -25,9 +25,9 @@
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/trace.hpp"
-#include "src/check.hpp"
-#include "src/cpu/gemm.hpp"
-#include "src/human_units.hpp"
+#include "base/check.hpp"
+#include "base/gemm.hpp"
+#include "base/human_units.hpp"
 #include "src/model/family.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/pipeline/executor.hpp"
@@ -47,7 +47,7 @@
 #endif
 #ifdef MPITRON_HAVE_NCCL
 #include "comm/nccl/nccl_comm.hpp"
-#include "src/cuda/cuda_check.hpp"
+#include "base/cuda_check.hpp"
 #endif
 
 namespace mpitron {

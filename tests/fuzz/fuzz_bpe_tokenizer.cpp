@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "io/bpe_tokenizer.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,7 +8,7 @@
 
 #include "io/checkpoint.hpp"
 #include "io/inspect.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "io/inspect.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 namespace mpitron::fuzz {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "src/model/config.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 

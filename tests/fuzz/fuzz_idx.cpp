@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "io/image_dataset.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 // Input layout: byte 0: bit k set -> file k is named with ".gz" (zlib reads plain content under

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,7 +7,7 @@
 
 #include "io/inspect.hpp"
 #include "io/trace.hpp"
-#include "src/check.hpp"
+#include "base/check.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,4 +1,4 @@
-#include "src/cpu/gemm.hpp"
+#include "base/gemm.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -1,11 +1,11 @@
 // One check macro per CUDA library: a failing call prints "[rank r] file:line call: reason" and
-// aborts the whole job (fail_at, src/check.hpp). NCCL_CHECK lives in comm/nccl/nccl_comm.hpp.
+// aborts the whole job (fail_at, base/check.hpp). NCCL_CHECK lives in comm/nccl/nccl_comm.hpp.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "src/check.hpp"
+#include "base/check.hpp"
 
 #define CUDA_CHECK(call)                                                                  \
   do {                                                                                    \
