@@ -52,44 +52,6 @@ std::vector<uint32_t> byte_to_unicode() {
   return cp;
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-}
-
-// Offset of the first invalid UTF-8 sequence in s, or s.size().
-size_t first_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    while (i + 8 <= n) {  // ASCII fast path
-      uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      if (w & 0x8080808080808080ull) break;
-      i += 8;
-    }
-    if (i >= n) break;
-    const int len = utf8_char(p + i, n - i);
-    if (len < 0) return i;
-    i += size_t(len);
-  }
-  return n;
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("tokenizer file {} cannot be read", path.string()));

@@ -31,42 +31,6 @@ constexpr std::string_view kWordStartMark = "\xE2\x96\x81";  // U+2581, vocab.js
 constexpr std::array<std::string_view, 5> kSpecials = {"[PAD]", "[UNK]", "[CLS]", "[SEP]",
                                                        "[MASK]"};
 
-// The code point of a valid UTF-8 character of len bytes.
-char32_t utf8_decode(const uint8_t* p, int len) {
-  char32_t cp = len == 1 ? p[0] : p[0] & (0xFF >> (len + 1));
-  for (int k = 1; k < len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
-  return cp;
-}
-
-void append_utf8(std::string& s, char32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-}
-
-// Offset of the first invalid UTF-8 sequence in s, or s.size().
-size_t first_invalid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
-  for (size_t i = 0; i < s.size();) {
-    const int len = utf8_char(p + i, s.size() - i);
-    if (len < 0) return i;
-    i += size_t(len);
-  }
-  return s.size();
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("WordPiece vocabulary {} cannot be read", path.string()));
