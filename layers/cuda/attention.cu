@@ -7,7 +7,8 @@
 // (columns + 1), so both the lane-indexed reads and the transposing writes hit 32 distinct banks.
 // Scores are kept in base 2 (scaled by log2(e) / sqrt(HS)) for exp2f.
 // These are the exact path for float and the reference for 16-bit storage, which runs on tensor
-// cores (attention_mma.cu) where the device and head size allow, unless MPITRON_ATTENTION=reference.
+// cores (attention_mma.cu) where the device and head size allow, unless
+// MPITRON_ATTENTION=reference.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,9 +20,9 @@
 #include <string>
 #include <type_traits>
 
+#include "base/cuda_check.hpp"
 #include "layers/cuda/attention.cuh"
 #include "layers/cuda/attention_mma.cuh"
-#include "base/cuda_check.hpp"
 
 namespace mpitron::cuda {
 

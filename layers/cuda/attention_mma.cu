@@ -1,5 +1,5 @@
 // Attention forward and backward for bf16/fp16 storage on tensor cores: mma.sync m16n8k16 with
-// fp32 accumulation, fragments in registers, online softmax; about 10x the SIMT kernels of
+// fp32 accumulation, fragments in registers, online softmax; 7-8x the SIMT kernels of
 // attention.cu, which stay the reference. After FlashAttention-2 (Dao 2023).
 //
 // Every kernel has 4 warps; a warp owns 16 rows of its block's 64-row tile (queries in forward
@@ -42,13 +42,12 @@ constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // the block's own tile: 16 rows per warp
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Other-side tile per kernel and head size: the fp32 tiles per warp (S, dP: 16 x N) and the
 // accumulators (16 x HS) must stay in registers; HS 128 halves the inner tile of backward.
 template <int HS>
 struct MmaTiles {
-  static constexpr int kFwdKeys = 64;                   // forward: keys per tile
+  static constexpr int kFwdKeys = 64;                     // forward: keys per tile
   static constexpr int kKvQueries = HS == 128 ? 32 : 64;  // dK/dV: queries per tile
   static constexpr int kQKeys = HS == 128 ? 32 : 64;      // dQ: keys per tile
 };
@@ -70,6 +69,11 @@ constexpr size_t dq_smem_bytes() {  // Qs, Os [64], Ks, Vs [BK]; Ls, Ds [64]
   constexpr int BK = MmaTiles<HS>::kQKeys;
   return size_t(2 * kRows + 2 * BK) * kStride<HS> * 2 + 2 * kRows * sizeof(float);
 }
+
+// Device helpers exist from sm_80 on only: below it the kernels are empty (never launched: the
+// host checks the binary's version first).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr float kLn2 = 0.6931471805599453f;
 
 // Valid keys of sequence b, clamped to [0, T] (as attention.cu).
 __device__ __forceinline__ int valid_keys(const int32_t* lengths, int b, int T) {
@@ -101,7 +105,6 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return r;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // d += a b on one 16x8x16 tile.
 template <class F>
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -189,10 +192,9 @@ __device__ __forceinline__ void gemm_wb(float (&acc)[HS / 8][4], const float (&w
   constexpr int SS = kStride<HS>;
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) {
-    const uint32_t a[4] = {pack2<F>(w[2 * ks][0], w[2 * ks][1]),
-                           pack2<F>(w[2 * ks][2], w[2 * ks][3]),
-                           pack2<F>(w[2 * ks + 1][0], w[2 * ks + 1][1]),
-                           pack2<F>(w[2 * ks + 1][2], w[2 * ks + 1][3])};
+    const uint32_t a[4] = {
+        pack2<F>(w[2 * ks][0], w[2 * ks][1]), pack2<F>(w[2 * ks][2], w[2 * ks][3]),
+        pack2<F>(w[2 * ks + 1][0], w[2 * ks + 1][1]), pack2<F>(w[2 * ks + 1][2], w[2 * ks + 1][3])};
 #pragma unroll
     for (int n = 0; n < HS / 16; ++n) {
       uint32_t b[4];
@@ -251,10 +253,10 @@ __global__ void __launch_bounds__(kThreads)
   const F* qbase = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // token t at qbase + t * C3
 
   load_tile<HS, kRows>(Qs, qbase, C3, q0, T);
-  const int kend = causal ? min(q0 + kRows, L) : L;    // keys any row of the block sees
-  const int min_vis = causal ? min(q0 + 1, L) : L;     // keys every row of the block sees
-  const int r0 = warp * 16;                            // the warp's rows in the tile
-  int vis[2];                                          // row g + 8e sees keys j < vis[e]
+  const int kend = causal ? min(q0 + kRows, L) : L;  // keys any row of the block sees
+  const int min_vis = causal ? min(q0 + 1, L) : L;   // keys every row of the block sees
+  const int r0 = warp * 16;                          // the warp's rows in the tile
+  int vis[2];                                        // row g + 8e sees keys j < vis[e]
 #pragma unroll
   for (int e = 0; e < 2; ++e) vis[e] = causal ? min(q0 + r0 + g + 8 * e + 1, L) : L;
 
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     float lt = l[e] + __shfl_xor_sync(0xffffffffu, l[e], 1);  // the quad's sum, same bits in
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);                 // every lane (a + b == b + a)
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);                // every lane (a + b == b + a)
     const int i = q0 + r0 + g + 8 * e;
     if (i < T) {
       const float inv = lt > 0.f ? 1.f / lt : 0.f;  // a row that saw no key: out 0, lse -inf
@@ -341,10 +343,10 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BQ = MmaTiles<HS>::kKvQueries, SS = kStride<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  F* Ks = reinterpret_cast<F*>(smem_raw);     // [64][SS]
-  F* Vs = Ks + kRows * SS;                    // [64][SS]
-  F* Qs = Vs + kRows * SS;                    // [BQ][SS]
-  F* Os = Qs + BQ * SS;                       // [BQ][SS] dO
+  F* Ks = reinterpret_cast<F*>(smem_raw);              // [64][SS]
+  F* Vs = Ks + kRows * SS;                             // [64][SS]
+  F* Qs = Vs + kRows * SS;                             // [BQ][SS]
+  F* Os = Qs + BQ * SS;                                // [BQ][SS] dO
   float* Ls = reinterpret_cast<float*>(Os + BQ * SS);  // [BQ] base-2 lse of the tile's queries
   float* Ds = Ls + BQ;                                 // [BQ] delta of the tile's queries
 
@@ -440,12 +442,12 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BK = MmaTiles<HS>::kQKeys, SS = kStride<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  F* Qs = reinterpret_cast<F*>(smem_raw);                // [64][SS]
-  F* Os = Qs + kRows * SS;                               // [64][SS] dO
-  F* Ks = Os + kRows * SS;                               // [BK][SS]
-  F* Vs = Ks + BK * SS;                                  // [BK][SS]
-  float* Ls = reinterpret_cast<float*>(Vs + BK * SS);    // [64] base-2 lse of the block's queries
-  float* Ds = Ls + kRows;                                // [64] delta of the block's queries
+  F* Qs = reinterpret_cast<F*>(smem_raw);              // [64][SS]
+  F* Os = Qs + kRows * SS;                             // [64][SS] dO
+  F* Ks = Os + kRows * SS;                             // [BK][SS]
+  F* Vs = Ks + BK * SS;                                // [BK][SS]
+  float* Ls = reinterpret_cast<float*>(Vs + BK * SS);  // [64] base-2 lse of the block's queries
+  float* Ds = Ls + kRows;                              // [64] delta of the block's queries
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int BNH = int(gridDim.x) / q_tiles;
@@ -467,7 +469,7 @@ __global__ void __launch_bounds__(kThreads)
     Ls[ii] = i < T ? lse2_of(lse[size_t(bh) * T + i]) : INFINITY;
     Ds[ii] = i < T ? delta[size_t(bh) * T + i] : 0.f;
   }
-  const int r0 = warp * 16;  // the warp's queries in the tile
+  const int r0 = warp * 16;                          // the warp's queries in the tile
   const int kend = causal ? min(q0 + kRows, L) : L;  // keys any row of the block sees
   const int min_vis = causal ? min(q0 + 1, L) : L;   // keys every row of the block sees
   int vis[2];  // row g + 8e sees keys j < vis[e]; rows >= T none (their lse2 is +inf anyway)
@@ -681,11 +683,11 @@ bool attention_backward_mma(F* dqkv, const float* delta, const F* dout, const F*
   return true;
 }
 
-#define MPITRON_ATTENTION_MMA_INSTANTIATE(F)                                                     \
-  template bool attention_forward_mma<F>(F*, float*, const F*, int, int, int, int, bool,         \
-                                         const int32_t*, cudaStream_t);                          \
-  template bool attention_backward_mma<F>(F*, const float*, const F*, const F*, const float*,    \
-                                          int, int, int, int, bool, const int32_t*, cudaStream_t);
+#define MPITRON_ATTENTION_MMA_INSTANTIATE(F)                                                       \
+  template bool attention_forward_mma<F>(F*, float*, const F*, int, int, int, int, bool,           \
+                                         const int32_t*, cudaStream_t);                            \
+  template bool attention_backward_mma<F>(F*, const float*, const F*, const F*, const float*, int, \
+                                          int, int, int, bool, const int32_t*, cudaStream_t);
 MPITRON_ATTENTION_MMA_INSTANTIATE(__nv_bfloat16)
 MPITRON_ATTENTION_MMA_INSTANTIATE(__half)
 #undef MPITRON_ATTENTION_MMA_INSTANTIATE
