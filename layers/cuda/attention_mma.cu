@@ -1,17 +1,19 @@
 // Attention forward and backward for bf16/fp16 storage on tensor cores: mma.sync m16n8k16 with
-// fp32 accumulation, fragments in registers, online softmax; 7-8x the SIMT kernels of
+// fp32 accumulation, fragments in registers, online softmax; about 9x the SIMT kernels of
 // attention.cu, which stay the reference. After FlashAttention-2 (Dao 2023).
 //
 // Every kernel has 4 warps; a warp owns 16 rows of its block's 64-row tile (queries in forward
 // and dQ, keys in dK/dV) and loops over tiles of the other side held in shared memory. Tiles are
 // row-major [rows][HS + 8] 16-bit elements: the 16-byte pad puts the 8 rows of an ldmatrix 8x8
-// read in 8 distinct bank groups. Operand fragments are read with ldmatrix (.trans where the
-// contraction runs along the tile's rows: V in P V, dO in P^T dO, Q in dS^T Q, K in dS K); the
-// fp32 accumulator of one product is repacked in registers as the A operand of the next (P, dS),
-// rounded to 16 bits as in FlashAttention-2. Softmax statistics, lse and delta are fp32, scores
-// base 2 (scaled by log2(e)/sqrt(HS) after the product) as in attention.cu. Backward is two
-// kernels, dK/dV per key tile and dQ per query tile, each summing its tiles in a fixed order:
-// no atomics, repeated calls agree bitwise. Causal tiles above the diagonal are never visited.
+// read in 8 distinct bank groups. The other side's tiles are double-buffered: cp.async copies the
+// next while the current one is used (one commit group per pass). Operand fragments are read with
+// ldmatrix (.trans where the contraction runs along the tile's rows: V in P V, dO in P^T dO, Q in
+// dS^T Q, K in dS K); the fp32 accumulator of one product is repacked in registers as the A operand
+// of the next (P, dS), rounded to 16 bits as in FlashAttention-2. Softmax statistics, lse and delta
+// are fp32, scores base 2 (scaled by log2(e)/sqrt(HS) after the product) as in attention.cu.
+// Backward is two kernels, dK/dV per key tile and dQ per query tile, each summing its tiles in a
+// fixed order: no atomics, repeated calls agree bitwise. Causal tiles above the diagonal are never
+// visited.
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4; two 16-bit values per register,
 // the lower column or k index in the lower half):
@@ -55,19 +57,20 @@ struct MmaTiles {
 template <int HS>
 constexpr int kStride = HS + 8;  // 16-bit elements per shared row
 // Dynamic shared bytes: 16-bit tiles, then (backward) two fp32 vectors of the query tile.
+// The other side's tiles are double-buffered: the next one is copied while this one is used.
 template <int HS>
-constexpr size_t fwd_smem_bytes() {  // Qs [64], Ks, Vs [kFwdKeys]
-  return size_t(kRows + 2 * MmaTiles<HS>::kFwdKeys) * kStride<HS> * 2;
+constexpr size_t fwd_smem_bytes() {  // Qs [64], Ks, Vs [2][kFwdKeys]
+  return size_t(kRows + 4 * MmaTiles<HS>::kFwdKeys) * kStride<HS> * 2;
 }
 template <int HS>
-constexpr size_t dkdv_smem_bytes() {  // Ks, Vs [64], Qs, Os [BQ]; Ls, Ds [BQ]
+constexpr size_t dkdv_smem_bytes() {  // Ks, Vs [64], Qs, Os [2][BQ]; Ls, Ds [2][BQ]
   constexpr int BQ = MmaTiles<HS>::kKvQueries;
-  return size_t(2 * kRows + 2 * BQ) * kStride<HS> * 2 + 2 * BQ * sizeof(float);
+  return size_t(2 * kRows + 4 * BQ) * kStride<HS> * 2 + 4 * BQ * sizeof(float);
 }
 template <int HS>
-constexpr size_t dq_smem_bytes() {  // Qs, Os [64], Ks, Vs [BK]; Ls, Ds [64]
+constexpr size_t dq_smem_bytes() {  // Qs, Os [64], Ks, Vs [2][BK]; Ls, Ds [64]
   constexpr int BK = MmaTiles<HS>::kQKeys;
-  return size_t(2 * kRows + 2 * BK) * kStride<HS> * 2 + 2 * kRows * sizeof(float);
+  return size_t(2 * kRows + 4 * BK) * kStride<HS> * 2 + 2 * kRows * sizeof(float);
 }
 
 // Device helpers exist from sm_80 on only: below it the kernels are empty (never launched: the
@@ -204,19 +207,50 @@ __device__ __forceinline__ void gemm_wb(float (&acc)[HS / 8][4], const float (&w
     }
   }
 }
-#endif  // __CUDA_ARCH__ >= 800
+// Asynchronous copies (cp.async, sm_80): issued now, complete for the issuing thread after
+// wait_async<N>() (all but the N most recent commit groups), for the block after a __syncthreads.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy4_async(void* dst, const void* src) {
+  const unsigned a = unsigned(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(src) : "memory");
+}
+__device__ __forceinline__ void commit_async() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait_async() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
-// Rows [row0, row0 + ROWS) of a (., HS) slice with row stride `ld` elements into a shared tile;
-// rows >= limit become 0 and are never read. 16-byte copies: src and ld * 2 bytes are multiples
-// of 16 (checked on the host).
+// Rows [row0, row0 + ROWS) of a (., HS) slice with row stride `ld` elements into a shared tile,
+// asynchronously; rows >= limit become 0 (plain stores) and are never read. 16-byte copies: src
+// and ld * 2 bytes are multiples of 16 (checked on the host).
 template <int HS, int ROWS, class F>
 __device__ __forceinline__ void load_tile(F* dst, const F* src, size_t ld, int row0, int limit) {
   constexpr int CPR = HS / 8;  // 16-byte chunks per row
   for (int idx = threadIdx.x; idx < ROWS * CPR; idx += kThreads) {
     const int r = idx / CPR, c = idx % CPR, row = row0 + r;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row < limit) v = *reinterpret_cast<const uint4*>(src + size_t(row) * ld + c * 8);
-    *reinterpret_cast<uint4*>(dst + r * kStride<HS> + c * 8) = v;
+    F* d = dst + r * kStride<HS> + c * 8;
+    if (row < limit)
+      copy16_async(d, src + size_t(row) * ld + c * 8);
+    else
+      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// n values of a (T) fp32 vector from row0 on into shared memory, asynchronously; entries >= T
+// become `fill`.
+template <int N>
+__device__ __forceinline__ void load_vec(float* dst, const float* src, int row0, int T,
+                                         float fill) {
+  for (int i = threadIdx.x; i < N; i += kThreads) {
+    if (row0 + i < T)
+      copy4_async(dst + i, src + row0 + i);
+    else
+      dst[i] = fill;
   }
 }
 
@@ -225,6 +259,7 @@ __device__ __forceinline__ void zero(float (&x)[N][4]) {
 #pragma unroll
   for (int n = 0; n < N; ++n) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.f;
 }
+#endif  // __CUDA_ARCH__ >= 800
 
 // ---- forward ------------------------------------------------------------------------------------
 // Block: one (b,h), queries [q0, q0 + 64); key tiles [k0, k0 + BK) up to the last key any of its
@@ -239,8 +274,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int BK = MmaTiles<HS>::kFwdKeys, SS = kStride<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   F* Qs = reinterpret_cast<F*>(smem_raw);  // [64][SS]
-  F* Ks = Qs + kRows * SS;                 // [BK][SS]
-  F* Vs = Ks + BK * SS;                    // [BK][SS]
+  F* Kb = Qs + kRows * SS;                 // [2][BK][SS]
+  F* Vb = Kb + 2 * BK * SS;                // [2][BK][SS]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int BNH = int(gridDim.x) / q_tiles;
@@ -252,22 +287,32 @@ __global__ void __launch_bounds__(kThreads)
   const size_t C3 = 3 * size_t(C);
   const F* qbase = qkv + size_t(b) * T * C3 + size_t(h) * HS;  // token t at qbase + t * C3
 
-  load_tile<HS, kRows>(Qs, qbase, C3, q0, T);
   const int kend = causal ? min(q0 + kRows, L) : L;  // keys any row of the block sees
   const int min_vis = causal ? min(q0 + 1, L) : L;   // keys every row of the block sees
-  const int r0 = warp * 16;                          // the warp's rows in the tile
-  int vis[2];                                        // row g + 8e sees keys j < vis[e]
+  load_tile<HS, kRows>(Qs, qbase, C3, q0, T);
+  if (kend > 0) {  // keys >= kend (padded ones included) are never read
+    load_tile<HS, BK>(Kb, qbase + C, C3, 0, kend);
+    load_tile<HS, BK>(Vb, qbase + 2 * size_t(C), C3, 0, kend);
+  }
+  commit_async();
+  const int r0 = warp * 16;  // the warp's rows in the tile
+  int vis[2];                // row g + 8e sees keys j < vis[e]
 #pragma unroll
   for (int e = 0; e < 2; ++e) vis[e] = causal ? min(q0 + r0 + g + 8 * e + 1, L) : L;
 
   float o[HS / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   zero(o);
 
-  for (int k0 = 0; k0 < kend; k0 += BK) {  // block-uniform trip count
-    __syncthreads();  // previous tile's Ks, Vs fully read (first pass: nothing)
-    load_tile<HS, BK>(Ks, qbase + C, C3, k0, kend);
-    load_tile<HS, BK>(Vs, qbase + 2 * size_t(C), C3, k0, kend);
+  for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {  // block-uniform trip count
+    if (k0 + BK < kend) {  // the next tile into the other buffer, read last in the previous pass
+      load_tile<HS, BK>(Kb + (buf ^ 1) * BK * SS, qbase + C, C3, k0 + BK, kend);
+      load_tile<HS, BK>(Vb + (buf ^ 1) * BK * SS, qbase + 2 * size_t(C), C3, k0 + BK, kend);
+    }
+    commit_async();   // possibly empty: one group per pass
+    wait_async<1>();  // this tile's group (and Q's) complete
     __syncthreads();
+    const F* Ks = Kb + buf * BK * SS;
+    const F* Vs = Vb + buf * BK * SS;
 
     float s[BK / 8][4];
     zero(s);
@@ -308,7 +353,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     gemm_wb<HS, BK>(o, s, Vs, lane);  // o += P V, P rounded to F
+    __syncthreads();                  // Ks, Vs fully read before the next pass copies into them
   }
+  wait_async<0>();  // none left in flight at exit (kend = 0: Q's)
 
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
@@ -343,12 +390,12 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BQ = MmaTiles<HS>::kKvQueries, SS = kStride<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  F* Ks = reinterpret_cast<F*>(smem_raw);              // [64][SS]
-  F* Vs = Ks + kRows * SS;                             // [64][SS]
-  F* Qs = Vs + kRows * SS;                             // [BQ][SS]
-  F* Os = Qs + BQ * SS;                                // [BQ][SS] dO
-  float* Ls = reinterpret_cast<float*>(Os + BQ * SS);  // [BQ] base-2 lse of the tile's queries
-  float* Ds = Ls + BQ;                                 // [BQ] delta of the tile's queries
+  F* Ks = reinterpret_cast<F*>(smem_raw);                  // [64][SS]
+  F* Vs = Ks + kRows * SS;                                 // [64][SS]
+  F* Qb = Vs + kRows * SS;                                 // [2][BQ][SS]
+  F* Ob = Qb + 2 * BQ * SS;                                // [2][BQ][SS] dO
+  float* Lb = reinterpret_cast<float*>(Ob + 2 * BQ * SS);  // [2][BQ] lse of the tile's queries
+  float* Db = Lb + 2 * BQ;                                 // [2][BQ] delta of the tile's queries
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int BNH = int(gridDim.x) / k_tiles;
@@ -367,26 +414,43 @@ __global__ void __launch_bounds__(kThreads)
   const float* delta_bh = delta + size_t(bh) * T;
   const int r0 = warp * 16;  // the warp's keys in the tile
 
-  if (k0 < L) {  // else every key of the tile is padding: gradients 0 (block-uniform)
-    load_tile<HS, kRows>(Ks, qbase + C, C3, k0, L);  // padded keys are never read
-    load_tile<HS, kRows>(Vs, qbase + 2 * size_t(C), C3, k0, L);
-  }
   float dk[HS / 8][4], dv[HS / 8][4];
   zero(dk);
   zero(dv);
 
   const int qbeg = causal ? k0 : 0;  // causal: queries < k0 see none of these keys
-  const int qend = k0 < L ? T : 0;
-  for (int q0 = qbeg; q0 < qend; q0 += BQ) {  // block-uniform trip count
-    __syncthreads();  // previous tile's Qs, Os, Ls, Ds fully read (first pass: nothing)
-    load_tile<HS, BQ>(Qs, qbase, C3, q0, T);
-    load_tile<HS, BQ>(Os, dobase, size_t(C), q0, T);
-    for (int ii = threadIdx.x; ii < BQ; ii += kThreads) {
-      const int i = q0 + ii;
-      Ls[ii] = i < T ? lse2_of(lse_bh[i]) : INFINITY;
-      Ds[ii] = i < T ? delta_bh[i] : 0.f;
-    }
+  const int qend = k0 < L ? T : 0;   // k0 >= L: every key of the tile is padding, gradients 0
+  // Query tile q0 into buffer `to`: Q, dO, raw lse (-inf past T, so lse2 is +inf) and delta.
+  auto load_queries = [&](int q0, int to) {
+    load_tile<HS, BQ>(Qb + to * BQ * SS, qbase, C3, q0, T);
+    load_tile<HS, BQ>(Ob + to * BQ * SS, dobase, size_t(C), q0, T);
+    load_vec<BQ>(Lb + to * BQ, lse_bh, q0, T, -INFINITY);
+    load_vec<BQ>(Db + to * BQ, delta_bh, q0, T, 0.f);
+  };
+  if (qbeg < qend) {
+    load_tile<HS, kRows>(Ks, qbase + C, C3, k0, L);  // padded keys are never read
+    load_tile<HS, kRows>(Vs, qbase + 2 * size_t(C), C3, k0, L);
+    load_queries(qbeg, 0);
+  }
+  commit_async();
+  for (int q0 = qbeg, buf = 0; q0 < qend; q0 += BQ, buf ^= 1) {  // block-uniform trip count
+    if (q0 + BQ < qend) load_queries(q0 + BQ, buf ^ 1);  // the buffer read in the previous pass
+    commit_async();                                      // possibly empty: one group per pass
+    wait_async<1>();  // this tile's group (first pass: and K, V) complete
     __syncthreads();
+    const F* Qs = Qb + buf * BQ * SS;
+    const F* Os = Ob + buf * BQ * SS;
+    const float* Ls = Lb + buf * BQ;
+    const float* Ds = Db + buf * BQ;
+    // The lane's queries ii = 8n + 2t + u: base-2 lse and delta.
+    float l2[BQ / 8][2], dl[BQ / 8][2];
+#pragma unroll
+    for (int n = 0; n < BQ / 8; ++n)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        l2[n][u] = lse2_of(Ls[8 * n + 2 * t + u]);
+        dl[n][u] = Ds[8 * n + 2 * t + u];
+      }
 
     float st[BQ / 8][4], dpt[BQ / 8][4];
     zero(st);
@@ -402,13 +466,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < 4; ++c) {
         const int j = k0 + r0 + g + 8 * (c >> 1), ii = 8 * n + 2 * t + (c & 1), i = q0 + ii;
         const bool seen = clean || (j < L && i < T && (!causal || j <= i));
-        const float p = seen ? exp2f(st[n][c] * qscale - Ls[ii]) : 0.f;
+        const float p = seen ? exp2f(st[n][c] * qscale - l2[n][c & 1]) : 0.f;
         st[n][c] = p;
-        dpt[n][c] = p * (dpt[n][c] - Ds[ii]);
+        dpt[n][c] = p * (dpt[n][c] - dl[n][c & 1]);
       }
     gemm_wb<HS, BQ>(dv, st, Os, lane);   // dV += P^T dO
     gemm_wb<HS, BQ>(dk, dpt, Qs, lane);  // dK += dS^T Q
+    __syncthreads();  // this buffer fully read before the next pass copies into it
   }
+  wait_async<0>();
 
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
@@ -442,12 +508,12 @@ __global__ void __launch_bounds__(kThreads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int BK = MmaTiles<HS>::kQKeys, SS = kStride<HS>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  F* Qs = reinterpret_cast<F*>(smem_raw);              // [64][SS]
-  F* Os = Qs + kRows * SS;                             // [64][SS] dO
-  F* Ks = Os + kRows * SS;                             // [BK][SS]
-  F* Vs = Ks + BK * SS;                                // [BK][SS]
-  float* Ls = reinterpret_cast<float*>(Vs + BK * SS);  // [64] base-2 lse of the block's queries
-  float* Ds = Ls + kRows;                              // [64] delta of the block's queries
+  F* Qs = reinterpret_cast<F*>(smem_raw);                  // [64][SS]
+  F* Os = Qs + kRows * SS;                                 // [64][SS] dO
+  F* Kb = Os + kRows * SS;                                 // [2][BK][SS]
+  F* Vb = Kb + 2 * BK * SS;                                // [2][BK][SS]
+  float* Ls = reinterpret_cast<float*>(Vb + 2 * BK * SS);  // [64] lse of the block's queries
+  float* Ds = Ls + kRows;                                  // [64] delta of the block's queries
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int BNH = int(gridDim.x) / q_tiles;
@@ -462,16 +528,18 @@ __global__ void __launch_bounds__(kThreads)
   const F* dobase = dout + size_t(b) * T * C + size_t(h) * HS;
   F* dqbase = dqkv + base;
 
-  load_tile<HS, kRows>(Qs, qbase, C3, q0, T);
-  load_tile<HS, kRows>(Os, dobase, size_t(C), q0, T);
-  for (int ii = threadIdx.x; ii < kRows; ii += kThreads) {
-    const int i = q0 + ii;
-    Ls[ii] = i < T ? lse2_of(lse[size_t(bh) * T + i]) : INFINITY;
-    Ds[ii] = i < T ? delta[size_t(bh) * T + i] : 0.f;
-  }
   const int r0 = warp * 16;                          // the warp's queries in the tile
   const int kend = causal ? min(q0 + kRows, L) : L;  // keys any row of the block sees
   const int min_vis = causal ? min(q0 + 1, L) : L;   // keys every row of the block sees
+  load_tile<HS, kRows>(Qs, qbase, C3, q0, T);
+  load_tile<HS, kRows>(Os, dobase, size_t(C), q0, T);
+  load_vec<kRows>(Ls, lse + size_t(bh) * T, q0, T, -INFINITY);  // raw lse; -inf past T
+  load_vec<kRows>(Ds, delta + size_t(bh) * T, q0, T, 0.f);
+  if (kend > 0) {  // padded keys are never read
+    load_tile<HS, BK>(Kb, qbase + C, C3, 0, kend);
+    load_tile<HS, BK>(Vb, qbase + 2 * size_t(C), C3, 0, kend);
+  }
+  commit_async();
   int vis[2];  // row g + 8e sees keys j < vis[e]; rows >= T none (their lse2 is +inf anyway)
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
@@ -482,14 +550,19 @@ __global__ void __launch_bounds__(kThreads)
   float dq[HS / 8][4];
   zero(dq);
   float lse2[2], dl[2];
-  for (int k0 = 0; k0 < kend; k0 += BK) {  // block-uniform trip count
-    __syncthreads();  // previous tile's Ks, Vs fully read (first pass: Qs, Os, Ls, Ds written)
-    load_tile<HS, BK>(Ks, qbase + C, C3, k0, kend);  // padded keys are never read
-    load_tile<HS, BK>(Vs, qbase + 2 * size_t(C), C3, k0, kend);
+  for (int k0 = 0, buf = 0; k0 < kend; k0 += BK, buf ^= 1) {  // block-uniform trip count
+    if (k0 + BK < kend) {  // the next tile into the other buffer, read last in the previous pass
+      load_tile<HS, BK>(Kb + (buf ^ 1) * BK * SS, qbase + C, C3, k0 + BK, kend);
+      load_tile<HS, BK>(Vb + (buf ^ 1) * BK * SS, qbase + 2 * size_t(C), C3, k0 + BK, kend);
+    }
+    commit_async();   // possibly empty: one group per pass
+    wait_async<1>();  // this tile's group (first pass: and Q, dO, lse, delta) complete
     __syncthreads();
+    const F* Ks = Kb + buf * BK * SS;
+    const F* Vs = Vb + buf * BK * SS;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      lse2[e] = Ls[r0 + g + 8 * e];
+      lse2[e] = lse2_of(Ls[r0 + g + 8 * e]);
       dl[e] = Ds[r0 + g + 8 * e];
     }
 
@@ -510,7 +583,9 @@ __global__ void __launch_bounds__(kThreads)
         dp[n][c] = p * (dp[n][c] - dl[e]);
       }
     gemm_wb<HS, BK>(dq, dp, Ks, lane);  // dQ += dS K
+    __syncthreads();                    // Ks, Vs fully read before the next pass copies into them
   }
+  wait_async<0>();
 
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
