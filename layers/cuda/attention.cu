@@ -6,6 +6,9 @@
 // read as float4 broadcasts; operands indexed by lane are stored transposed with a row stride of
 // (columns + 1), so both the lane-indexed reads and the transposing writes hit 32 distinct banks.
 // Scores are kept in base 2 (scaled by log2(e) / sqrt(HS)) for exp2f.
+// These are the exact path for float and the reference for 16-bit storage, which runs on tensor
+// cores (attention_mma.cu) where the device and head size allow, unless
+// MPITRON_ATTENTION=reference.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,9 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
-#include "layers/cuda/attention.cuh"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/attention.cuh"
+#include "layers/cuda/attention_mma.cuh"
 
 namespace mpitron::cuda {
 
@@ -628,6 +633,10 @@ void backward_hs(F* dqkv, float* delta, const F* dout, const F* out, const F* qk
   attention_delta_kernel<HS, F>
       <<<int(delta_blocks), kThreads, 0, s>>>(delta, dout, out, T, NH, rows);
   CUDA_CHECK_LAUNCH();
+  if constexpr (!std::is_same_v<F, float>)  // 16-bit storage: tensor cores where they can
+    if (detail::attention_backward_mma(dqkv, delta, dout, qkv, lse, B, T, C, NH, causal, lengths,
+                                       s))
+      return;
 
   {
     constexpr int RW = Tiles<HS>::kKvRW, CPL = Tiles<HS>::kKvCPL, BK = kWarps * RW;
@@ -660,6 +669,8 @@ void attention_forward(F* out, float* lse, const F* qkv, int B, int T, int C, in
                        const int32_t* lengths, cudaStream_t s) {
   const int HS = head_size("cuda::attention_forward", B, T, C, NH);
   if (B == 0 || T == 0) return;
+  if constexpr (!std::is_same_v<F, float>)  // 16-bit storage: tensor cores where they can
+    if (detail::attention_forward_mma(out, lse, qkv, B, T, C, NH, causal, lengths, s)) return;
   switch (HS) {
     case 32:
       return forward_hs<32>(out, lse, qkv, B, T, C, NH, causal, lengths, s);

@@ -11,9 +11,11 @@
 // lengths is a device array and is not checked on the host (that would synchronise): values are
 // clamped to [0, T], and a query that sees no key gets out = 0, lse = -inf and gradient 0.
 // HS = C/NH must be 32, 64 or 128 (anything else fails through fail_at). Storage F is float,
-// __nv_bfloat16 or __half, every product and sum in fp32. All pointers are device pointers;
-// asynchronous on s; no allocation. Backward has no atomics and sums in a fixed order, so repeated
-// calls agree bitwise. A plain C++17 header: .cpp files include it without nvcc.
+// __nv_bfloat16 or __half, every sum in fp32; 16-bit storage runs on tensor cores from sm_80 on
+// (16-bit products, P and dS rounded to F as in FlashAttention-2; layers/cuda/attention_mma.cu).
+// All pointers are device pointers; asynchronous on s; no allocation. Backward has no atomics and
+// sums in a fixed order, so repeated calls agree bitwise. A plain C++17 header: .cpp files include
+// it without nvcc.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
