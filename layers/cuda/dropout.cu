@@ -8,56 +8,15 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "layers/cuda/dropout.cuh"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/dropout.cuh"
+#include "layers/cuda/elementwise.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
 
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);  // round to nearest even
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half(x);  // round to nearest even
-}
-
-// 16 bytes of T: one vector load or store when every pointer of a launch is 16-byte aligned.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = int(16 / sizeof(T));
-  T v[kSize];
-};
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
-constexpr int kThreads = 256;
-constexpr size_t kMaxBlocks = size_t(1) << 16;
-
-// Blocks for `items` work items of a grid-stride loop: at least 1, at most kMaxBlocks.
-unsigned blocks_for(size_t items) {
-  return unsigned(std::clamp<size_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
-}
+using namespace elementwise;
 
 // out[i] = rng.uniform(base + i) >= p ? inp[i] * scale : 0 for i < n, base = row0 * C. Each
 // thread reads an element (or pack) before writing it, so out may alias inp. kVectorised: both

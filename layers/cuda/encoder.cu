@@ -9,41 +9,20 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
-#include "layers/cuda/encoder.cuh"
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/elementwise.cuh"
+#include "layers/cuda/encoder.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
 
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <class S>
-__device__ __forceinline__ S from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);  // round to nearest even
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half(x);  // round to nearest even
-}
+using elementwise::from_float;
+using elementwise::kMaxBlocks;
+using elementwise::to_float;
 
 constexpr int kMaxThreads = 256;
-constexpr unsigned kMaxBlocks = 1u << 16;
 // Loads issued together before they are added one by one, in order (latency hiding only).
 constexpr int kBatch = 8;
 

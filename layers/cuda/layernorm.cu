@@ -7,37 +7,15 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "layers/cuda/layernorm.cuh"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/elementwise.cuh"
+#include "layers/cuda/layernorm.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
 
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);  // round to nearest even
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half(x);  // round to nearest even
-}
+using namespace elementwise;
 
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
