@@ -46,12 +46,8 @@ int bert_masked_per_sample(int T) {
 
 void validate_bert_layout(const ModelConfig& m, int tp) {
   const BertConfig c = bert_config(m);
-  if (c.n_head % tp != 0)
-    throw UsageError(fmt::format(
-        "n_head ({}) is not divisible by --tp {}: heads split evenly over TP", c.n_head, tp));
-  if (c.n_embd % tp != 0)
-    throw UsageError(fmt::format(
-        "n_embd ({}) is not divisible by --tp {}: the MLP splits evenly over TP", c.n_embd, tp));
+  tp::require_tp_splits(tp, {{"n_head", c.n_head, "heads split evenly over TP"},
+                             {"n_embd", c.n_embd, "the MLP splits evenly over TP"}});
 }
 
 void validate_bert(const ModelConfig& m, const TrainConfig& t) {
@@ -198,9 +194,7 @@ PhiloxStream masking_stream(const MicroBatch& mb) {
 
 BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
-  tp_ = how.tp ? how.tp : &self_;
-  MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
-                  "the TP group does not match the registry slice");
+  tp_ = tp::model_tp_group(how, self_);
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",
