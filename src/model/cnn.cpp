@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
-#include "base/check.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/tensor_parallel.hpp"
 
@@ -134,9 +134,10 @@ void validate_cnn(const ModelConfig& m, const TrainConfig&) {
         m.get("image"), m.type, minimum));
 }
 
-void validate_alexnet_layout(const ModelConfig& m, int tp) {
-  tp::require_tp_splits(tp, {{"model.width", m.get("width"), "the channels split evenly over TP"},
-                            {"model.hidden", m.get("hidden"), "the channels split evenly over TP"}});
+void validate_alexnet_layout(const ModelConfig& m, int tp_ranks) {
+  tp::require_tp_splits(tp_ranks,
+                        {{"model.width", m.get("width"), "the channels split evenly over TP"},
+                         {"model.hidden", m.get("hidden"), "the channels split evenly over TP"}});
 }
 
 void validate_resnet_layout(const ModelConfig&, int tp) {
