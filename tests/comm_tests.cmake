@@ -33,3 +33,16 @@ foreach(n 1 2 4)
   set_tests_properties(mpi_tp_gpt_np${n} PROPERTIES LABELS mpi ENVIRONMENT "${MPITRON_MPI_ENV}"
                                                     TIMEOUT 120)
 endforeach()
+
+# The tensor-parallel encoder (BERT): an encoder block's regions against the per-layer reference
+# (q, k and v share one input-gradient all-reduce) and the model's TP traffic of a step against the
+# formula, forward and backward apart; losses equal to the unsharded model's.
+add_executable(mpi_tp_bert ${CMAKE_CURRENT_SOURCE_DIR}/mpi_tp_bert.cpp)
+target_link_libraries(mpi_tp_bert PRIVATE mpitron_train)
+foreach(n 1 2 4)
+  add_test(NAME mpi_tp_bert_np${n}
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:mpi_tp_bert> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(mpi_tp_bert_np${n} PROPERTIES LABELS mpi ENVIRONMENT "${MPITRON_MPI_ENV}"
+                                                     TIMEOUT 120)
+endforeach()

@@ -108,6 +108,15 @@ void check_linear(bool with_bias) {
   Vec dw2(OC * IC, kPrefill);
   linear_backward<double>(nullptr, dw2.data(), nullptr, G.data(), inp.data(), w.data(), N, IC, OC);
   for (int i = 0; i < OC * IC; ++i) EXPECT_NEAR(dw2[i], dw[i], 1e-12);
+  // The split form tensor parallelism overlaps a collective in: the input product alone (dweight
+  // and dbias nullptr), then the weight products alone (dinp nullptr), the bits of one call.
+  Vec dinp3(N * IC, kNaN), dw3(OC * IC, kPrefill), db3(OC, kPrefill);
+  linear_backward<double>(dinp3.data(), nullptr, nullptr, G.data(), nullptr, w.data(), N, IC, OC);
+  linear_backward<double>(nullptr, dw3.data(), with_bias ? db3.data() : nullptr, G.data(),
+                          inp.data(), nullptr, N, IC, OC);
+  EXPECT_EQ(dinp3, dinp);
+  EXPECT_EQ(dw3, dw);
+  EXPECT_EQ(db3, db);
 }
 
 TEST(LayerGradCheck, LinearWithBias) {

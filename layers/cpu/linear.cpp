@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "layers/cpu/column_blocks.hpp"
 #include "base/gemm.hpp"
+#include "layers/cpu/column_blocks.hpp"
 
 namespace mpitron::cpu {
 
@@ -27,7 +27,7 @@ void linear_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
                      int N, int IC, int OC) {
   if (N <= 0) return;
   if (dinp) gemm<F>(false, false, N, IC, OC, F(1), dout, OC, weight, IC, F(0), dinp, IC);
-  gemm<F>(true, false, OC, IC, N, F(1), dout, OC, inp, IC, F(1), dweight, IC);
+  if (dweight) gemm<F>(true, false, OC, IC, N, F(1), dout, OC, inp, IC, F(1), dweight, IC);
   if (dbias) {  // column sums, blocks in parallel (bits independent of thread count)
     for_each_column_block(OC, [&](int o0, int o1) {
       for (int n = 0; n < N; ++n) {

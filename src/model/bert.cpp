@@ -7,13 +7,13 @@
 #include <cstring>
 #include <string>
 
+#include "base/check.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/tanh.hpp"
-#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 
@@ -44,14 +44,10 @@ int bert_masked_per_sample(int T) {
   return std::max(1, int(std::lround(0.15 * (T - 2))));
 }
 
-void validate_bert_layout(const ModelConfig& m, int tp) {
+void validate_bert_layout(const ModelConfig& m, int tp_ranks) {
   const BertConfig c = bert_config(m);
-  if (c.n_head % tp != 0)
-    throw UsageError(fmt::format(
-        "n_head ({}) is not divisible by --tp {}: heads split evenly over TP", c.n_head, tp));
-  if (c.n_embd % tp != 0)
-    throw UsageError(fmt::format(
-        "n_embd ({}) is not divisible by --tp {}: the MLP splits evenly over TP", c.n_embd, tp));
+  tp::require_tp_splits(tp_ranks, {{"n_head", c.n_head, "heads split evenly over TP"},
+                                   {"n_embd", c.n_embd, "the MLP splits evenly over TP"}});
 }
 
 void validate_bert(const ModelConfig& m, const TrainConfig& t) {
@@ -198,9 +194,7 @@ PhiloxStream masking_stream(const MicroBatch& mb) {
 
 BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
-  tp_ = how.tp ? how.tp : &self_;
-  MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
-                  "the TP group does not match the registry slice");
+  tp_ = tp::model_tp_group(how, self_);
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",
@@ -376,9 +370,9 @@ double BertModel::forward(const MicroBatch& mb) {
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   last_rows_[mb.slot] = rows;
   prepare_inputs(a, mb);
-  comm::Group& tp = *tp_;
+  comm::Group& group = *tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
-  tp::vocab_parallel_embedding_forward(tp, a.embedded, a.ids, w.word, w.position, rows, T, C, v0,
+  tp::vocab_parallel_embedding_forward(group, a.embedded, a.ids, w.word, w.position, rows, T, C, v0,
                                        Vl);
   for (int n = 0; n < N; ++n) {
     const float* type = w.token_type + size_t(a.types[n]) * C;
@@ -407,8 +401,8 @@ double BertModel::forward(const MicroBatch& mb) {
     cpu::gelu_erf_forward(a.dense_gelu, a.dense, size_t(M) * C);
     cpu::layernorm_forward(a.head_ln, a.head_mean, a.head_rstd, a.dense_gelu, w.mlm_ln_w,
                            w.mlm_ln_b, M, C, kLnEps);
-    tp::column_parallel_linear_forward(tp, a.logits, a.head_ln, w.word, w.mlm_bias, M, C, Vl);
-    tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits,
+    tp::column_parallel_linear_forward(group, a.logits, a.head_ln, w.word, w.mlm_bias, M, C, Vl);
+    tp::vocab_parallel_crossentropy_forward(group, a.losses, a.lse, ce_scratch, a.logits,
                                             a.picked_targets, M, Vl, v0, V);
     for (int k = 0; k < M; ++k) sum += a.losses[k];
     return sum;
@@ -430,14 +424,14 @@ void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready)
   const Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   const size_t NC = size_t(N) * C;
-  comm::Group& tp = *tp_;
+  comm::Group& group = *tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   cpu::zero(dresidual, NC);
   if (cfg.task == 0) {
     const int M = rows * m;
-    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.picked_targets, dloss,
-                                             M, Vl, v0, V);
-    tp::column_parallel_linear_backward(tp, dhead, dw.word, dw.mlm_bias, a.logits, a.head_ln,
+    tp::vocab_parallel_crossentropy_backward(group, a.logits, a.logits, a.lse, a.picked_targets,
+                                             dloss, M, Vl, v0, V);
+    tp::column_parallel_linear_backward(group, dhead, dw.word, dw.mlm_bias, a.logits, a.head_ln,
                                         w.word, M, C, Vl);
     cpu::zero(dhead2, size_t(M) * C);
     cpu::layernorm_backward(dhead2, dw.mlm_ln_w, dw.mlm_ln_b, dhead, a.dense_gelu, w.mlm_ln_w,
@@ -479,8 +473,8 @@ void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready)
     const float* g = dresidual + size_t(n) * C;
     for (int c = 0; c < C; ++c) d[c] += g[c];
   }
-  tp::vocab_parallel_embedding_backward(tp, dw.word, dw.position, dresidual, a.ids, rows, T, C, v0,
-                                        Vl);
+  tp::vocab_parallel_embedding_backward(group, dw.word, dw.position, dresidual, a.ids, rows, T, C,
+                                        v0, Vl);
   ready(embedding_segment_);
 }
 

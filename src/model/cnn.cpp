@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/check.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
-#include "base/check.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/tensor_parallel.hpp"
 
@@ -134,12 +134,10 @@ void validate_cnn(const ModelConfig& m, const TrainConfig&) {
         m.get("image"), m.type, minimum));
 }
 
-void validate_alexnet_layout(const ModelConfig& m, int tp) {
-  if (m.get("width") % tp != 0 || m.get("hidden") % tp != 0)
-    throw UsageError(fmt::format(
-        "--tp {} does not divide the channels: model.width ({}) and model.hidden ({}) split "
-        "evenly over TP",
-        tp, m.get("width"), m.get("hidden")));
+void validate_alexnet_layout(const ModelConfig& m, int tp_ranks) {
+  tp::require_tp_splits(tp_ranks,
+                        {{"model.width", m.get("width"), "the channels split evenly over TP"},
+                         {"model.hidden", m.get("hidden"), "the channels split evenly over TP"}});
 }
 
 void validate_resnet_layout(const ModelConfig&, int tp) {
@@ -178,10 +176,8 @@ void add_into(float* dst, const float* src, size_t n) {
 
 CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
     : spec(s), B(how.micro_rows), self_(comm::Group::solo()) {
-  tp_ = how.tp ? how.tp : &self_;
+  tp_ = tp::model_tp_group(how, self_);
   const int tp = how.slice.tp;
-  MPITRON_REQUIRE(tp_->size() == tp && tp_->rank() == how.slice.tp_rank,
-                  "the TP group does not match the registry slice");
   config = m;
   const RegistrySlice& slice = how.slice;
   const int nblocks = int(s.blocks.size());

@@ -1,6 +1,7 @@
 // Megatron-style tensor parallelism on the CPU (Shoeybi et al. 2019): each layer is the serial
-// layer on this rank's shard plus at most one all-reduce (copy_to_tp / reduce_from_tp), and the
-// vocab-parallel cross-entropy all-reduces N-sized row statistics instead of gathering logits.
+// layer on this rank's shard; copy_to_tp / reduce_from_tp all-reduce once per region (a region's
+// input gradient overlapping its weight products), and the vocab-parallel cross-entropy
+// all-reduces N-sized row statistics instead of gathering logits.
 #include "src/model/tensor_parallel.hpp"
 
 #include <fmt/format.h>
@@ -11,12 +12,13 @@
 #include <limits>
 #include <string>
 
+#include "base/check.hpp"
+#include "base/fastmath.hpp"
 #include "layers/cpu/column_blocks.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/encoder.hpp"
 #include "layers/linear.hpp"
-#include "base/check.hpp"
-#include "base/fastmath.hpp"
+#include "layers/residual.hpp"
 
 namespace mpitron::tp {
 
@@ -31,18 +33,28 @@ void add_rows(float* x, const float* v, int N, int C) {
   }
 }
 
-// Above tp 1 the collectives and the loops here take host memory: the CPU's layers only.
-void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops) {
-  MPITRON_REQUIRE(tp.size() == 1 || &ops == &cpu_layer_ops(),
-                  std::string("tensor parallelism runs on the cpu only, not on ") + ops.device);
-}
-
 // Columns of [v0, v0+Vl) that are real vocabulary entries (< V): [0, real).
 int real_columns(int Vl, int v0, int V) {
   return std::clamp(V - v0, 0, Vl);
 }
 
 }  // namespace
+
+// ---- the layout ----
+
+void require_tp_splits(int tp, std::initializer_list<TpSplit> splits) {
+  for (const TpSplit& s : splits)
+    if (s.size % tp != 0)
+      throw UsageError(
+          fmt::format("{} ({}) is not divisible by --tp {}: {}", s.key, s.size, tp, s.why));
+}
+
+comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self) {
+  comm::Group* tp = how.tp ? how.tp : &self;
+  MPITRON_REQUIRE(tp->size() == how.slice.tp && tp->rank() == how.slice.tp_rank,
+                  "the TP group does not match the registry slice");
+  return tp;
+}
 
 void require_serial(const comm::Group& tp, DType t) {
   if (tp.size() > 1)
@@ -51,10 +63,14 @@ void require_serial(const comm::Group& tp, DType t) {
         precision_name(t)));
 }
 
+void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops) {
+  MPITRON_REQUIRE(tp.size() == 1 || &ops == &cpu_layer_ops(),
+                  std::string("tensor parallelism runs on the cpu only, not on ") + ops.device);
+}
+
 // ---- communication pairs ----
 
-// copy_to_tp forward: identity, the input is replicated.
-void copy_to_tp_forward(comm::Group&, const float*, size_t) {}
+// copy_to_tp forward: identity (the header's template).
 // copy_to_tp backward: all-reduce (sum) of the input gradient; no collective at tp 1.
 void copy_to_tp_backward(comm::Group& tp, float* dx, size_t n) {
   if (tp.size() > 1) tp.allreduce_sum(dx, n);
@@ -67,12 +83,44 @@ void reduce_from_tp_forward(comm::Group& tp, float* y, size_t n) {
 // reduce_from_tp backward: identity, the output gradient is replicated.
 void reduce_from_tp_backward(comm::Group&, const float*, size_t) {}
 
+// ---- a region: copy_to_tp backward once for its consumers ----
+
+TpRegion copy_to_tp_backward_begin(comm::Group& tp, float* dinp, float* partial, const float* base,
+                                   int N, int IC, bool per_layer) {
+  TpRegion r;
+  r.tp = &tp;
+  r.dinp = dinp;
+  r.partial = partial;
+  r.N = N;
+  r.IC = IC;
+  r.per_layer = per_layer;
+  if (base && dinp) {
+    const size_t n = size_t(N) * IC;
+    if (per_layer || tp.rank() == 0) {
+      if (base != dinp) std::copy_n(base, n, dinp);
+    } else {
+      std::fill_n(dinp, n, 0.0f);
+    }
+    r.holds = true;
+  }
+  return r;
+}
+
+void copy_to_tp_backward_start(TpRegion& r) {
+  MPITRON_REQUIRE(!r.pending.pending(), "copy_to_tp_backward_start: the region already started");
+  if (r.tp->size() == 1 || r.per_layer || !r.dinp || !r.holds) return;
+  r.pending = r.tp->iallreduce_sum(r.dinp, size_t(r.N) * r.IC);
+}
+
+void copy_to_tp_backward_wait(TpRegion& r) {
+  r.pending.wait();
+}
+
 // ---- column-parallel linear ----
 
 void column_parallel_linear_forward(comm::Group& tp, float* out, const float* inp, const float* w,
                                     const float* b, int N, int IC, int OCl, const LayerOps& ops) {
   require_host_layers_above_tp1(tp, ops);
-  copy_to_tp_forward(tp, inp, size_t(N) * IC);
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 
@@ -80,16 +128,43 @@ void column_parallel_linear_gelu_forward(comm::Group& tp, float* pre, float* out
                                          const float* w, const float* b, int N, int IC, int OCl,
                                          const LayerOps& ops) {
   require_host_layers_above_tp1(tp, ops);
-  copy_to_tp_forward(tp, inp, size_t(N) * IC);
   ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
+}
+
+// The product goes straight into dinp when it is the first, else into partial and is added
+// (cpu::residual_forward: dinp = dinp + partial), consumers in call order.
+void column_parallel_linear_backward_input(TpRegion& r, const float* dout, const float* w,
+                                           int OCl) {
+  MPITRON_REQUIRE(r.dinp, "column_parallel_linear_backward_input: the region has no dinp");
+  MPITRON_REQUIRE(!r.pending.pending(), "column_parallel_linear_backward_input after start");
+  const size_t n = size_t(r.N) * r.IC;
+  float* const product = r.holds ? r.partial : r.dinp;
+  MPITRON_REQUIRE(product, "a region's second product (or one after a base) needs partial");
+  cpu::linear_backward(product, static_cast<float*>(nullptr), static_cast<float*>(nullptr), dout,
+                       static_cast<const float*>(nullptr), w, r.N, r.IC, OCl);
+  if (r.per_layer) copy_to_tp_backward(*r.tp, product, n);
+  if (r.holds) cpu::residual_forward(r.dinp, r.dinp, r.partial, n);
+  r.holds = true;
+}
+
+void column_parallel_linear_backward_weights(TpRegion& r, float* dw, float* db, const float* dout,
+                                             const float* inp, int OCl) {
+  // A poke at the all-reduce in flight: MPI progresses a non-blocking collective inside its calls.
+  if (r.pending.pending()) r.pending.test();
+  cpu::linear_backward(static_cast<float*>(nullptr), dw, db, dout, inp,
+                       static_cast<const float*>(nullptr), r.N, r.IC, OCl);
 }
 
 void column_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, float* db,
                                      const float* dout, const float* inp, const float* w, int N,
                                      int IC, int OCl, const LayerOps& ops) {
+  if (tp.size() == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
   require_host_layers_above_tp1(tp, ops);
-  ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
-  if (dinp) copy_to_tp_backward(tp, dinp, size_t(N) * IC);
+  TpRegion r = copy_to_tp_backward_begin(tp, dinp, nullptr, nullptr, N, IC);
+  if (dinp) column_parallel_linear_backward_input(r, dout, w, OCl);
+  copy_to_tp_backward_start(r);
+  column_parallel_linear_backward_weights(r, dw, db, dout, inp, OCl);
+  copy_to_tp_backward_wait(r);
 }
 
 // ---- row-parallel linear ----

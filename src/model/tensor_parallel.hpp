@@ -1,13 +1,16 @@
 // Megatron-style tensor-parallel building blocks on the CPU (Shoeybi et al. 2019, "Megatron-LM"):
-// column- and row-parallel linears, a vocab-parallel embedding and cross-entropy, and the
-// conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and g) that join them.
+// the conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and g), applied once
+// per region (TpRegion: however many column-parallel layers read its input), column- and
+// row-parallel linears, a vocab-parallel embedding and cross-entropy.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "comm/group.hpp"
 #include "src/model/layer_ops.hpp"
+#include "src/model/model.hpp"
 
 namespace mpitron::tp {
 
@@ -16,15 +19,36 @@ namespace mpitron::tp {
 // and every rank of it makes the same calls in the same order. At tp.size() == 1 each call is
 // exactly the serial layer (cpu::linear_forward, ...) with the same arguments: the same bits and
 // no collective. Nothing allocates; scratch is an explicit argument. All-reduces go through
-// Group::allreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them. ops: the device's
-// layers (the CPU's by default); at tp.size() > 1 only the CPU's (the collectives take host
-// memory).
+// Group::allreduce_sum / iallreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them. ops:
+// the device's layers (the CPU's by default); at tp.size() > 1 only the CPU's (the collectives take
+// host memory).
+
+// ---- the layout: what tensor parallelism needs of a model, checked in one place ----
+
+// A dimension a model splits evenly over TP: its config key, its size, and why it splits.
+struct TpSplit {
+  const char* key;  // "n_head"
+  int64_t size;     // 12
+  const char* why;  // "heads split evenly over TP"
+};
+// UsageError for the first split tp does not divide: "<key> (<size>) is not divisible by --tp
+// <tp>: <why>". A family's validate_layout calls it (the trainer, before building, on every rank).
+void require_tp_splits(int tp, std::initializer_list<TpSplit> splits);
+// The group a model built by how runs its TP collectives on: *how.tp, or self (size 1) without
+// one; InternalError unless its size and rank are the registry slice's.
+comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self);
+// Where the layers may run: above tp 1 the CPU's fp32 layers only (the collectives and the TP
+// loops take host memory); UsageError (precision) or InternalError (device) otherwise. Every
+// layer function here checks through these two.
+void require_serial(const comm::Group& tp, DType t);  // UsageError above tp 1
+void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops);
 
 // ---- communication pairs (a forward and its backward, side by side) ----
 
 // copy_to_tp (the paper's f) enters a parallel region whose input is replicated on every rank.
-// Forward: identity, nothing to do.
-void copy_to_tp_forward(comm::Group& tp, const float* x, size_t n);
+// Forward: identity, nothing to do (any storage type; it marks where a region begins).
+template <class A>
+void copy_to_tp_forward(comm::Group&, const A*, size_t) {}
 // Backward: dx = the sum over tp of every rank's partial input gradient (all-reduce, in place).
 void copy_to_tp_backward(comm::Group& tp, float* dx, size_t n);
 
@@ -34,9 +58,53 @@ void reduce_from_tp_forward(comm::Group& tp, float* y, size_t n);
 // Backward: identity, dy is already replicated; nothing to do.
 void reduce_from_tp_backward(comm::Group& tp, const float* dy, size_t n);
 
+// ---- a region: copy_to_tp once for every column-parallel layer that reads one input ----
+
+// The backward of one copy_to_tp region: the gradient of a replicated input (N,IC) that one or
+// more column-parallel layers read (BERT's query, key and value all read the attention input).
+// Forward enters it once (copy_to_tp_forward). Backward, on every TP rank in the same order:
+//   TpRegion r = copy_to_tp_backward_begin(...);
+//   column_parallel_linear_backward_input(r, ...)      per consumer, a fixed order: r.dinp +=
+//   copy_to_tp_backward_start(r);                       one all-reduce of r.dinp, non-blocking
+//   column_parallel_linear_backward_weights(r, ...)    per consumer, overlapping the all-reduce
+//   copy_to_tp_backward_wait(r);                        r.dinp: the full input gradient
+// so a region costs one all-reduce of N·IC whatever its consumers. per_layer is the reference
+// it is tested against, the fused per-layer form: each consumer's product all-reduced on its own,
+// blocking, before it is added (one all-reduce per consumer). At tp 1 neither communicates and
+// both give the bits of the serial layers (cpu::linear_backward, then the additions). CPU float
+// only (the encoder; the GPT's blocks and heads at tp > 1, through
+// column_parallel_linear_backward).
+struct TpRegion {
+  comm::Group* tp = nullptr;
+  float* dinp = nullptr;     // (N,IC) the input gradient; nullptr: no consumer wants it
+  float* partial = nullptr;  // (N,IC) scratch for a product before it is added, or nullptr where
+                             // the only product assigns dinp (one consumer, no base)
+  int N = 0, IC = 0;
+  bool per_layer = false;  // the reference: one blocking all-reduce per consumer
+  bool holds = false;      // dinp holds a sum already (the base, or a product): products add
+  comm::Request pending;   // the all-reduce in flight between start and wait
+};
+
+// Opens a region's backward. base (N,IC) or nullptr: a gradient of the input from outside the
+// region (a skip connection), replicated on every rank. It must count once in the sum over TP, so
+// dinp starts as base on TP rank 0 and as zeros on the others (per_layer: base on every rank, the
+// consumers' products being summed on their own). base may alias dinp. Without base, the first
+// product assigns dinp. Every rank passes base or none alike.
+TpRegion copy_to_tp_backward_begin(comm::Group& tp,
+                                   float* dinp,        // (N,IC) =, or nullptr
+                                   float* partial,     // (N,IC) scratch, or nullptr
+                                   const float* base,  // (N,IC) or nullptr
+                                   int N, int IC, bool per_layer = false);
+// Starts the all-reduce (sum) of r.dinp in place, after the region's last input product; nothing
+// at tp 1, for per_layer, or without products.
+void copy_to_tp_backward_start(TpRegion& r);
+// Waits for it: r.dinp is the full input gradient, the same on every TP rank.
+void copy_to_tp_backward_wait(TpRegion& r);
+
 // ---- column-parallel linear: W split by output rows, this rank holds OCl of them ----
 
-// inp is replicated on every TP rank (copy_to_tp forward); out holds this rank's columns.
+// inp is replicated on every TP rank (its region entered copy_to_tp forward); out holds this
+// rank's columns. No communication.
 void column_parallel_linear_forward(comm::Group& tp,
                                     float* out,        // (N,OCl) =
                                     const float* inp,  // (N,IC)
@@ -55,8 +123,26 @@ void column_parallel_linear_gelu_forward(comm::Group& tp,
                                          int N, int IC, int OCl,
                                          const LayerOps& ops = cpu_layer_ops());
 
-// dinp is the full input gradient, summed over TP (copy_to_tp backward: one all-reduce of N·IC).
-// dinp == nullptr skips it and the all-reduce (it must then be nullptr on every TP rank).
+// A consumer's input product in region r: r.dinp += dout W, this rank's partial (the first
+// product of a region without base assigns). No communication unless r.per_layer. r.dinp must
+// not be nullptr.
+void column_parallel_linear_backward_input(TpRegion& r,
+                                           const float* dout,  // (N,OCl)
+                                           const float* w,     // (OCl,IC)
+                                           int OCl);
+// A consumer's weight products: dw += dout^T inp, db += the column sums of dout. No
+// communication; between start and wait they overlap the region's all-reduce.
+void column_parallel_linear_backward_weights(TpRegion& r,
+                                             float* dw,          // (OCl,IC) +=
+                                             float* db,          // (OCl)    +=, or nullptr
+                                             const float* dout,  // (N,OCl)
+                                             const float* inp,   // (N,IC)
+                                             int OCl);
+
+// A column-parallel linear that is a region of its own (the GPT's c_attn, c_fc and LM head):
+// begin, input product, start, weight products, wait. dinp is the full input gradient, summed
+// over TP: one all-reduce of N·IC, overlapping the weight products. dinp == nullptr skips it and
+// the all-reduce (it must then be nullptr on every TP rank). At tp 1: ops.linear_backward.
 void column_parallel_linear_backward(comm::Group& tp,
                                      float* dinp,        // (N,IC)  =, or nullptr
                                      float* dw,          // (OCl,IC) +=
@@ -141,8 +227,6 @@ void vocab_parallel_crossentropy_backward(comm::Group& tp,
 
 // ---- bf16/fp16 storage (src/model/precision.hpp): tensor parallelism is fp32 only, so at tp 1
 // these are the serial layers of ops, with the arguments of their float twins above ----
-
-void require_serial(const comm::Group& tp, DType t);  // UsageError above tp 1
 
 template <class A>
 requires(!std::is_same_v<A, float>) void column_parallel_linear_forward(

@@ -5,18 +5,22 @@
 // separate query/key/value weights, exact GELU):
 //   h = LN_1(x + dropout(dense(attn(q(x), k(x), v(x)))))
 //   y = LN_2(h + dropout(output(gelu_erf(intermediate(h)))))
-// Tensor parallel as Megatron-LM (Shoeybi et al. 2019): c_attn and mlp.c_fc column-parallel (a
-// rank computes its own heads and its slice of the MLP's inner features), the two c_proj
-// row-parallel, so a block costs one all-reduce in forward and one in backward for attention and
-// one each for the MLP. LayerNorms, dropout and the residual stream work on the full width,
-// identical on every TP rank. Letters as in layers/README.md; N = B*T rows, Cl = C/tp.
+// Tensor parallel as Megatron-LM (Shoeybi et al. 2019): c_attn (the encoder's query, key and
+// value) and mlp.c_fc column-parallel (a rank computes its own heads and its slice of the MLP's
+// inner features), the two c_proj row-parallel. Attention and the MLP are one region each
+// (tensor_parallel.hpp's TpRegion: copy_to_tp where the replicated input enters, reduce_from_tp
+// after the row-parallel c_proj), so a block costs one all-reduce in forward and one in backward
+// for attention and one each for the MLP, however many layers read a region's input; the input
+// gradient's all-reduce overlaps the weight-gradient products. LayerNorms, dropout and the
+// residual stream work on the full width, identical on every TP rank. Letters as in
+// layers/README.md; N = B*T rows, Cl = C/tp.
 #pragma once
 #include <cstdint>
 
+#include "base/philox.hpp"
 #include "comm/group.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/layer_ops.hpp"
-#include "base/philox.hpp"
 
 namespace mpitron {
 
@@ -27,10 +31,13 @@ struct BlockShapeT {
   int B = 0, T = 0, C = 0, NH = 0;
   bool causal = true;
   const int32_t* lengths = nullptr;   // (B) valid tokens per sequence, nullptr: all T
-  comm::Group* tp = nullptr;          // the tensor-parallel group (size 1: no TP)
+  comm::Group* tp_group = nullptr;    // the tensor-parallel group (size 1: no TP)
   double ln_eps = 1e-5;               // LayerNorm's epsilon (BERT: 1e-12)
   const LayerOpsT<A>* ops = nullptr;  // the device's layers, nullptr: the CPU's
-  int tp_size() const { return tp ? tp->size() : 1; }
+  // The reference the regions are tested against: every column-parallel layer all-reduces its own
+  // input gradient (the encoder's q, k and v: three all-reduces where its region makes one).
+  bool tp_per_layer = false;
+  int tp_size() const { return tp_group ? tp_group->size() : 1; }
   const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>("cpu"); }
 };
 using BlockShape = BlockShapeT<float>;
@@ -82,7 +89,7 @@ using BlockActs = BlockActsT<float>;
 // Backward's scratch, shared by every block (one backward runs at a time).
 template <class A>
 struct BlockScratchT {
-  A *dbranch, *dln, *dqkv, *datty;
+  A *dbranch, *dln, *dqkv, *datty;  // (B,T,C) (B,T,C) (B,T,3Cl) (B,T,Cl)
   float* datt;
   A *dfc, *dfc_gelu;
 };

@@ -58,7 +58,7 @@ printf 'not gzip' >broken/t10k-labels-idx1-ubyte.gz
 expect_error "t10k-labels-idx1-ubyte" "$MPITRON" train --config "$ALEX" --data broken "${tiny[@]}" --out e1
 expect_error "images are 28x28 (784 pixels), the alexnet model takes 1024 inputs" \
   "$MPITRON" train --config "$ALEX" --set model.image=32 "${tiny[@]}" --out e2
-expect_error "does not divide the channels" \
+expect_error "is not divisible by --tp 3: the channels split evenly over TP" \
   mpiexec -n 3 "$MPITRON" train --config "$ALEX" --tp 3 "${tiny[@]}" --batch-size 24 --out e3
 expect_error "do not hold whole batch-norm groups of 8" \
   mpiexec -n 4 "$MPITRON" train --config "$RES" --dp 4 "${tiny[@]}" --out e4
