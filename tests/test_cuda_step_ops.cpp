@@ -1,6 +1,7 @@
 // The CUDA step ops against their CPU twins on random data: zero and copy exactly, the gradient
 // norm within 1e-12 and bitwise repeatable, AdamW over cut shards within 1e-6 with its bf16/f16
-// weights copy equal to the rounded fp32 result. Skips (GTEST_SKIP) on a machine with no device.
+// weights copy equal to the rounded fp32 result, the one-launch AdamW equal to one launch per
+// parameter bit for bit. Skips (GTEST_SKIP) on a machine with no device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
