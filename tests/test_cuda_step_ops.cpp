@@ -1,6 +1,7 @@
 // The CUDA step ops against their CPU twins on random data: zero and copy exactly, the gradient
 // norm within 1e-12 and bitwise repeatable, AdamW over cut shards within 1e-6 with its bf16/f16
-// weights copy equal to the rounded fp32 result. Skips (GTEST_SKIP) on a machine with no device.
+// weights copy equal to the rounded fp32 result, the one-launch AdamW equal to one launch per
+// parameter bit for bit. Skips (GTEST_SKIP) on a machine with no device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -15,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "src/cpu/step_ops.hpp"
 #include "base/cuda_check.hpp"
+#include "src/cpu/step_ops.hpp"
 #include "src/cuda/step_ops.cuh"
 #include "tests/cuda_test_support.hpp"
 
@@ -182,4 +183,58 @@ TEST(CudaStepOps, AdamWMatchesCpuOverCutShardsWithLowPrecisionCopies) {
     }
   EXPECT_EQ(bad_bf16, 0u) << "bf16 copy elements differing from __float2bfloat16(fp32 result)";
   EXPECT_EQ(bad_f16, 0u) << "f16 copy elements differing from __float2half(fp32 result)";
+}
+
+// The one-launch AdamW against its reference, one launch per parameter: bit for bit in the
+// masters, moments and the bf16 copy, over more parameters than one launch takes (two launches),
+// decayed and not, shards cut inside parameters; the alignment gaps between parameters untouched.
+TEST(CudaStepOps, MultiTensorAdamWEqualsPerTensorLaunchesBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  Stream stream;
+  ParamRegistry reg;
+  for (int i = 0; i < 203; ++i)
+    reg.add("p" + std::to_string(i), {int64_t(1 + (i * 37) % 53)}, InitKind::normal, 0.02f,
+            i % 3 == 0);
+  const size_t n = reg.size();
+  const size_t cuts[] = {0, reg.at("p7").offset + 3, reg.at("p170").offset + 1, n};
+  const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  const float kGap = -7.0f;  // what every element outside a parameter holds, before and after
+  std::vector<float> p(n, kGap), m(n, kGap), v(n, kGap);
+  std::vector<float> init(n, 0.0f);
+  reg.initialize(init.data(), 7);
+  for (const ParamInfo& info : reg.params())
+    for (size_t i = info.offset; i < info.offset + info.numel; ++i) p[i] = init[i], m[i] = v[i] = 0;
+  DeviceArray<float> p1(p), m1(m), v1(v), p2(p), m2(m), v2(v), dg(n);
+  DeviceArray<__nv_bfloat16> w1(n), w2(n);
+  CUDA_CHECK(cudaMemset(w1.ptr, 0xff, n * sizeof(__nv_bfloat16)));
+  CUDA_CHECK(cudaMemset(w2.ptr, 0xff, n * sizeof(__nv_bfloat16)));
+  for (int64_t t = 1; t <= 3; ++t) {
+    dg.upload(random_floats(n, uint32_t(300 + t)));
+    for (int k = 0; k < 3; ++k) {
+      const size_t b = cuts[k], e = cuts[k + 1];
+      cuda::adamw_update(
+          reg, {b, e, p1.ptr, 0, dg.ptr, 0, m1.ptr + b, v1.ptr + b, b, w1.ptr, DType::bf16}, cfg,
+          1e-3, 0.5f, t, stream.s);
+      cuda::adamw_update_per_tensor(
+          reg, {b, e, p2.ptr, 0, dg.ptr, 0, m2.ptr + b, v2.ptr + b, b, w2.ptr, DType::bf16}, cfg,
+          1e-3, 0.5f, t, stream.s);
+    }
+    stream.sync();
+  }
+  const std::pair<const DeviceArray<float>*, const DeviceArray<float>*> pairs[] = {
+      {&p1, &p2}, {&m1, &m2}, {&v1, &v2}};
+  for (const auto& [a, b] : pairs)
+    EXPECT_EQ(std::memcmp(a->download().data(), b->download().data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(w1.download().data(), w2.download().data(), n * sizeof(__nv_bfloat16)), 0);
+  const std::vector<float> got = p1.download();
+  size_t gaps = 0;
+  std::vector<bool> inside(n, false);
+  for (const ParamInfo& info : reg.params())
+    for (size_t i = info.offset; i < info.offset + info.numel; ++i) inside[i] = true;
+  for (size_t i = 0; i < n; ++i)
+    if (!inside[i]) {
+      ++gaps;
+      EXPECT_EQ(got[i], kGap) << "gap element " << i << " written";
+    }
+  EXPECT_GT(gaps, 0u);
 }

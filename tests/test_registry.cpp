@@ -195,7 +195,7 @@ void check_shard_blocks(const std::vector<int64_t>& shape, ShardSpec spec, int t
           if (!p.is_padding(i)) want.push_back(p.global_index(i));
         ASSERT_EQ(block_elements(shape, blocks), want)
             << "tp " << tp << " rank " << r << " range [" << b << ", " << e << ")";
-        if (tp == 1 || spec.tp_dim < 0) {
+        if ((tp == 1 && p.numel == p.global_numel()) || spec.tp_dim < 0) {
           ASSERT_TRUE(same_blocks(blocks, io::flat_range_blocks(shape, int64_t(b), int64_t(e))));
         }
       }
@@ -289,4 +289,55 @@ TEST(ShardBlocks, PaddingInitialisesToZeroRealElementsToTheBaseline) {
         }
       }
     }
+}
+
+// The device's LM-head alignment (ShardSpec::tp_pad_align): rows padded at tp 1 too, a suffix of
+// zeros never checkpointed, the real elements the baseline's; the global shape and the parameter
+// count stay the real vocabulary's.
+TEST(ShardBlocks, AlignedVocabularyPadsAtEveryTp) {
+  ShardSpec vocab;
+  vocab.tp_dim = 0;
+  vocab.tp_pad = true;
+  vocab.tp_pad_align = 4;
+  for (int tp : {1, 2, 3, 4}) check_shard_blocks({11, 3}, vocab, tp);
+  EXPECT_EQ(padded_rows(11, 1, 4), 12);
+  EXPECT_EQ(padded_rows(11, 2, 4), 8);
+  EXPECT_EQ(padded_rows(50257, 1, 128), 50304);
+  EXPECT_EQ(padded_rows(50257, 1, 1), 50257);
+  EXPECT_EQ(padded_rows(11, 4, 1), 3);
+
+  ParamRegistry whole;
+  whole.add("wte", {11, 3}, InitKind::normal, 0.02f, false, {0, 1, StageOwner::every, -1, true});
+  std::vector<float> base(whole.size());
+  whole.initialize(base.data(), 9);
+  ParamRegistry aligned;
+  aligned.add("wte", {11, 3}, InitKind::normal, 0.02f, false, vocab);
+  const ParamInfo& p = aligned.at("wte");
+  EXPECT_EQ(p.local_shape, (std::vector<int64_t>{12, 3}));
+  EXPECT_EQ(p.global_shape, (std::vector<int64_t>{11, 3}));
+  EXPECT_EQ(p.real_numel(), 33u);
+  EXPECT_EQ(aligned.parameter_count(), 33);
+  std::vector<float> mine(aligned.size(), -1.0f);
+  aligned.initialize(mine.data(), 9);
+  for (size_t i = 0; i < p.numel; ++i)
+    EXPECT_EQ(mine[p.offset + i], p.is_padding(i) ? 0.0f : base[i]) << i;
+  const auto blocks = shard_blocks(p, 0, p.numel);
+  ASSERT_EQ(blocks.size(), 1u);
+  EXPECT_EQ(blocks[0].start, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(blocks[0].count, (std::vector<int64_t>{11, 3}));
+  EXPECT_TRUE(shard_blocks(p, 33, 36).empty());
+}
+
+TEST(Registry, GptVocabularyAlignmentKeepsTheGlobalShape) {
+  GptConfig g;
+  g.n_layer = 1;
+  g.n_embd = 16;
+  g.n_head = 2;
+  g.vocab_size = 50257;
+  const ParamRegistry plain = gpt_registry(g), aligned = gpt_registry(g, {}, 128);
+  EXPECT_EQ(plain.at("wte.weight").local_shape, (std::vector<int64_t>{50257, 16}));
+  EXPECT_EQ(aligned.at("wte.weight").local_shape, (std::vector<int64_t>{50304, 16}));
+  EXPECT_EQ(aligned.at("wte.weight").global_shape, (std::vector<int64_t>{50257, 16}));
+  EXPECT_EQ(aligned.parameter_count(), plain.parameter_count());
+  EXPECT_EQ(aligned.parameter_count(), gpt_parameter_count(g));
 }

@@ -1,5 +1,6 @@
 // Softmax cross-entropy on the device (layers/cpu/crossentropy.cpp's formulas in fp32), one block
-// per row: an online (max, sum) pass for lse, then an elementwise backward.
+// per row: an online (max, sum) pass for lse, then an elementwise backward; the fused classifier
+// runs both in one launch, dlogits over the logits in place (llm.c's fused_classifier).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -8,8 +9,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "layers/cuda/crossentropy.cuh"
+#include "base/check.hpp"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/crossentropy.cuh"
 
 namespace mpitron::cuda {
 
@@ -65,15 +67,12 @@ struct MaxSum {
   }
 };
 
-// Block n: row n. Thread j folds in elements j, j + kThreads, ... in increasing order; lanes
-// combine down to lane 0 (shfl_down tree), then thread 0 combines the warps in warp order.
+// Row n's (lse, loss) over its first V of ld logits, into thread 0's return value (other threads:
+// unspecified). Thread j folds in elements j, j + kThreads, ... in increasing order; lanes combine
+// down to lane 0 (shfl_down tree), then thread 0 combines the warps in warp order.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
-                                int V) {
+__device__ float2 row_lse_loss(const T* x, int32_t t, int V) {
   __shared__ float warp_m[kWarps], warp_s[kWarps];
-  const int n = int(blockIdx.x);
-  const T* x = logits + size_t(n) * size_t(V);
   MaxSum acc;
   int j = int(threadIdx.x);
   for (; j + (kUnroll - 1) * kThreads < V; j += kUnroll * kThreads) {
@@ -96,15 +95,41 @@ __global__ void __launch_bounds__(kThreads)
     warp_s[warp] = acc.s;
   }
   __syncthreads();
+  float2 out = make_float2(0.0f, 0.0f);
   if (threadIdx.x == 0) {
     MaxSum total;
     total.m = warp_m[0];
     total.s = warp_s[0];
     for (int w = 1; w < kWarps; ++w) total.merge(warp_m[w], warp_s[w]);
     const float l = total.m + logf(total.s);
-    lse[n] = l;
-    const int32_t t = targets[n];
-    losses[n] = (t >= 0 && t < V) ? l - to_float(x[t]) : NAN;
+    out = make_float2(l, (t >= 0 && t < V) ? l - to_float(x[t]) : NAN);
+  }
+  return out;
+}
+
+// Row n's dlogits over ld columns: (exp(logits - l) - (j == t)) * dloss below V, 0 past it.
+template <class T>
+__device__ void row_dlogits(T* d, const T* x, float l, int32_t t, float dloss, int V, int ld) {
+  for (int j = int(threadIdx.x); j < ld; j += kThreads) {
+    if (j < V) {
+      const float p = expf(to_float(x[j]) - l);
+      d[j] = from_float<T>((p - (j == t ? 1.0f : 0.0f)) * dloss);
+    } else {
+      d[j] = from_float<T>(0.0f);
+    }
+  }
+}
+
+// Block n: row n (V vocabulary logits in a row of ld).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_forward_kernel(float* losses, float* lse, const T* logits, const int32_t* targets,
+                                int V, int ld) {
+  const int n = int(blockIdx.x);
+  const float2 r = row_lse_loss(logits + size_t(n) * size_t(ld), targets[n], V);
+  if (threadIdx.x == 0) {
+    lse[n] = r.x;
+    losses[n] = r.y;
   }
 }
 
@@ -112,33 +137,77 @@ __global__ void __launch_bounds__(kThreads)
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     crossentropy_backward_kernel(T* dlogits, const T* logits, const float* lse,
-                                 const int32_t* targets, float dloss, int V) {
+                                 const int32_t* targets, float dloss, int V, int ld) {
   const int n = int(blockIdx.x);
-  const size_t row = size_t(n) * size_t(V);
-  const float l = lse[n];
+  const size_t row = size_t(n) * size_t(ld);
+  row_dlogits(dlogits + row, logits + row, lse[n], targets[n], dloss, V, ld);
+}
+
+// Block n: row n's loss and lse, then (thread 0's lse through shared memory, after every read of
+// the row by the reduction) the row overwritten by its dlogits at dloss = 1.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_fused_kernel(float* losses, float* lse, T* logits, const int32_t* targets, int V,
+                              int ld) {
+  __shared__ float row_lse;
+  const int n = int(blockIdx.x);
+  T* x = logits + size_t(n) * size_t(ld);
   const int32_t t = targets[n];
-  for (int j = int(threadIdx.x); j < V; j += kThreads) {
-    const float p = expf(to_float(logits[row + j]) - l);
-    dlogits[row + j] = from_float<T>((p - (j == t ? 1.0f : 0.0f)) * dloss);
+  const float2 r = row_lse_loss(x, t, V);
+  if (threadIdx.x == 0) {
+    lse[n] = r.x;
+    losses[n] = r.y;
+    row_lse = r.x;
   }
+  __syncthreads();
+  row_dlogits(x, x, row_lse, t, 1.0f, V, ld);
+}
+
+void check_rows(int V, int ld) {
+  MPITRON_REQUIRE(V <= ld, "cross-entropy: the row length ld is shorter than the vocabulary V");
 }
 
 }  // namespace
 
 template <class T>
 void crossentropy_forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N,
-                          int V, cudaStream_t s) {
+                          int V, int Vp, cudaStream_t s) {
+  check_rows(V, Vp);
   if (N <= 0 || V <= 0) return;
-  crossentropy_forward_kernel<T><<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, V);
+  crossentropy_forward_kernel<T>
+      <<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, V, Vp);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void crossentropy_backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets,
-                           float dloss, int N, int V, cudaStream_t s) {
+                           float dloss, int N, int V, int Vp, cudaStream_t s) {
+  check_rows(V, Vp);
   if (N <= 0 || V <= 0) return;
   crossentropy_backward_kernel<T>
-      <<<unsigned(N), kThreads, 0, s>>>(dlogits, logits, lse, targets, dloss, V);
+      <<<unsigned(N), kThreads, 0, s>>>(dlogits, logits, lse, targets, dloss, V, Vp);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void crossentropy_forward(float* losses, float* lse, const T* logits, const int32_t* targets, int N,
+                          int V, cudaStream_t s) {
+  crossentropy_forward(losses, lse, logits, targets, N, V, V, s);
+}
+
+template <class T>
+void crossentropy_backward(T* dlogits, const T* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, cudaStream_t s) {
+  crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V, V, s);
+}
+
+template <class T>
+void crossentropy_fused(float* losses, float* lse, T* logits, const int32_t* targets, int N, int V,
+                        int Vp, cudaStream_t s) {
+  check_rows(V, Vp);
+  if (N <= 0 || V <= 0) return;
+  crossentropy_fused_kernel<T>
+      <<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, V, Vp);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -146,7 +215,13 @@ void crossentropy_backward(T* dlogits, const T* logits, const float* lse, const 
   template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int,      \
                                         cudaStream_t);                                           \
   template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int, \
-                                         int, cudaStream_t);
+                                         int, cudaStream_t);                                     \
+  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int, int, \
+                                        cudaStream_t);                                           \
+  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int, \
+                                         int, int, cudaStream_t);                                \
+  template void crossentropy_fused<T>(float*, float*, T*, const int32_t*, int, int, int,         \
+                                      cudaStream_t);
 MPITRON_INSTANTIATE(float)
 MPITRON_INSTANTIATE(__nv_bfloat16)
 MPITRON_INSTANTIATE(__half)

@@ -30,4 +30,31 @@ void crossentropy_backward(T* dlogits,              // (N,V) =
                            const int32_t* targets,  // (N)
                            float dloss, int N, int V, cudaStream_t s);
 
+// Padded rows (the GPT's LM head on a device that aligns it): each row holds Vp >= V logits of
+// which the first V are the vocabulary; the Vp - V padding ones are never read, and backward
+// writes 0 there. With Vp == V these are the functions above, bit for bit.
+template <class T>
+void crossentropy_forward(float* losses,           // (N)
+                          float* lse,              // (N)
+                          const T* logits,         // (N,Vp)
+                          const int32_t* targets,  // (N)
+                          int N, int V, int Vp, cudaStream_t s);
+template <class T>
+void crossentropy_backward(T* dlogits,              // (N,Vp) =
+                           const T* logits,         // (N,Vp)
+                           const float* lse,        // (N)
+                           const int32_t* targets,  // (N)
+                           float dloss, int N, int V, int Vp, cudaStream_t s);
+
+// The fused classifier (training): one block per row computes losses and lse exactly as
+// crossentropy_forward (the same bits), then overwrites the row's logits with softmax - onehot
+// (crossentropy_backward's dlogits at dloss = 1, the same bits) and 0 on padding, so backward
+// reads no logits again; the caller applies dloss as the LM head products' scale.
+template <class T>
+void crossentropy_fused(float* losses,           // (N)
+                        float* lse,              // (N)
+                        T* logits,               // (N,Vp) logits in, softmax - onehot out
+                        const int32_t* targets,  // (N)
+                        int N, int V, int Vp, cudaStream_t s);
+
 }  // namespace mpitron::cuda

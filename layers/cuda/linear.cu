@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "layers/cuda/linear.cuh"
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/linear.cuh"
 
 namespace mpitron::cuda {
 
@@ -166,9 +166,8 @@ bool aligned(const void* p) {
 // C = op(A) op(B) (+ C when beta = 1) with fp32 accumulation; C may be float while A, B are T.
 template <class T, class CT>
 void gemm(cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-          const T* A, int lda, const T* B, int ldb, float beta, CT* C, int ldc) {
+          const T* A, int lda, const T* B, int ldb, float alpha, float beta, CT* C, int ldc) {
   cublasHandle_t h = handles().blas;
-  const float alpha = 1.0f;
   CUBLAS_CHECK(cublasSetStream(h, s));
   CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, data_type<T>(), lda, B, data_type<T>(),
                             ldb, &beta, C, data_type<CT>(), ldc, CUBLAS_COMPUTE_32F,
@@ -368,7 +367,8 @@ void forward(T* pre, T* out, const T* inp, const T* weight, const T* bias, int N
   else if (IC == 0)
     CUDA_CHECK(cudaMemsetAsync(pre, 0, size_t(N) * size_t(OC) * sizeof(T), s));
   if (IC > 0)
-    gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, bias ? 1.0f : 0.0f, pre, OC);
+    gemm(s, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, 1.0f, bias ? 1.0f : 0.0f, pre,
+         OC);
   if (gelu) launch_gelu(out, pre, size_t(N) * size_t(OC), s);
 }
 
@@ -392,17 +392,19 @@ void linear_gelu_forward(T* pre, T* out, const T* inp, const T* weight, const T*
 
 template <class T>
 void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
-                     const T* weight, int N, int IC, int OC, cudaStream_t s) {
+                     const T* weight, int N, int IC, int OC, cudaStream_t s, float dout_scale) {
   check_shape(N, IC, OC);
+  MPITRON_REQUIRE(dout_scale == 1.0f || !dbias, "linear_backward: a dout_scale with a bias");
   if (N == 0) return;
   if (dinp && IC > 0) {
     if (OC > 0)
-      gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, 0.0f, dinp, IC);
+      gemm(s, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, dout_scale, 0.0f, dinp,
+           IC);
     else  // an empty sum
       CUDA_CHECK(cudaMemsetAsync(dinp, 0, size_t(N) * size_t(IC) * sizeof(T), s));
   }
   if (IC > 0 && OC > 0)
-    gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, 1.0f, dweight, IC);
+    gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dout_scale, 1.0f, dweight, IC);
   if (dbias && OC > 0) {
     const dim3 block(kSumCols, kSumRows), grid(unsigned((int64_t(OC) + kSumCols - 1) / kSumCols));
     column_sums<T><<<grid, block, 0, s>>>(dbias, dout, N, OC);
@@ -413,7 +415,7 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
 #define MPITRON_LINEAR(T)                                                                         \
   template void linear_forward<T>(T*, const T*, const T*, const T*, int, int, int, cudaStream_t); \
   template void linear_backward<T>(T*, float*, float*, const T*, const T*, const T*, int, int,    \
-                                   int, cudaStream_t);                                            \
+                                   int, cudaStream_t, float);                                     \
   template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int,       \
                                        cudaStream_t);
 MPITRON_LINEAR(float)

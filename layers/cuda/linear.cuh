@@ -24,7 +24,9 @@ void linear_forward(T* out,           // (N,OC)
                     int N, int IC, int OC, cudaStream_t s);
 
 // dinp and dweight on cublasGemmEx (dweight: T inputs, float output, beta = 1); dbias by a
-// fixed-order column-sum kernel without atomics, so every call gives the same bits.
+// fixed-order column-sum kernel without atomics, so every call gives the same bits. dout_scale
+// multiplies dout inside both products (their alpha: dinp = s dout W, dW += s dout^T inp; the
+// fused classifier's dloss); it needs dbias == nullptr.
 template <class T>
 void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
                      float* dweight,   // (OC,IC) +=
@@ -32,7 +34,7 @@ void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
                      const T* dout,    // (N,OC)
                      const T* inp,     // (N,IC)
                      const T* weight,  // (OC,IC)
-                     int N, int IC, int OC, cudaStream_t s);
+                     int N, int IC, int OC, cudaStream_t s, float dout_scale = 1.0f);
 
 // pre = inp W^T + b, out = gelu(pre) with GPT-2's tanh GELU 0.5 x (1 + tanh(sqrt(2/pi) (x +
 // 0.044715 x^3))): cuBLASLt's GELU_AUX_BIAS epilogue, pre being its auxiliary output, kept for

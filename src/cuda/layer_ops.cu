@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "base/cuda_check.hpp"
 #include "layers/cuda/attention.cuh"
 #include "layers/cuda/crossentropy.cuh"
 #include "layers/cuda/dropout.cuh"
@@ -16,7 +17,6 @@
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/linear.cuh"
 #include "layers/cuda/residual.cuh"
-#include "base/cuda_check.hpp"
 #include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
 #include "src/model/layer_ops.hpp"
@@ -26,6 +26,9 @@ namespace mpitron {
 namespace {
 
 const cudaStream_t kStream = cudaStreamPerThread;
+// The LM head's vocabulary padded to a multiple of 128 rows: cuBLAS picks aligned tensor-core
+// kernels (an odd V such as GPT-2's 50257 falls back to slow align1 ones).
+constexpr int kLmHeadAlign = 128;
 
 // Scratch of the backward kernels that need some (LayerNorm's column partials, the embedding's
 // sort): one per host thread and device, grown to the largest request and kept, so a step
@@ -204,6 +207,27 @@ void crossentropy_backward(A* dlogits, const A* logits, const float* lse, const 
                            float dloss, int N, int V) {
   cuda::crossentropy_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, V, kStream);
 }
+template <class A>
+void crossentropy_padded_forward(float* losses, float* lse, const A* logits, const int32_t* targets,
+                                 int N, int V, int Vp) {
+  cuda::crossentropy_forward(losses, lse, dev(logits), targets, N, V, Vp, kStream);
+}
+template <class A>
+void crossentropy_padded_backward(A* dlogits, const A* logits, const float* lse,
+                                  const int32_t* targets, float dloss, int N, int V, int Vp) {
+  cuda::crossentropy_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, V, Vp, kStream);
+}
+template <class A>
+void crossentropy_fused(float* losses, float* lse, A* logits, const int32_t* targets, int N, int V,
+                        int Vp) {
+  cuda::crossentropy_fused(losses, lse, dev(logits), targets, N, V, Vp, kStream);
+}
+template <class A>
+void lm_head_backward(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
+                      float dout_scale, int N, int IC, int OC) {
+  cuda::linear_backward(dev(dinp), dweight, static_cast<float*>(nullptr), dev(dout), dev(inp),
+                        dev(weight), N, IC, OC, kStream, dout_scale);
+}
 
 template <class A>
 const LayerOpsT<A>& table() {
@@ -232,6 +256,11 @@ const LayerOpsT<A>& table() {
       encoder_backward<A>,
       crossentropy_forward<A>,
       crossentropy_backward<A>,
+      kLmHeadAlign,
+      crossentropy_padded_forward<A>,
+      crossentropy_padded_backward<A>,
+      crossentropy_fused<A>,
+      lm_head_backward<A>,
   };
   return ops;
 }

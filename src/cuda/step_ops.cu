@@ -112,23 +112,60 @@ __device__ inline void store_rounded(__half* out, size_t i, float x) {
 // intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the rounding, so
 // this is the CPU formula in the CPU order, operation for operation.
 template <class W>
+__device__ __forceinline__ void adamw_element(float* __restrict__ w, const float* __restrict__ g,
+                                              float* __restrict__ m, float* __restrict__ v,
+                                              W* __restrict__ out, size_t i, const AdamWScalars& k,
+                                              float decay) {
+  const float gi = __fmul_rn(g[i], k.grad_scale);
+  const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_minus_b1, gi));
+  const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, gi), gi));
+  const float mhat = __fdiv_rn(mi, k.bc1), vhat = __fdiv_rn(vi, k.bc2);
+  const float wi = w[i];
+  const float step =
+      __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps)), __fmul_rn(decay, wi));
+  const float updated = __fsub_rn(wi, __fmul_rn(k.lr, step));
+  m[i] = mi;
+  v[i] = vi;
+  w[i] = updated;
+  store_rounded(out, i, updated);
+}
+
+template <class W>
 __global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g,
                              float* __restrict__ m, float* __restrict__ v, W* __restrict__ out,
                              size_t n, AdamWScalars k) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const float gi = __fmul_rn(g[i], k.grad_scale);
-    const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_minus_b1, gi));
-    const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, gi), gi));
-    const float mhat = __fdiv_rn(mi, k.bc1), vhat = __fdiv_rn(vi, k.bc2);
-    const float wi = w[i];
-    const float step =
-        __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps)), __fmul_rn(k.decay, wi));
-    const float updated = __fsub_rn(wi, __fmul_rn(k.lr, step));
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = updated;
-    store_rounded(out, i, updated);
+       i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(w, g, m, v, out, i, k, k.decay);
+}
+
+// Up to kMaxTensors parameter ranges in one launch, passed by value (a kernel parameter under
+// 4 KiB): range t is flat elements [begin[t], begin[t] + (start[t+1] - start[t])) of the update
+// range, its decay decay[t]; element e of the launch lies in the range whose start holds it.
+constexpr int kMaxTensors = 160;
+struct AdamWTensors {
+  int count;
+  float decay[kMaxTensors];
+  size_t begin[kMaxTensors];      // relative to the AdamWRange's begin
+  size_t start[kMaxTensors + 1];  // prefix sums of the ranges' lengths
+};
+
+template <class W>
+__global__ void adamw_multi_kernel(float* __restrict__ w, const float* __restrict__ g,
+                                   float* __restrict__ m, float* __restrict__ v,
+                                   W* __restrict__ out, AdamWScalars k, const AdamWTensors t) {
+  const size_t total = t.start[t.count];
+  for (size_t e = size_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += size_t(gridDim.x) * blockDim.x) {
+    int lo = 0, hi = t.count - 1;  // the last range whose start <= e
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (t.start[mid] <= e)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    adamw_element(w, g, m, v, out, t.begin[lo] + (e - t.start[lo]), k, t.decay[lo]);
   }
 }
 
@@ -142,12 +179,18 @@ void launch_adamw(float* w, const float* g, float* m, float* v, W* out, size_t n
   CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace
+template <class W>
+void launch_adamw_multi(float* w, const float* g, float* m, float* v, W* out, const AdamWScalars& k,
+                        const AdamWTensors& t, cudaStream_t s) {
+  constexpr int kThreads = 256;
+  const size_t n = t.start[t.count];
+  if (n == 0) return;
+  const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, size_t(1) << 16);
+  adamw_multi_kernel<W><<<unsigned(blocks), kThreads, 0, s>>>(w, g, m, v, out, k, t);
+  CUDA_CHECK(cudaGetLastError());
+}
 
-void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg, double lr,
-                  float grad_scale, int64_t t, cudaStream_t s) {
-  MPITRON_REQUIRE(r.weights == nullptr || r.weight_type != DType::f32,
-                  "a weights copy is bf16 or f16; fp32 runs pass weights = nullptr");
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
   AdamWScalars k{};
   k.b1 = float(cfg.beta1);
   k.b2 = float(cfg.beta2);
@@ -158,6 +201,20 @@ void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConf
   k.bc2 = float(1.0 - std::pow(cfg.beta2, double(t)));
   k.lr = float(lr);
   k.grad_scale = grad_scale;
+  return k;
+}
+
+void require_weight_type(const AdamWRange& r) {
+  MPITRON_REQUIRE(r.weights == nullptr || r.weight_type != DType::f32,
+                  "a weights copy is bf16 or f16; fp32 runs pass weights = nullptr");
+}
+
+}  // namespace
+
+void adamw_update_per_tensor(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg,
+                             double lr, float grad_scale, int64_t t, cudaStream_t s) {
+  require_weight_type(r);
+  AdamWScalars k = adamw_scalars(cfg, lr, grad_scale, t);
   for (const ParamInfo& p : reg.params()) {
     const size_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel);
     if (begin >= end) continue;
@@ -176,6 +233,43 @@ void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConf
       launch_adamw(w, g, m, v, static_cast<__half*>(r.weights) + (begin - r.p_offset), n, k, s);
     }
   }
+}
+
+void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg, double lr,
+                  float grad_scale, int64_t t, cudaStream_t s) {
+  require_weight_type(r);
+  const AdamWScalars k = adamw_scalars(cfg, lr, grad_scale, t);
+  // Every pointer at the range's begin: a tensor's elements at (its begin - r.begin).
+  float* w = r.params + (r.begin - r.p_offset);
+  const float* g = r.grads + (r.begin - r.g_offset);
+  float* m = r.m + (r.begin - r.m_offset);
+  float* v = r.v + (r.begin - r.m_offset);
+  auto launch = [&](const AdamWTensors& tensors) {
+    if (r.weights == nullptr)
+      launch_adamw_multi(w, g, m, v, static_cast<NoWeights*>(nullptr), k, tensors, s);
+    else if (r.weight_type == DType::bf16)
+      launch_adamw_multi(w, g, m, v,
+                         static_cast<__nv_bfloat16*>(r.weights) + (r.begin - r.p_offset), k,
+                         tensors, s);
+    else
+      launch_adamw_multi(w, g, m, v, static_cast<__half*>(r.weights) + (r.begin - r.p_offset), k,
+                         tensors, s);
+  };
+  AdamWTensors tensors{};
+  tensors.start[0] = 0;
+  for (const ParamInfo& p : reg.params()) {
+    const size_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel);
+    if (begin >= end) continue;
+    if (tensors.count == kMaxTensors) {
+      launch(tensors);
+      tensors.count = 0;
+    }
+    const int i = tensors.count++;
+    tensors.decay[i] = p.weight_decay ? float(cfg.weight_decay) : 0.0f;
+    tensors.begin[i] = begin - r.begin;
+    tensors.start[i + 1] = tensors.start[i] + (end - begin);
+  }
+  if (tensors.count > 0) launch(tensors);
 }
 
 }  // namespace mpitron::cuda

@@ -8,12 +8,12 @@
 #include <string>
 #include <type_traits>
 
+#include "base/check.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
 #include "layers/encoder.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
-#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 
@@ -54,15 +54,16 @@ void validate_gpt_layout(const ModelConfig& m, int tp) {
         g.n_embd, tp));
 }
 
-ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice) {
+ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice, int vocab_align) {
   const int64_t C = cfg.n_embd, V = cfg.vocab_size;
   const float std = 0.02f;
   // GPT-2 scales the residual projections by 1/sqrt(2 * n_layer).
   const float proj_std = std / std::sqrt(2.0f * float(cfg.n_layer));
   ParamRegistry r(slice);
-  // Vocabulary rows split over TP, padded when tp does not divide V (the tied LM head shares it).
+  // Vocabulary rows split over TP, padded when tp does not divide V and to a multiple of
+  // vocab_align (the tied LM head shares it: aligned products on the device).
   r.add("wte.weight", {V, C}, InitKind::normal, std, false,
-        {0, 1, StageOwner::first_and_last, -1, true});
+        {0, 1, StageOwner::first_and_last, -1, true, vocab_align});
   r.add("wpe.weight", {cfg.block_size, C}, InitKind::normal, std, false,
         {-1, 1, StageOwner::first});
   for (int l = 0; l < cfg.n_layer; ++l) {
@@ -136,7 +137,12 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
                   "the TP group does not match the registry slice");
   validate_gpt_layout(to_model_config(c), how.slice.tp);
   config = to_model_config(c);
-  Vl = (cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
+  if constexpr (std::is_same_v<A, float>)
+    layers_ = how.layers ? how.layers : &cpu_layer_ops();
+  else
+    layers_ = &layer_ops<A>(how.layers ? how.layers->device : "cpu");
+  const int vocab_align = layers_->lm_head_align;
+  Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   v0 = how.slice.tp_rank * Vl;
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   DeviceAllocator& alloc = *how.alloc;
@@ -152,7 +158,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     chunks.push_back(std::move(ch));
   }
   holds_first_ = chunks.front().first;
-  registry = gpt_registry(cfg, slice);
+  registry = gpt_registry(cfg, slice, vocab_align);
   allocate_tensors(how);
   if constexpr (std::is_same_v<A, float>) {
     float* p = params.data();
@@ -189,10 +195,6 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     segments.back().end = flat_size;  // the flat padding joins the last block
   }
 
-  if constexpr (std::is_same_v<A, float>)
-    layers_ = how.layers ? how.layers : &cpu_layer_ops();
-  else
-    layers_ = &layer_ops<A>(how.layers ? how.layers->device : "cpu");
   parameters_changed();
   const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
@@ -296,8 +298,14 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   if (!ch.last) return 0.0;
   L.layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C, 1e-5);
   tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl, L);
-  tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
-                                          Vl, v0, V, L);
+  a.dlogits_ready = mb.training && fused_classifier();
+  if (a.dlogits_ready)
+    L.crossentropy_fused(a.losses, a.lse, a.logits, a.targets, N, V, Vl);
+  else if (device_padded())
+    L.crossentropy_padded_forward(a.losses, a.lse, a.logits, a.targets, N, V, Vl);
+  else
+    tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
+                                            Vl, v0, V, L);
   L.download(host_losses_.data(), a.losses, size_t(N));
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
@@ -306,19 +314,27 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
 
 template <class A>
 void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
-  const GptChunkT<A>& ch = chunks[mb.chunk];
-  const GptActsT<A>& a = ch.slots[mb.slot];
+  GptChunkT<A>& ch = chunks[mb.chunk];
+  GptActsT<A>& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
   const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
-    tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N, Vl,
-                                             v0, V, L);
+    if (a.dlogits_ready) {  // the fused classifier left softmax - onehot: dloss scales the products
+      L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, dloss, N, C, Vl);
+    } else {
+      if (device_padded())
+        L.crossentropy_padded_backward(a.logits, a.logits, a.lse, a.targets, dloss, N, V, Vl);
+      else
+        tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N,
+                                                 Vl, v0, V, L);
+      tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
+                                          Vl, L);
+    }
+    a.dlogits_ready = false;
     const A* x_last = a.blocks.back().res_mlp;
-    tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
-                                        Vl, L);
     L.zero(dresidual, size_t(N) * C);
     L.layernorm_backward(dresidual, dw.ln_f_w, dw.ln_f_b, dln_f, x_last, w.ln_f_w, a.ln_f_mean,
                          a.ln_f_rstd, N, C);

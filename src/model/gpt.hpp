@@ -36,8 +36,9 @@ void validate_gpt_layout(const ModelConfig& m, int tp);
 int64_t gpt_parameter_count(const GptConfig& m);
 
 // Registers GPT-2's parameters (names as in ARCHITECTURE.md, "Files") with their initialisation,
-// TP split and owning stage.
-ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice = {});
+// TP split and owning stage. wte's rows (the tied LM head) are padded to a multiple of
+// vocab_align on each rank (the device's LayerOpsT::lm_head_align); its global shape stays (V,C).
+ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice = {}, int vocab_align = 1);
 
 // Pointers to every parameter this stage holds inside one flat buffer (parameters or gradients);
 // null for the ones it does not hold. h is indexed by global block. W: the storage type.
@@ -61,6 +62,8 @@ struct GptActsT {
   A* logits = nullptr;      // (B,T,Vl) this rank's vocabulary, overwritten by dlogits
   float* lse = nullptr;     // (B,T)
   float* losses = nullptr;  // (B,T)
+  // logits already hold softmax - onehot: a training forward ran the fused classifier.
+  bool dlogits_ready = false;
 };
 
 // Blocks of one chunk and its activation sets.
@@ -90,9 +93,12 @@ class GptModelT final : public Model {
   size_t weight_copy_bytes() const override { return weights.size() * sizeof(A); }
 
   GptConfig cfg;
-  int B = 0, T = 0;    // planned micro-batch
-  int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl) (padded past V on the last)
-  GptWeightsT<A> w;    // what the layers read: params (fp32), else the rounded copy in weights
+  int B = 0, T = 0;  // planned micro-batch
+  // This rank's vocabulary rows [v0, v0 + Vl): padded past V on the last rank when tp does not
+  // divide V, and at tp 1 to the device's lm_head_align (CUDA: 50257 -> 50304), the padded rows
+  // zero, their logits out of the softmax and their gradient 0.
+  int Vl = 0, v0 = 0;
+  GptWeightsT<A> w;  // what the layers read: params (fp32), else the rounded copy in weights
   GptWeights dw;
   Buffer<A> weights;          // below fp32: params rounded to A (flat_size); empty in fp32
   Buffer<float> acts, dacts;  // every slot's activations; backward scratch (shared)
@@ -112,6 +118,10 @@ class GptModelT final : public Model {
  private:
   // The activations block k of a slot forwards into and backward reads.
   BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
+  // tp 1 with logits rows of Vl > V (the device's alignment): the padded cross-entropy.
+  bool device_padded() const { return tp_->size() == 1 && Vl != cfg.vocab_size; }
+  // The device has a fused classifier (tp 1): a training forward writes dlogits over the logits.
+  bool fused_classifier() const { return tp_->size() == 1 && layers_->crossentropy_fused; }
   const LayerOpsT<A>* layers_ = nullptr;  // the device's layers
   std::vector<int32_t> host_tokens_;      // (2,B,T) inputs and targets, before their upload
   std::vector<float> host_losses_;        // (B,T) the losses, downloaded

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/check.hpp"
 #include "layers/attention.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
@@ -15,7 +16,6 @@
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
-#include "base/check.hpp"
 #include "src/cpu/step_ops.hpp"
 
 namespace mpitron {
@@ -75,6 +75,11 @@ const LayerOps& host_layer_ops() {
       cpu::encoder_backward<float>,
       cpu::crossentropy_forward<float>,
       cpu::crossentropy_backward<float>,
+      1,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
   };
   return ops;
 }
@@ -268,6 +273,11 @@ const LayerOpsT<A>& host_16_layer_ops() {
       encoder_backward_16<A>,
       crossentropy_forward_16<A>,
       crossentropy_backward_16<A>,
+      1,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
   };
   return ops;
 }

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "src/model/precision.hpp"
 #include "base/philox.hpp"
+#include "src/model/precision.hpp"
 
 namespace mpitron {
 
@@ -67,6 +67,27 @@ struct LayerOpsT {
                                int N, int V);
   void (*crossentropy_backward)(A* dlogits, const A* logits, const float* lse,
                                 const int32_t* targets, float dloss, int N, int V);
+
+  // ---- the LM head (the GPT's tied wte) and its loss ----
+  // Its vocabulary rows are padded to a multiple of this (ShardSpec::tp_pad_align): 1 on the CPU
+  // (its bits never change), 128 on CUDA, so every LM-head product runs aligned tensor-core
+  // kernels on any V. Padding rows are zero; their logits are left out of the softmax.
+  int lm_head_align;
+  // The cross-entropy above over the first V of each row of Vp >= V logits; backward writes 0 to
+  // the Vp - V padding columns. Null where lm_head_align is 1 (the model never pads there).
+  void (*crossentropy_padded_forward)(float* losses, float* lse, const A* logits,
+                                      const int32_t* targets, int N, int V, int Vp);
+  void (*crossentropy_padded_backward)(A* dlogits, const A* logits, const float* lse,
+                                       const int32_t* targets, float dloss, int N, int V, int Vp);
+  // Training's fused classifier, one pass over the (N,Vp) logits: losses and lse as forward, the
+  // logits overwritten by softmax - onehot (0 on padding), not yet times dloss, which
+  // lm_head_backward applies as the products' scale. Null: no fused kernel (the separate ones run).
+  void (*crossentropy_fused)(float* losses, float* lse, A* logits, const int32_t* targets, int N,
+                             int V, int Vp);
+  // linear_backward without a bias, dout scaled by dout_scale inside the products: dinp =
+  // s dout W, dweight += s dout^T inp. Null with crossentropy_fused.
+  void (*lm_head_backward)(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
+                           float dout_scale, int N, int IC, int OC);
 };
 
 using LayerOps = LayerOpsT<float>;

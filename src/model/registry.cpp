@@ -81,8 +81,14 @@ uint64_t ParamInfo::global_index(size_t i) const {
   return g;
 }
 
+int64_t padded_rows(int64_t D, int tp, int align) {
+  MPITRON_REQUIRE(tp >= 1 && align >= 1, "padded_rows needs tp >= 1 and align >= 1");
+  const int64_t rows = (D + tp - 1) / tp;
+  return (rows + align - 1) / align * align;
+}
+
 size_t ParamInfo::real_numel() const {
-  if (!shard.tp_pad || tp <= 1 || shard.tp_dim != 0 || local_shape.empty()) return numel;
+  if (!shard.tp_pad || shard.tp_dim != 0 || local_shape.empty()) return numel;
   const int64_t rows = local_shape[0];
   if (rows == 0) return 0;
   const int64_t real_rows = std::clamp<int64_t>(global_shape[0] - int64_t(tp_rank) * rows, 0, rows);
@@ -104,12 +110,14 @@ ParamInfo ParamRegistry::make(std::string name, std::vector<int64_t> shape, Shar
   if (shard.tp_pad)  // padding must be a suffix of every flat range of the shard
     MPITRON_REQUIRE(shard.tp_dim == 0 && shard.tp_stride == 1 && !shape.empty(),
                     p.name + ": a padded shard spec (tp_pad) needs tp_dim 0 and tp_stride 1");
+  if (shard.tp_pad && slice_.tp == 1 && shard.tp_pad_align > 1)
+    p.local_shape[0] = padded_rows(shape[0], 1, shard.tp_pad_align);
   if (shard.tp_dim >= 0 && slice_.tp > 1) {
     MPITRON_REQUIRE(shard.tp_dim < int(shape.size()) && shard.tp_stride >= 1,
                     "shard spec names a dimension the tensor does not have");
     const int64_t parts = int64_t(shard.tp_stride) * slice_.tp;
     if (shard.tp_pad) {
-      p.local_shape[0] = (shape[0] + slice_.tp - 1) / slice_.tp;  // ceil(D / tp)
+      p.local_shape[0] = padded_rows(shape[0], slice_.tp, shard.tp_pad_align);
     } else if (shape[shard.tp_dim] % parts != 0) {
       throw UsageError(fmt::format(
           "{}: dimension {} ({}) does not split into {} x {} equal parts (tensor parallelism)",

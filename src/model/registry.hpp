@@ -34,7 +34,14 @@ struct ShardSpec {
   // gradients (the model keeps them out of its results) and are never checkpointed. Requires tp_dim
   // == 0 (so a shard's padding is a suffix of its flat range) and tp_stride == 1.
   bool tp_pad = false;
+  // With tp_pad: each rank's rows are also rounded up to a multiple of this (the device's LM-head
+  // alignment, LayerOpsT::lm_head_align), at any tp, tp 1 included; the rows past D are padding.
+  int tp_pad_align = 1;
 };
+
+// Rows per rank of a dimension D padded over tp ranks (ShardSpec::tp_pad): ceil(D / tp) rounded
+// up to a multiple of align.
+int64_t padded_rows(int64_t D, int tp, int align);
 
 // Blocks [begin, end) of a network: one model chunk of a pipeline stage.
 struct BlockRange {
@@ -75,7 +82,8 @@ struct ParamInfo {
   // global tensor and must never be used (as an RNG key or otherwise).
   uint64_t global_index(size_t i) const;
   // Local element i lies beyond the global dimension D along a padded tp_dim (ShardSpec::tp_pad):
-  // the last ranks' rows past D. Always false without padding.
+  // the rows past D (the last ranks', or past D at tp 1 with tp_pad_align). Always false without
+  // padding.
   bool is_padding(size_t i) const;
   // Local elements that are real (not padding); with tp_dim == 0 they are the first ones.
   size_t real_numel() const;
@@ -88,7 +96,7 @@ class ParamRegistry {
   // Registers a parameter at its global shape; false (and nothing registered) when this slice's
   // stage does not hold it. Offsets are 16-element aligned. UsageError when tp does
   // not divide the split dimension (by parts, for strided tensors) and the spec is not tp_pad;
-  // with tp_pad the dimension is padded to ceil(D / tp) rows per rank.
+  // with tp_pad the dimension is padded to padded_rows(D, tp, tp_pad_align) rows per rank.
   bool add(std::string name, std::vector<int64_t> shape, InitKind init, float init_std,
            bool weight_decay, ShardSpec shard = {});
   // Registers a buffer: checkpointed and initialised like a parameter, never trained.

@@ -200,7 +200,8 @@ std::vector<io::Block> shard_blocks(const ParamInfo& p, size_t local_begin, size
                   fmt::format("{}: local range [{}, {}) outside its {} elements", p.name,
                               local_begin, local_end, p.numel));
   const int t = p.shard.tp_dim;
-  if (p.tp <= 1 || t < 0)
+  // At tp 1 a padded tensor (tp_pad_align) takes the split path with one part: padding dropped.
+  if (t < 0 || (p.tp <= 1 && p.numel == p.global_numel()))
     return io::flat_range_blocks(p.global_shape, int64_t(local_begin), int64_t(local_end));
   const int64_t stride = p.shard.tp_stride;
   const int64_t part = p.local_shape[size_t(t)] / stride;    // local rows per part (padded: all)

@@ -64,7 +64,8 @@ void check_same_model(const CheckpointRecord& r, const ModelConfig& m, const std
 // elements, less trailing padding (ShardSpec::tp_pad), which is never checkpointed. So a piece's
 // data still points at local element local_begin. Along a strided tp_dim blocks are split at part
 // boundaries (a block spanning several rows above tp_dim is first cut into single rows). With
-// tp == 1 or tp_dim < 0 this is io::flat_range_blocks(p.global_shape, local_begin, local_end).
+// tp == 1 and no padding, or tp_dim < 0, this is io::flat_range_blocks(p.global_shape,
+// local_begin, local_end).
 // Requires local_begin <= local_end <= p.numel.
 std::vector<io::Block> shard_blocks(const ParamInfo& p, size_t local_begin, size_t local_end);
 
