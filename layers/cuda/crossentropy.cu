@@ -12,35 +12,14 @@
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
 #include "layers/cuda/crossentropy.cuh"
+#include "layers/cuda/elementwise.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
 
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);  // round to nearest even
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half(x);  // round to nearest even
-}
+using elementwise::from_float;
+using elementwise::to_float;
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 512;  // a multiple of kWarp: every warp is full for the shuffles

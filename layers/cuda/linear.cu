@@ -16,6 +16,7 @@
 
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
+#include "layers/cuda/elementwise.cuh"
 #include "layers/cuda/linear.cuh"
 
 namespace mpitron::cuda {
@@ -29,30 +30,8 @@ constexpr cudaDataType_t data_type() {
   return CUDA_R_16F;
 }
 
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
+using elementwise::from_float;
+using elementwise::to_float;
 
 constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 // Distinct (type, epilogue, N, IC, OC) whose cuBLASLt algorithm a thread keeps; then round robin.
