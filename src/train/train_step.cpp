@@ -1,0 +1,125 @@
+// One training step and one evaluation: this stage's walk through the pipeline schedule
+// (forward and backward of each micro-batch), the gradient reduction, the norm, clipping and
+// AdamW, and the loss summed over stages and data-parallel ranks.
+#include <limits>
+
+#include "src/train/adamw.hpp"
+#include "src/train/trainer_state.hpp"
+
+namespace mpitron {
+
+MicroBatch Trainer::micro_batch(int64_t s, int64_t global_row, int rows, float dropout) const {
+  MicroBatch mb;
+  mb.samples = data.view(global_row - first_row, rows);
+  mb.first_sample = global_row;
+  mb.step = s;
+  mb.dropout = dropout;
+  mb.seed = tc.seed;
+  return mb;
+}
+
+// train.loss_scale, or 2^16 for fp16 when it is 0: fp16 gradients underflow without a scale.
+double Trainer::initial_loss_scale() const {
+  if (tc.loss_scale == 0 && opts.precision == DType::f16) return 0x1p16;
+  return tc.loss_scale;
+}
+
+// Rows of micro-batch mb of this rank's part of the global batch.
+RowRange Trainer::micro_batch_rows(int mb) const {
+  return batch_slice(tc.batch_size, opts.layout.dp, grid.coords.dp_rank, tc.micro_batches, mb);
+}
+
+// The pipeline's view of the model, built once (its callbacks read `walk`).
+pipeline::StageWork Trainer::stage_work() {
+  pipeline::StageWork w;
+  w.forward = [this](int mb, int chunk, int slot) {
+    progress.mark("a forward, or waiting for a neighbour stage's message (pp)");
+    const MicroBatch b = micro_batch_of(mb, chunk, slot);
+    const double loss = model->forward(b);
+    if (walk.correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
+      *walk.correct += model->count_correct(b);
+    return loss;
+  };
+  w.backward = [this](int mb, int chunk, int slot) {
+    progress.mark("a backward, or waiting for a neighbour stage's message (pp)");
+    model->backward(micro_batch_of(mb, chunk, slot), walk.dloss,
+                    sync->hook(mb == tc.micro_batches - 1));
+  };
+  w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
+  w.rows = [this](int mb) { return int(micro_batch_rows(mb).count); };
+  return w;
+}
+
+MicroBatch Trainer::micro_batch_of(int mb, int chunk, int slot) const {
+  const RowRange rows = micro_batch_rows(mb);
+  MicroBatch b = micro_batch(walk.step, rows.begin, int(rows.count), walk.dropout);
+  b.slot = slot;
+  b.chunk = chunk;
+  b.training = walk.training;
+  return b;
+}
+
+StepResult Trainer::train_step(int64_t s) {
+  progress.step.store(s);
+  progress.mark("reading the batch");
+  data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
+  sync->begin_step();
+  progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
+  const float dloss = loss_scale.dloss(loss_terms);
+  walk = {s, float(tc.dropout), dloss, nullptr, true};
+  const double loss_sum = executor->run(train_actions, work, true);
+  progress.mark("the batch-norm statistics' all-reduce (dp)");
+  model->end_step(grid.dp);
+  progress.mark("the gradient reduction (embedding group, then dp)");
+  sync->finish_backward();
+  progress.mark("the gradient norm's all-reduce (dp, tp, pp)");
+  // Global gradient norm: every rank holds the summed gradient of its shard.
+  const double used_scale = loss_scale.scale;
+  const double norm = loss_scale.unscaled(sync->grad_norm());
+  const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
+  progress.mark("the loss all-reduce (pp, dp)");
+  const double loss = sum_over_stages_and_dp(loss_sum) / double(loss_terms);
+  // The norm is the same on every rank, so every rank skips (or not) alike.
+  const bool skipped = !loss_scale.step_ok(norm);
+  if (!skipped) {
+    const float clip =
+        tc.grad_clip > 0 && norm > tc.grad_clip ? float(tc.grad_clip / (norm + 1e-6)) : 1.0f;
+    // Unscaling and clipping in one factor; a power of two keeps the product exact.
+    const float grad_scale = used_scale > 0 ? clip * float(1.0 / used_scale) : clip;
+    const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+    dev.ops.adamw_update(model->registry,
+                         {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
+                          shard.begin, m.data(), v.data(), shard.begin},
+                         acfg, lr, grad_scale, s);
+    progress.mark("the parameter all-gather (dp)");
+    sync->gather_params(model->params.data());
+    model->parameters_changed();
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {loss,
+          norm,
+          lr,
+          executor->timing().busy_s,
+          executor->timing().total_s,
+          used_scale > 0 ? used_scale : nan,
+          skipped};
+}
+
+EvalResult Trainer::evaluate() {
+  double sum = 0.0;
+  int64_t correct = 0;
+  const bool classifier = is_labelled_data(data.kind);
+  for (int e = 0; e < tc.eval_batches; ++e) {
+    progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
+    data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
+    walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
+    sum += executor->run(eval_actions, work, false);
+  }
+  sum = sum_over_stages_and_dp(sum);
+  correct = sum_over_stages_and_dp(correct);
+  const double samples = double(tc.eval_batches) * tc.batch_size;
+  return {sum / (samples * model->loss_terms_per_sample()),
+          classifier ? double(correct) / samples : std::numeric_limits<double>::quiet_NaN()};
+}
+
+}  // namespace mpitron

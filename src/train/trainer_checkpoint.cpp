@@ -1,0 +1,188 @@
+// Checkpoints and resume: which checkpoint a run continues (--resume, --init-from), what each
+// rank writes and reads of it (its TP shard of the parameters, its ZeRO shard of the moments),
+// and the checks that a resumed run is the same run (model, settings, data, tokenizer).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <variant>
+
+#include "base/check.hpp"
+#include "comm/world.hpp"
+#include "io/checkpoint.hpp"
+#include "src/train/model_checkpoint.hpp"
+#include "src/train/pretrained.hpp"
+#include "src/train/trainer_state.hpp"
+
+namespace mpitron {
+
+// Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner;
+// tensors replicated over TP by TP rank 0 only. For reading, every rank reads its TP shard of
+// the parameters and the moments of its own ZeRO shard.
+std::vector<io::TensorPiece> Trainer::checkpoint_pieces(bool for_writing) {
+  const bool param_writer = !for_writing || grid.coords.dp_rank == 0;
+  const bool moment_writer = !for_writing || opts.layout.zero > 0 || grid.coords.dp_rank == 0;
+  std::vector<io::TensorPiece> pieces =
+      parameter_pieces(model->registry, dev.params_for_files(*model), dev.buffers_for_files(*model),
+                       param_writer, for_writing);
+  for (auto& t : moment_pieces(model->registry, shard, dev.m_for_files(m), dev.v_for_files(v),
+                               moment_writer, for_writing))
+    pieces.push_back(std::move(t));
+  // Every stage names every tensor of the whole network in the collective write.
+  if (for_writing && opts.layout.pp > 1)
+    pieces = pieces_for_every_stage(
+        std::move(pieces),
+        family.registry(cfg.model, RegistrySlice{opts.layout.tp, grid.coords.tp_rank}), true);
+  return pieces;
+}
+
+std::string Trainer::checkpoint_path(int64_t s) const {
+  return (std::filesystem::path(opts.out) / fmt::format("ckpt_{}.h5", s)).string();
+}
+
+void Trainer::save_checkpoint() {
+  progress.mark("writing a checkpoint (world)");
+  CheckpointRecord r;
+  r.model = cfg.model;
+  r.step = step;
+  r.tokens_seen = step * loss_terms;
+  r.seed = int64_t(tc.seed);
+  r.dp = opts.layout.dp;
+  r.tp = opts.layout.tp;
+  r.pp = opts.layout.pp;
+  r.zero = opts.layout.zero;
+  r.lr = tc.lr;
+  r.steps = tc.steps;
+  r.batch_size = tc.batch_size;
+  r.seq_len = tc.seq_len;
+  r.data = data.attributes();
+  r.settings = run_settings(cfg);
+  r.eval_batches = tc.eval_batches;  // for `mpitron eval`'s defaults
+  r.loss_scale = loss_scale.scale;
+  r.loss_scale_clean_steps = loss_scale.clean_steps;
+  const std::string path = checkpoint_path(step);
+  dev.download_state(*model, m, v);
+  io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
+                       checkpoint_pieces(true), MPI_COMM_WORLD);
+  if (is_root()) spdlog::info("checkpoint {}", path);
+  if (is_root() && opts.keep_last > 0)
+    for (const std::string& old : io::remove_old_checkpoints(opts.out, opts.keep_last))
+      spdlog::info("removed {} (--keep-last {})", old, opts.keep_last);
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const CheckpointRecord r = read_checkpoint_record(path);
+  check_same_model(r, cfg.model, path);
+  const std::vector<std::string> changes = setting_changes(r.settings, run_settings(cfg));
+  if (!changes.empty()) {
+    const std::string list = fmt::format("{}", fmt::join(changes, ", "));
+    if (!opts.allow_changes)
+      throw UsageError(fmt::format(
+          "resuming {} would change the run's settings ({}): use the checkpoint's, or pass "
+          "--allow-changes to continue with the new ones (the trace records each segment's)",
+          path, list));
+    if (is_root()) spdlog::warn("continuing {} with changed settings: {}", path, list);
+  }
+  // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
+  // with the message of the first rank that failed, instead of the others waiting for it.
+  std::string error;
+  dev.download_state(*model, m, v);  // what the file does not hold stays as it is
+  try {
+    io::read_checkpoint_tensors(path, checkpoint_pieces(false));
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  comm::throw_first_error(error, MPI_COMM_WORLD);
+  dev.upload_state(*model, m, v);
+  model->parameters_changed();
+  step = r.step;
+  if (loss_scale.enabled() && r.loss_scale > 0) {  // the scaler continues where it stopped
+    loss_scale.scale = r.loss_scale;
+    loss_scale.clean_steps = r.loss_scale_clean_steps;
+  }
+  auto c = r.data.find("checksum");
+  if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
+      std::get<int64_t>(c->second) != int64_t(data.checksum()) && is_root())
+    spdlog::warn("data differs from the data the checkpoint was trained on");
+  // Verses encoded otherwise than the checkpoint's (bytes vs WordPiece) would be other tokens.
+  auto t = r.data.find("tokenizer");
+  if (data.kind == DataKind::verses && t != r.data.end() &&
+      std::holds_alternative<std::string>(t->second) &&
+      std::get<std::string>(t->second) != data.verses.tokenizer) {
+    const std::string& was = std::get<std::string>(t->second);
+    throw UsageError(
+        fmt::format("{} was trained on verses encoded {}; this run encodes them {}: resume with {}",
+                    path, was.empty() ? "as bytes" : "with the WordPiece vocabulary " + was,
+                    data.verses.tokenizer.empty() ? "as bytes" : "with " + data.verses.tokenizer,
+                    was.empty() ? "no --tokenizer" : "--tokenizer " + was));
+  }
+}
+
+// --init-from: every rank reads its own parameter pieces; the first failure stops every rank.
+void Trainer::init_from(const std::string& source) {
+  std::string error;
+  std::vector<std::string> fresh;
+  dev.download_state(*model, m, v);  // the fresh head keeps its initialisation
+  try {
+    fresh =
+        load_pretrained_parameters(source, cfg.model,
+                                   parameter_pieces(model->registry, dev.params_for_files(*model),
+                                                    dev.buffers_for_files(*model), true));
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  comm::throw_first_error(error, MPI_COMM_WORLD);
+  dev.upload_state(*model, m, v);
+  model->parameters_changed();
+  if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
+  if (is_root() && !fresh.empty())
+    spdlog::info("initialised, not in {} (this run's task head): {}", source,
+                 fmt::join(fresh, ", "));
+}
+
+// Rank 0 looks at the run folder and decides; every rank gets its verdict (file systems may
+// show ranks different views, and a refusal must reach every rank).
+std::string Trainer::choose_checkpoint() {
+  std::string chosen, error;
+  if (is_root()) {
+    try {
+      for (const std::string& stale : io::remove_stale_checkpoint_writes(opts.out))
+        spdlog::info("removed {}: the remains of an interrupted checkpoint write", stale);
+      const std::string latest = io::latest_checkpoint(opts.out);
+      if (opts.resume == "auto") {
+        chosen = latest;
+        if (latest.empty()) spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
+      } else if (!opts.resume.empty()) {
+        chosen = opts.resume;
+      } else if (!latest.empty()) {
+        error = fmt::format(
+            "run folder {} already holds checkpoints ({}): continue it with --resume auto, or "
+            "choose another --out",
+            opts.out, latest);
+      }
+    } catch (const std::exception& e) {
+      error = fmt::format("cannot use run folder {}: {}", opts.out, e.what());
+    }
+  }
+  comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
+  return comm::broadcast_string(chosen, 0, MPI_COMM_WORLD);
+}
+
+// The checkpoint --resume names or finds, loaded; else --init-from's parameters.
+std::string Trainer::resume_or_init() {
+  if (!opts.init_from.empty() && !opts.resume.empty() && opts.resume != "auto")
+    throw UsageError(
+        "--init-from and --resume CKPT exclude each other (with --resume auto, a "
+        "checkpoint in --out wins over --init-from)");
+  const std::string resume_from = choose_checkpoint();
+  if (!resume_from.empty()) {
+    load_checkpoint(resume_from);
+    if (is_root()) spdlog::info("resumed from {} at step {}", resume_from, step);
+  } else if (!opts.init_from.empty()) {
+    init_from(opts.init_from);
+  }
+  return resume_from;
+}
+
+}  // namespace mpitron

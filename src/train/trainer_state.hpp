@@ -1,0 +1,132 @@
+// The trainer's state, shared by the files that make up run_training and included by nothing
+// else: setup (trainer.cpp), the step and evaluation walks (train_step.cpp), the loop and its
+// per-rank metrics (train_loop.cpp), checkpoints and resume (trainer_checkpoint.cpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/grid.hpp"
+#include "io/checkpoint.hpp"
+#include "io/trace.hpp"
+#include "src/model/family.hpp"
+#include "src/pipeline/executor.hpp"
+#include "src/pipeline/schedule.hpp"
+#include "src/train/batch_slice.hpp"
+#include "src/train/batch_source.hpp"
+#include "src/train/grad_sync.hpp"
+#include "src/train/loss_scale.hpp"
+#include "src/train/train_device.hpp"
+#include "src/train/trainer.hpp"
+#include "src/train/watchdog.hpp"
+
+namespace mpitron {
+
+// What one rank contributes to a step's trace row, gathered on rank 0 in one MPI_Gather.
+struct RankMetrics {
+  int64_t busy_us = 0;           // forward and backward
+  int64_t grad_sync_us = 0;      // GradSync's communication
+  int64_t activation_bytes = 0;  // the model's activation sets, scratch and send buffers
+  int64_t comm_bytes = 0;        // sent during the step
+  int64_t peak_mem_bytes = 0;    // the device allocator's peak
+  double pipeline_s = 0;         // its walk through the schedule (the slowest gives the bubble)
+};
+
+struct StepResult {
+  double loss, grad_norm, lr;
+  double busy_s;      // this rank's forward and backward
+  double pipeline_s;  // its walk through the schedule
+  double loss_scale;  // the scale this step's backward used (NaN: no scaling)
+  bool skipped;       // its gradients overflowed: no update
+};
+
+struct EvalResult {
+  double loss, accuracy;  // accuracy NaN unless the model is a classifier
+};
+
+struct Trainer {
+  static constexpr int kExitStoppedBySignal = 3;
+
+  TrainOptions opts;
+  const RunConfig& cfg;
+  const TrainConfig& tc;
+  comm::Grid& grid;
+  const ModelFamily& family;
+  TrainDevice dev;  // first: its allocators outlive every buffer below
+  BatchSource data;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<GradSync> sync;
+  pipeline::ScheduleSpec schedule;
+  std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
+  std::unique_ptr<pipeline::PipelineExecutor> executor;
+  pipeline::StageWork work;
+  size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
+  int model_slots = 1;                // activation sets per chunk
+  int micro_rows = 0;                 // samples per micro-batch on this rank
+  int64_t first_row = 0;              // this rank's first sample of the global batch
+  int64_t local_rows = 0;             // samples of the global batch on this rank
+  int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
+  ShardRange shard;
+  Buffer<float> m, v;  // AdamW moments of the shard
+  int64_t step = 0;    // completed optimizer steps
+  std::unique_ptr<io::TraceWriter> trace;
+  io::TraceRow row{};                     // reused every step (its per-rank vectors are sized once)
+  std::vector<RankMetrics> rank_metrics;  // rank 0: every rank's, gathered each step
+  uint64_t comm_bytes_before = 0;
+  Progress progress;     // what this rank is doing, for the watchdog (--hang-timeout)
+  LossScale loss_scale;  // train.loss_scale > 0 or fp16: dynamic; restored from checkpoints
+
+  // What the current walk through the schedule computes: a training step or an evaluation batch.
+  struct Walk {
+    int64_t step = 0;
+    float dropout = 0, dloss = 0;
+    int64_t* correct = nullptr;  // counts arg-max hits on the last stage (classifier evaluation)
+    bool training = false;
+  } walk;
+
+  Trainer(TrainOptions o, comm::Grid& g);
+
+  bool is_root() const { return grid.rank == 0; }
+  bool last_stage() const { return grid.coords.pp_rank == opts.layout.pp - 1; }
+  uint64_t comm_bytes_total() const;
+
+  // ---- setup (trainer.cpp)
+  void setup();
+  void allocate_step_state(const GradSyncOptions& sync_options);
+
+  // ---- one step and evaluation (train_step.cpp)
+  double initial_loss_scale() const;
+  RowRange micro_batch_rows(int mb) const;
+  MicroBatch micro_batch(int64_t s, int64_t global_row, int rows, float dropout) const;
+  MicroBatch micro_batch_of(int mb, int chunk, int slot) const;
+  pipeline::StageWork stage_work();
+  StepResult train_step(int64_t s);
+  EvalResult evaluate();
+  // A sum the last stage of each DP rank holds, on every rank.
+  template <class T>
+  T sum_over_stages_and_dp(T v) {
+    if (opts.layout.pp > 1) v = grid.pp.allreduce_sum(v);
+    if (opts.layout.dp > 1) v = grid.dp.allreduce_sum(v);
+    return v;
+  }
+
+  // ---- the loop, metrics, trace and log (train_loop.cpp)
+  int run();
+  int64_t total_parameters() const;
+  std::string stage_layers_text() const;
+  io::Attributes run_attributes() const;
+
+  // ---- checkpoints and resume (trainer_checkpoint.cpp)
+  // The checkpoint --resume names or finds, loaded; else --init-from's parameters. Returns the
+  // checkpoint resumed from ("" for a fresh start).
+  std::string resume_or_init();
+  std::string choose_checkpoint();
+  std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing);
+  std::string checkpoint_path(int64_t s) const;
+  void save_checkpoint();
+  void load_checkpoint(const std::string& path);
+  void init_from(const std::string& source);
+};
+
+}  // namespace mpitron
