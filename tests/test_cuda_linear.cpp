@@ -31,10 +31,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/cuda_check.hpp"
 #include "layers/cuda/linear.cuh"
 #include "layers/gelu.hpp"
 #include "layers/linear.hpp"
-#include "base/cuda_check.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;
@@ -316,6 +316,39 @@ TYPED_TEST(CudaLinear, FusedGeluMatchesLinearThenGelu) {
   check_linear_gelu<TypeParam>(kShapes[3], false, 0);
   check_linear_gelu<TypeParam>(kShapes[3], false, 1);
   check_linear_gelu<TypeParam>(kShapes[2], false, 0);
+}
+
+// The chunked bias gradient (linear_backward's) against the simple kernel it replaced and a
+// double-precision sum: the same column sums in another fp32 order (kSum), += onto the values
+// there, the same bits on a repeat, and shapes around the chunk size (256 rows) and the 32-column
+// tiles.
+TYPED_TEST(CudaLinear, ChunkedBiasGradientMatchesTheReference) {
+  SKIP_WITHOUT_DEVICE();
+  using T = TypeParam;
+  Stream s;
+  for (const auto& [N, OC] : std::vector<std::pair<int, int>>{
+           {1, 5}, {255, 33}, {256, 768}, {257, 64}, {1000, 31}, {16384, 768}, {8192, 3072}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " OC=" + std::to_string(OC));
+    const auto [dout, dout_f] = random_values<T>(size_t(N) * OC, 11u + uint32_t(N));
+    const auto [db0_t, db0] = random_values<float>(size_t(OC), 12u);
+    std::vector<float> expect(OC);
+    for (int c = 0; c < OC; ++c) {
+      double acc = db0[c];
+      for (int r = 0; r < N; ++r) acc += dout_f[size_t(r) * OC + c];
+      expect[c] = float(acc);
+    }
+    DeviceArray<T> d_dout(dout);
+    DeviceArray<float> fast(db0), ref(db0), again(db0);
+    cuda::bias_gradient(fast.ptr, d_dout.ptr, N, OC, s.s);
+    cuda::bias_gradient_reference(ref.ptr, d_dout.ptr, N, OC, s.s);
+    cuda::bias_gradient(again.ptr, d_dout.ptr, N, OC, s.s);
+    s.sync();
+    const std::vector<float> f = fast.download(), r = ref.download();
+    EXPECT_LE(relative_error(f, expect), kSum) << "chunked against double";
+    EXPECT_LE(relative_error(r, expect), kSum) << "reference against double";
+    EXPECT_LE(relative_error(f, r), kSum) << "chunked against reference";
+    EXPECT_TRUE(same_bits(f, again.download())) << "repeat";
+  }
 }
 
 }  // namespace

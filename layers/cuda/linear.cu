@@ -323,6 +323,43 @@ __global__ void __launch_bounds__(kSumCols* kSumRows)
   }
 }
 
+// The fast bias gradient in two deterministic passes: the rows are cut into chunks fixed by N alone
+// (kChunkRows each, at most as many as the workspace holds), block (x, y) of the first pass sums
+// chunk y of columns 32x.. in the reference kernel's order into partial[y][col], and the second
+// sums the chunks of each column in chunk order. So the bits depend on (N, OC) only, and the
+// rows spread over every SM instead of OC/32 blocks.
+constexpr int kChunkRows = 256;
+template <class T>
+__global__ void __launch_bounds__(kSumCols* kSumRows)
+    column_sums_chunked(float* __restrict__ partial, const T* __restrict__ dout, int N, int OC,
+                        int chunk_rows) {
+  __shared__ float part[kSumRows][kSumCols + 1];
+  const int64_t col = int64_t(blockIdx.x) * kSumCols + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * chunk_rows;
+  const int64_t r1 = r0 + chunk_rows < N ? r0 + chunk_rows : int64_t(N);
+  float acc = 0.0f;
+  if (col < OC) {
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kSumRows) acc += to_float(dout[r * OC + col]);
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < OC) {
+    float total = 0.0f;
+    for (int y = 0; y < kSumRows; ++y) total += part[y][threadIdx.x];
+    partial[int64_t(blockIdx.y) * OC + col] = total;
+  }
+}
+
+__global__ void __launch_bounds__(256)
+    sum_chunks(float* __restrict__ dbias, const float* __restrict__ partial, int chunks, int OC) {
+  const int64_t col = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= OC) return;
+  float total = 0.0f;
+  for (int c = 0; c < chunks; ++c) total += partial[int64_t(c) * OC + col];
+  dbias[col] += total;
+}
+
 void check_shape(int N, int IC, int OC) {
   MPITRON_REQUIRE(N >= 0 && IC >= 0 && OC >= 0, "linear: N, IC, OC must be non-negative");
 }
@@ -384,11 +421,44 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   }
   if (IC > 0 && OC > 0)
     gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dout_scale, 1.0f, dweight, IC);
-  if (dbias && OC > 0) {
-    const dim3 block(kSumCols, kSumRows), grid(unsigned((int64_t(OC) + kSumCols - 1) / kSumCols));
-    column_sums<T><<<grid, block, 0, s>>>(dbias, dout, N, OC);
-    CUDA_CHECK_LAUNCH();
+  if (dbias && OC > 0) bias_gradient(dbias, dout, N, OC, s);
+}
+
+template <class T>
+void bias_gradient_reference(float* dbias, const T* dout, int N, int OC, cudaStream_t s) {
+  if (N == 0 || OC == 0) return;
+  const dim3 block(kSumCols, kSumRows), grid(unsigned((int64_t(OC) + kSumCols - 1) / kSumCols));
+  column_sums<T><<<grid, block, 0, s>>>(dbias, dout, N, OC);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void bias_gradient(float* dbias, const T* dout, int N, int OC, cudaStream_t s) {
+  if (N == 0 || OC == 0) return;
+  BlasHandles& h = handles();
+  // As many chunks as the workspace and the grid hold, of at least kChunkRows rows each.
+  const int64_t max_chunks =
+      std::min<int64_t>(int64_t(kLtWorkspaceBytes / sizeof(float)) / OC, kMaxRowBlocks);
+  const int64_t rows_per_chunk =
+      std::max<int64_t>(kChunkRows, (int64_t(N) + std::max<int64_t>(max_chunks, 1) - 1) /
+                                        std::max<int64_t>(max_chunks, 1));
+  const int chunks = int((int64_t(N) + rows_per_chunk - 1) / rows_per_chunk);
+  if (max_chunks < 2 || chunks <= 1) {
+    bias_gradient_reference(dbias, dout, N, OC, s);
+    return;
   }
+  if (h.workspace_used && s != h.workspace_stream)
+    CUDA_CHECK(cudaStreamWaitEvent(s, h.workspace_done, 0));
+  float* partial = static_cast<float*>(h.workspace);
+  const dim3 block(kSumCols, kSumRows);
+  const dim3 grid(unsigned((int64_t(OC) + kSumCols - 1) / kSumCols), unsigned(chunks));
+  column_sums_chunked<T><<<grid, block, 0, s>>>(partial, dout, N, OC, int(rows_per_chunk));
+  CUDA_CHECK_LAUNCH();
+  sum_chunks<<<unsigned((int64_t(OC) + 255) / 256), 256, 0, s>>>(dbias, partial, chunks, OC);
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaEventRecord(h.workspace_done, s));
+  h.workspace_stream = s;
+  h.workspace_used = true;
 }
 
 #define MPITRON_LINEAR(T)                                                                         \
@@ -396,7 +466,9 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
   template void linear_backward<T>(T*, float*, float*, const T*, const T*, const T*, int, int,    \
                                    int, cudaStream_t, float);                                     \
   template void linear_gelu_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int,       \
-                                       cudaStream_t);
+                                       cudaStream_t);                                             \
+  template void bias_gradient<T>(float*, const T*, int, int, cudaStream_t);                       \
+  template void bias_gradient_reference<T>(float*, const T*, int, int, cudaStream_t);
 MPITRON_LINEAR(float)
 MPITRON_LINEAR(__nv_bfloat16)
 MPITRON_LINEAR(__half)

@@ -51,4 +51,18 @@ void linear_gelu_forward(T* pre,           // (N,OC)
 // (false: cublasGemmEx and kernels). For tests and benchmarks.
 bool linear_forward_used_lt();
 
+// dbias += the column sums of dout, the bias gradient linear_backward takes: rows in chunks fixed
+// by N summed over every SM, then the chunks of each column in order (cuBLASLt's workspace of this
+// thread holds the partial sums), so the bits depend on (N, OC) alone.
+template <class T>
+void bias_gradient(float* dbias,   // (OC) +=
+                   const T* dout,  // (N,OC)
+                   int N, int OC, cudaStream_t s);
+
+// The simple path it replaced: a block of 32 columns sums every row (OC/32 blocks).
+template <class T>
+void bias_gradient_reference(float* dbias,   // (OC) +=
+                             const T* dout,  // (N,OC)
+                             int N, int OC, cudaStream_t s);
+
 }  // namespace mpitron::cuda
