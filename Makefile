@@ -78,7 +78,7 @@ main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
 	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --schedule $(SCHEDULE) \
 	  --micro-batches $(MICRO) --steps $(STEPS) --out $(RUN) --resume auto
-	/usr/bin/python3 validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
+	$$(tests/find_python.sh h5py matplotlib) validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
 	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
 
 test: build data

@@ -9,7 +9,7 @@ if [[ ! -s $REPO/data/kjv.txt ]]; then
   exit 77
 fi
 "$MPITRON" train --config "$TINY" --data "$REPO/data/kjv.txt" --out run --log-every 100
-/usr/bin/python3 - run/trace.h5 <<'PY'
+"$PYTHON" - run/trace.h5 <<'PY'
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     loss = f["trace/loss"][:]

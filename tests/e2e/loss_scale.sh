@@ -16,7 +16,7 @@ scaled=(--set train.loss_scale=65536 --set train.loss_scale_window=3)
 "$MPITRON" train "${common[@]}" "${scaled[@]}" --ckpt-every 4 --out resumed >/dev/null
 rm resumed/ckpt_8.h5
 "$MPITRON" train "${common[@]}" "${scaled[@]}" --resume auto --out resumed >/dev/null
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import math
 import h5py
 def column(run, name):

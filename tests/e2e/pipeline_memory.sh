@@ -38,7 +38,7 @@ run() {  # run SCHEDULE MICRO_BATCHES: one sample per micro-batch, 2 steps, eval
     fail "--schedule $1 --micro-batches $2 failed: $(cat "$1_m$2.log")"
 }
 for schedule in 1f1b gpipe; do for m in 8 1000; do run "$schedule" "$m"; done; done
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import os, sys, h5py
 def rows(name):  # (step 1: training only; step 2: training and the final evaluation), per rank
     with h5py.File(f"{name}/trace.h5", "r") as f:
