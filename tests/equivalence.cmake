@@ -74,6 +74,10 @@ mpitron_layout_test(dp2_pp2_ring 4 --dp 2 --pp 2 --dp-reduce ring --micro-batche
 mpitron_layout_test(tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe --micro-batches 2)
 mpitron_layout_test(dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 --micro-batches 2)
 
+# `make check` (label check): the baseline and one layout per parallel dimension, beside the units.
+set_property(TEST equivalence_baseline equivalence_dp2_allreduce equivalence_tp2
+             equivalence_pp2_1f1b_m4 APPEND PROPERTY LABELS check)
+
 add_test(NAME equivalence_resume_across_tp_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_tp.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_tp_layouts
