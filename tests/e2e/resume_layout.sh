@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoints are global: a run at dp 4 / ZeRO 1 writes a checkpoint at step 20, which resumes at
-# dp 2 / ZeRO 2 and at 1x1x1 with the uninterrupted baseline's losses for steps 21..40.
+# Checkpoints are global: a run at dp 4 / ZeRO 1 writes a checkpoint at step 10, which resumes at
+# dp 2 / ZeRO 2 and at 1x1x1 with the uninterrupted baseline's losses for steps 11..20.
 # Usage: resume_layout.sh MPITRON REPO WORK BASELINE_TRACE
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -16,9 +16,9 @@ for target in "2 --dp 2 --zero 2" "1 --dp 1 --zero 0"; do
   shift
   dir=resumed_$ranks
   mkdir -p "$dir"
-  cp dp4/trace.h5 dp4/ckpt_20.h5 "$dir/"
+  cp dp4/trace.h5 dp4/ckpt_10.h5 "$dir/"
   # shellcheck disable=SC2086
-  mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" $flags "$@" --out "$dir" --resume "$dir/ckpt_20.h5"
+  mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" $flags "$@" --out "$dir" --resume "$dir/ckpt_10.h5"
   "$MPITRON" compare "$baseline" "$dir/trace.h5" --rtol 1e-5 || fail "resume at $target differs"
   cmp <(trace_column "$baseline" step) <(trace_column "$dir/trace.h5" step) ||
     fail "resumed trace at $target has a gap or a repeated step"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Checkpoints stay global under pipeline parallelism: a pp 2 run writes a checkpoint at step 20,
+# Checkpoints stay global under pipeline parallelism: a pp 2 run writes a checkpoint at step 10,
 # which resumes at pp 4 (GPipe), at 1x1x1 and at dp 2 x tp 2 x pp 2 (ZeRO 1); and the 1x1x1
-# baseline's own checkpoint at step 20 resumes at pp 2 with unbalanced stages and at dp 2 x tp 2 x
-# pp 2 (ZeRO 1, GPipe). Each continues with the uninterrupted baseline's losses for steps 21..40.
+# baseline's own checkpoint at step 10 resumes at pp 2 with unbalanced stages and at dp 2 x tp 2 x
+# pp 2 (ZeRO 1, GPipe). Each continues with the uninterrupted baseline's losses for steps 11..20.
 # Usage: resume_pp.sh MPITRON REPO WORK BASELINE_TRACE
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -11,7 +11,7 @@ flags=$(cat "$(dirname "$baseline")/flags")
 data=$(corpus)
 # shellcheck disable=SC2086
 mpiexec -n 2 "$MPITRON" train --config "$TINY" --data "$data" $flags --pp 2 --micro-batches 4 --out pp2
-# resume FROM RANKS FLAGS...: copies FROM's trace and step-20 checkpoint into a fresh folder and
+# resume FROM RANKS FLAGS...: copies FROM's trace and step-10 checkpoint into a fresh folder and
 # finishes the run there in the given layout.
 resume() {
   local from=$1 ranks=$2
@@ -19,10 +19,10 @@ resume() {
   local dir
   dir=resumed_$(basename "$from")_to_$(echo "$*" | tr -d ' -' | tr ',' '_')
   mkdir -p "$dir"
-  cp "$from/trace.h5" "$from/ckpt_20.h5" "$dir/"
+  cp "$from/trace.h5" "$from/ckpt_10.h5" "$dir/"
   # shellcheck disable=SC2086
   mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" $flags "$@" --out "$dir" \
-    --resume "$dir/ckpt_20.h5"
+    --resume "$dir/ckpt_10.h5"
   "$MPITRON" compare "$baseline" "$dir/trace.h5" --rtol 1e-5 ||
     fail "resume of $from's checkpoint at $* differs"
   cmp <(trace_column "$baseline" step) <(trace_column "$dir/trace.h5" step) ||

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checkpoints stay global under tensor parallelism: a tp 2 run writes a checkpoint at step 20,
+# Checkpoints stay global under tensor parallelism: a tp 2 run writes a checkpoint at step 10,
 # which resumes at tp 4, at 1x1x1 and at dp 2 x tp 2 with the uninterrupted baseline's losses
-# for steps 21..40.
+# for steps 11..20.
 # Usage: resume_tp.sh MPITRON REPO WORK BASELINE_TRACE
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -17,10 +17,10 @@ for target in "4 --tp 4" "1 --tp 1" "4 --dp 2 --tp 2 --zero 1"; do
   shift
   dir=resumed_$(echo "$*" | tr -d ' -')
   mkdir -p "$dir"
-  cp tp2/trace.h5 tp2/ckpt_20.h5 "$dir/"
+  cp tp2/trace.h5 tp2/ckpt_10.h5 "$dir/"
   # shellcheck disable=SC2086
   mpiexec -n "$ranks" "$MPITRON" train --config "$TINY" --data "$data" $flags "$@" --out "$dir" \
-    --resume "$dir/ckpt_20.h5"
+    --resume "$dir/ckpt_10.h5"
   "$MPITRON" compare "$baseline" "$dir/trace.h5" --rtol 1e-5 || fail "resume at $target differs"
   cmp <(trace_column "$baseline" step) <(trace_column "$dir/trace.h5" step) ||
     fail "resumed trace at $target has a gap or a repeated step"
