@@ -47,7 +47,7 @@ mpitron_cnn_layout_test(resnet pp4_1f1b 4 --pp 4 --schedule 1f1b --micro-batches
 mpitron_cnn_layout_test(resnet pp2_interleaved 2 --pp 2 --schedule interleaved --virtual-stages 3 --micro-batches 4)
 mpitron_cnn_layout_test(resnet dp2_pp2 4 --dp 2 --pp 2 --micro-batches 2)
 
-# 1000 micro-batches through the resnet's 4 stages in bounded memory (1F1B against GPipe).
+# 200 micro-batches through the resnet's 4 stages in bounded memory (1F1B against GPipe).
 add_test(NAME resnet_pipeline_memory
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/pipeline_memory.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resnet_pipeline_memory resnet)
