@@ -23,8 +23,10 @@ FUZZ_SECONDS ?= 30
 # suite's time for no new code. Also left out: the tokenizers against their JavaScript references
 # (bpe_vs_js, wordpiece_vs_js: the whole 4 MB KJV through code that test_bpe_tokenizer and
 # test_wordpiece cover case by case and fuzz_bpe_tokenizer and fuzz_wordpiece fuzz: volume, not new
-# code) and the script lint (shellcheck: none of our compiled code runs).
-SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint
+# code), the script lint (shellcheck: none of our compiled code runs), train_determinism (three
+# plain runs: train_resume runs the same code and more) and pipeline_stage_failure (a SIGKILLed
+# rank ends the job through Open MPI's job control; the pipeline code it runs, other tests run).
+SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \
