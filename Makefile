@@ -53,6 +53,7 @@ help:
 	@echo "make check  build, then the quick tests (label check, a few minutes): the GoogleTest units"
 	@echo "            and one layout per parallel dimension (dp 2, tp 2, pp 2) against the baseline"
 	@echo "make sanitize  clang ASan+UBSan build in $(ASAN_BUILD), then the unit and mpi tests"
+	@echo "            (less SANITIZE_EXCLUDE; each GoogleTest binary runs as one test there)"
 	@echo "make fuzz   the same build's libFuzzer targets: each reader fuzzed $(FUZZ_SECONDS) s"
 	@echo "make deps | build | data | clean"
 	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
