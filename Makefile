@@ -20,8 +20,13 @@ FUZZ_SECONDS ?= 30
 # short runs' code for minutes; the memory-accounting runs (1000 micro-batches, ZeRO at dp 1-4),
 # which repeat the pipeline and ZeRO code the other mpi tests run; and the equivalence matrix
 # (label equivalence), the mpi tests' code at more layouts. Under ASan they would double the
-# suite's time for no new code.
-SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$
+# suite's time for no new code. Also left out: the tokenizers against their JavaScript references
+# (bpe_vs_js, wordpiece_vs_js: the whole 4 MB KJV through code that test_bpe_tokenizer and
+# test_wordpiece cover case by case and fuzz_bpe_tokenizer and fuzz_wordpiece fuzz: volume, not new
+# code), the script lint (shellcheck: none of our compiled code runs), train_determinism (three
+# plain runs: train_resume runs the same code and more) and pipeline_stage_failure (a SIGKILLed
+# rank ends the job through Open MPI's job control; the pipeline code it runs, other tests run).
+SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \
@@ -36,12 +41,19 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OMPI_MCA_mpi_yield_when_idle := 1
 
-.PHONY: help deps build data main test sanitize-build sanitize fuzz clean
+.PHONY: help deps build data main test check sanitize-build sanitize fuzz clean
+
+# When this make started: `make test` reports its whole time (set-up and builds included).
+MAKE_START := $(shell date +%s)
 
 help:
 	@echo "make main   install dependencies, build, fetch the Bible, train $(CONFIG) on $(RANKS) local ranks"
-	@echo "make test   install dependencies, build, run every CTest test"
+	@echo "make test   install dependencies, build, run every CTest test, then sanitize and fuzz;"
+	@echo "            prints the ten slowest tests and each stage's time at the end"
+	@echo "make check  build, then the quick tests (label check, a few minutes): the GoogleTest units"
+	@echo "            and one layout per parallel dimension (dp 2, tp 2, pp 2) against the baseline"
 	@echo "make sanitize  clang ASan+UBSan build in $(ASAN_BUILD), then the unit and mpi tests"
+	@echo "            (less SANITIZE_EXCLUDE; each GoogleTest binary runs as one test there)"
 	@echo "make fuzz   the same build's libFuzzer targets: each reader fuzzed $(FUZZ_SECONDS) s"
 	@echo "make deps | build | data | clean"
 	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
@@ -78,13 +90,32 @@ main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
 	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --schedule $(SCHEDULE) \
 	  --micro-batches $(MICRO) --steps $(STEPS) --out $(RUN) --resume auto
-	/usr/bin/python3 validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
+	$$(tests/find_python.sh h5py matplotlib) validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
 	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
 
+# Each stage's time goes to $(BUILD)/make-test-times.txt; at the end (pass or fail) the ten slowest
+# CTest tests (from ctest's JUnit file, tests/slowest.sh) and every stage's time.
 test: build data
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
-	$(MAKE) --no-print-directory sanitize
-	$(MAKE) --no-print-directory fuzz
+	@rm -f $(BUILD)/make-test-times.txt $(BUILD)/ctest-junit.xml $(ASAN_BUILD)/sanitize-junit.xml; rc=0; \
+	stage() { local name=$$1 t=$$(date +%s) r=0; shift; "$$@" || r=$$?; \
+	  echo "$$name $$(($$(date +%s) - t)) s (exit $$r)" >>$(BUILD)/make-test-times.txt; return $$r; }; \
+	stage ctest bash -c 'cd $(BUILD) && ctest --output-on-failure -j$(JOBS) \
+	  --output-junit ctest-junit.xml $(CTEST_ARGS)' || rc=1; \
+	[[ $$rc != 0 ]] || stage sanitize-build $(MAKE) --no-print-directory sanitize-build || rc=1; \
+	[[ $$rc != 0 ]] || stage sanitize $(MAKE) --no-print-directory sanitize || rc=1; \
+	[[ $$rc != 0 ]] || stage fuzz $(MAKE) --no-print-directory fuzz || rc=1; \
+	echo; echo "ASan+UBSan:"; tests/slowest.sh $(ASAN_BUILD)/sanitize-junit.xml 5 \
+	  "$$(sed -n 's/^sanitize \([0-9]*\) s.*/\1/p' $(BUILD)/make-test-times.txt)"; \
+	echo; echo "ctest in $(BUILD):"; tests/slowest.sh $(BUILD)/ctest-junit.xml 10 \
+	  "$$(sed -n 's/^ctest \([0-9]*\) s.*/\1/p' $(BUILD)/make-test-times.txt)"; \
+	echo "stages:"; sed 's/^/  /' $(BUILD)/make-test-times.txt; \
+	echo "make test: $$(($$(date +%s) - $(MAKE_START))) s in all (set-up and build included)"; \
+	exit $$rc
+
+# The edit-build-test loop: the GoogleTest units and one layout per parallel dimension.
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L check --output-junit check-junit.xml \
+	  $(CTEST_ARGS); rc=$$?; $(CURDIR)/tests/slowest.sh check-junit.xml 5; exit $$rc
 
 # One clang build with ASan+UBSan serves both: the unit and mpi tests, and the libFuzzer targets
 # (its libraries carry the fuzzer's coverage instrumentation too).
@@ -101,7 +132,7 @@ sanitize: sanitize-build
 	  ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	  ctest --output-on-failure -j$(JOBS) -L 'unit|mpi' -LE equivalence \
+	  ctest --output-on-failure -j$(JOBS) -L 'unit|mpi' -LE equivalence --output-junit sanitize-junit.xml \
 	    $(if $(SANITIZE_EXCLUDE),-E '$(SANITIZE_EXCLUDE)')
 
 # libFuzzer: every reader of outside input, FUZZ_SECONDS each (tests/fuzz/README.md).

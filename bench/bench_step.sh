@@ -24,7 +24,7 @@ while getopts "r:t:b:p:o:h" opt; do
     *) sed -n '2,12p' "$0"; exit 2 ;;
   esac
 done
-python=/usr/bin/python3
+python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
 bench="$build/bench/bench_step"
 for b in "$bench" ${previous:+"$previous/bench/bench_step"}; do
   if [[ ! -x $b ]]; then

@@ -58,7 +58,7 @@ for task in testament pairs; do
     tee "$out/$task/eval.txt"
 done
 echo "== summary"
-/usr/bin/python3 - "$out" <<'PY'
+"${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy)}" - "$out" <<'PY'
 import sys, h5py, numpy as np
 out = sys.argv[1]
 times = dict(line.split() for line in open(f"{out}/times.txt"))

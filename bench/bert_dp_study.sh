@@ -28,7 +28,7 @@ done
 shift $((OPTIND - 1))
 out=${1:-$repo/runs/dp_study}
 mpitron=${MPITRON:-$repo/build/mpitron}
-python=/usr/bin/python3  # Debian's h5py and matplotlib
+python=${PYTHON:-$("$repo/tests/find_python.sh" h5py matplotlib numpy || echo python3)}
 
 if [[ ! -x $mpitron ]]; then
   echo "error: no mpitron binary at $mpitron (set MPITRON, or cmake --build build --target" \

@@ -18,7 +18,7 @@ while getopts "r:t:s:b:h" opt; do
     *) sed -n '2,7p' "$0"; exit 2 ;;
   esac
 done
-python=/usr/bin/python3
+python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
 mpitron=$build/mpitron
 [[ -x $mpitron ]] || { echo "error: $mpitron is missing (make build)" >&2; exit 1; }
 $python -c "import torch" 2>/dev/null || { echo "error: $python cannot import torch" >&2; exit 1; }

@@ -21,7 +21,7 @@ while getopts "r:t:b:o:h" opt; do
     *) sed -n '2,10p' "$0"; exit 2 ;;
   esac
 done
-python=/usr/bin/python3
+python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
 bench="$build/bench/bench_conv"
 if [[ ! -x $bench ]]; then
   echo "error: $bench is missing: cmake --build $build --target bench_conv" >&2

@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Table and PNG for bench/dp_scaling.sh: step time, tokens/s and bytes sent per step per rank of
 data-parallel runs, against the theoretical traffic of each --dp-reduce.
 
-Usage: /usr/bin/python3 bench/dp_scaling.py [--warmup 3] [--png PNG] RUN_DIR...
+Usage: $PYTHON bench/dp_scaling.py [--warmup 3] [--png PNG] RUN_DIR...
        (PNG defaults to runs/bench/dp_scaling.png)
 
 Each RUN_DIR holds the trace.h5 of one `mpitron train` run (and, for the exact gradient size, its

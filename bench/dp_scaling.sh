@@ -32,7 +32,7 @@ while getopts "s:w:b:t:c:d:r:k:B:o:p:h" opt; do
   esac
 done
 png=${png:-$out.png}
-python=/usr/bin/python3  # Debian's h5py and matplotlib
+python=${PYTHON:-$("$repo/tests/find_python.sh" h5py matplotlib numpy || echo python3)}
 bin="$build/mpitron"
 if [[ ! -x $bin ]]; then
   echo "error: $bin is missing: cmake --build $build --target mpitron" >&2

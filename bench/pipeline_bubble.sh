@@ -55,7 +55,7 @@ for s in gpipe 1f1b interleaved; do
   "$build/mpitron" schedule --pp "$pp" --micro-batches "$micro" --schedule "$s" \
     --virtual-stages "$v" --png "$out/$s.png" >"$out/$s.schedule.txt"
 done
-/usr/bin/python3 - "$out" "$many" <<'PY'
+"${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy)}" - "$out" "$many" <<'PY'
 import re, statistics, sys, h5py, pathlib
 out, many = pathlib.Path(sys.argv[1]), sys.argv[2]
 mib = lambda b: f"{b / 2**20:.2f}"

@@ -1,7 +1,7 @@
 """PyTorch reference for bench/cnn_step.sh: one training step (forward, backward, AdamW) of the
 CNN presets built from ordinary torch modules (nn.Conv2d, nn.BatchNorm2d over the whole batch,
 max pooling, nn.Linear), on a random batch of 28x28 images; prints the median step time.
-Usage: /usr/bin/python3 bench/torch_cnn_step.py FAMILY --width W [--hidden H | --blocks N]
+Usage: $PYTHON bench/torch_cnn_step.py FAMILY --width W [--hidden H | --blocks N]
        --batch B --steps S --threads T
 """
 

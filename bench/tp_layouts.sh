@@ -36,7 +36,7 @@ for c in "${cases[@]}"; do
       --dropout 0 --out "$run" >"$run.log" 2>&1 || { tail -n 5 "$run.log"; exit 1; }
   done
 done
-/usr/bin/python3 - "$out" <<'PY'
+"${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy)}" - "$out" <<'PY'
 import statistics, sys, h5py, pathlib
 out = pathlib.Path(sys.argv[1])
 

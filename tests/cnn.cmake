@@ -47,7 +47,7 @@ mpitron_cnn_layout_test(resnet pp4_1f1b 4 --pp 4 --schedule 1f1b --micro-batches
 mpitron_cnn_layout_test(resnet pp2_interleaved 2 --pp 2 --schedule interleaved --virtual-stages 3 --micro-batches 4)
 mpitron_cnn_layout_test(resnet dp2_pp2 4 --dp 2 --pp 2 --micro-batches 2)
 
-# 1000 micro-batches through the resnet's 4 stages in bounded memory (1F1B against GPipe).
+# 200 micro-batches through the resnet's 4 stages in bounded memory (1F1B against GPipe).
 add_test(NAME resnet_pipeline_memory
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/pipeline_memory.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resnet_pipeline_memory resnet)
@@ -57,10 +57,10 @@ mpitron_e2e_test(cnn_fashion_mnist cnn.sh unit 600)
 
 # Oracle test (label oracle): both CNN families' logits, loss, every gradient (ghost-group batch
 # norm) and a 5-step training run with its running statistics against the independent PyTorch
-# models in validate/cnn_torch.py (Debian's python3-torch and dataset-fashion-mnist; skipped, exit
-# 77, where either is missing).
+# models in validate/cnn_torch.py (the interpreter tests/python.cmake found with torch, and
+# dataset-fashion-mnist; skipped, exit 77, where either is missing).
 add_test(NAME oracle_cnn
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/validate/cnn_oracle_test.py
+         COMMAND ${MPITRON_ORACLE_PYTHON} ${CMAKE_SOURCE_DIR}/validate/cnn_oracle_test.py
                  --mpitron $<TARGET_FILE:mpitron> --repo ${CMAKE_SOURCE_DIR}
                  --workdir ${CMAKE_BINARY_DIR}/oracle_cnn_work)
 set_tests_properties(oracle_cnn PROPERTIES LABELS oracle ENVIRONMENT "${MPITRON_MPI_ENV}"

@@ -74,21 +74,30 @@ mpitron_layout_test(dp2_pp2_ring 4 --dp 2 --pp 2 --dp-reduce ring --micro-batche
 mpitron_layout_test(tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe --micro-batches 2)
 mpitron_layout_test(dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --schedule 1f1b --zero 1 --micro-batches 2)
 
+# `make check` (label check): the baseline and one layout per parallel dimension, beside the units.
+set_property(TEST equivalence_baseline equivalence_dp2_allreduce equivalence_tp2
+             equivalence_pp2_1f1b_m4 APPEND PROPERTY LABELS check)
+
+# The resume tests start from a layout test's run (the same flags: one run, not two), a fixture.
+set_tests_properties(equivalence_tp2 PROPERTIES FIXTURES_SETUP equivalence_tp2_run)
+set_tests_properties(equivalence_pp2_1f1b_m4 PROPERTIES FIXTURES_SETUP equivalence_pp2_1f1b_m4_run)
+set_tests_properties(equivalence_dp4_zero1 PROPERTIES FIXTURES_SETUP equivalence_dp4_zero1_run)
+
 add_test(NAME equivalence_resume_across_tp_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_tp.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_tp_layouts
-                 ${MPITRON_BASELINE_DIR}/trace.h5)
+                 ${MPITRON_BASELINE_DIR}/trace.h5 ${CMAKE_BINARY_DIR}/e2e/equivalence_tp2/run)
 set_tests_properties(equivalence_resume_across_tp_layouts PROPERTIES LABELS "equivalence;mpi"
                      TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
-                     FIXTURES_REQUIRED equivalence_baseline)
+                     FIXTURES_REQUIRED "equivalence_baseline;equivalence_tp2_run")
 
 add_test(NAME equivalence_resume_across_pp_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_pp.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_pp_layouts
-                 ${MPITRON_BASELINE_DIR}/trace.h5)
+                 ${MPITRON_BASELINE_DIR}/trace.h5 ${CMAKE_BINARY_DIR}/e2e/equivalence_pp2_1f1b_m4/run)
 set_tests_properties(equivalence_resume_across_pp_layouts PROPERTIES LABELS "equivalence;mpi"
                      TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
-                     FIXTURES_REQUIRED equivalence_baseline)
+                     FIXTURES_REQUIRED "equivalence_baseline;equivalence_pp2_1f1b_m4_run")
 
 # A vocabulary tp does not divide (257): padded to 258 at tp 2 and 260 at tp 4, never changing
 # the loss, against its own 1x1x1 baseline.
@@ -112,10 +121,10 @@ endforeach()
 add_test(NAME equivalence_resume_across_layouts
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/resume_layout.sh $<TARGET_FILE:mpitron>
                  ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/resume_across_layouts
-                 ${MPITRON_BASELINE_DIR}/trace.h5)
+                 ${MPITRON_BASELINE_DIR}/trace.h5 ${CMAKE_BINARY_DIR}/e2e/equivalence_dp4_zero1/run)
 set_tests_properties(equivalence_resume_across_layouts PROPERTIES LABELS "equivalence;mpi"
                      TIMEOUT 300 ENVIRONMENT "${MPITRON_MPI_ENV}"
-                     FIXTURES_REQUIRED equivalence_baseline)
+                     FIXTURES_REQUIRED "equivalence_baseline;equivalence_dp4_zero1_run")
 
 add_test(NAME bad_layout
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bad_layout.sh $<TARGET_FILE:mpitron>

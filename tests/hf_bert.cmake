@@ -2,10 +2,10 @@
 # validate/hf_bert_oracle_test.py (BertForPreTraining with gamma/beta names and vocab.txt, a BF16
 # masked LM without prefix, a BertForSequenceClassification), imported, evaluated against the
 # PyTorch model (logits and loss to 1e-5); export -> import bitwise, train --init-from (1 rank and
-# tp 2), and one clear error line per bad model. Exit 77 (skipped) where /usr/bin/python3 lacks
-# torch or h5py. About 25 s.
+# tp 2), and one clear error line per bad model. Exit 77 (skipped) where no python imports
+# torch and h5py (tests/python.cmake). About 25 s.
 add_test(NAME oracle_hf_bert_import
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/validate/hf_bert_oracle_test.py
+         COMMAND ${MPITRON_ORACLE_PYTHON} ${CMAKE_SOURCE_DIR}/validate/hf_bert_oracle_test.py
                  --mpitron $<TARGET_FILE:mpitron> --workdir ${CMAKE_BINARY_DIR}/hf_bert_oracle_work)
 set_tests_properties(oracle_hf_bert_import PROPERTIES LABELS oracle ENVIRONMENT
                      "${MPITRON_MPI_ENV}" TIMEOUT 300 SKIP_RETURN_CODE 77)

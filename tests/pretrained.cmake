@@ -3,7 +3,7 @@
 # errors) and the oracle (imported logits against PyTorch; exit 77 where torch is missing).
 mpitron_e2e_test(pretrained_import_export pretrained.sh unit 300)
 add_test(NAME oracle_hf_import
-         COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/validate/hf_oracle_test.py
+         COMMAND ${MPITRON_ORACLE_PYTHON} ${CMAKE_SOURCE_DIR}/validate/hf_oracle_test.py
                  --mpitron $<TARGET_FILE:mpitron> --workdir ${CMAKE_BINARY_DIR}/hf_oracle_work)
 set_tests_properties(oracle_hf_import PROPERTIES LABELS oracle ENVIRONMENT "${MPITRON_MPI_ENV}"
                      TIMEOUT 180 SKIP_RETURN_CODE 77)

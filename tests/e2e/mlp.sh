@@ -12,7 +12,7 @@ fi
 MLP=$REPO/configs/mlp-fmnist.toml
 args=(train --config "$MLP" --steps 600 --ckpt-every 200 --eval-every 100 --log-every 100)
 "$MPITRON" "${args[@]}" --out full
-/usr/bin/python3 - full/trace.h5 <<'PY'
+"$PYTHON" - full/trace.h5 <<'PY'
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     loss, acc = f["trace/loss"][:], f["trace/val_accuracy"][:]

@@ -19,7 +19,7 @@ grep -q "cpu bf16, gemm" bf16.log || fail "the run does not say it is bf16: $(ca
 grep -q "cpu fp16 (loss scale from 2^16)" fp16.log || fail "fp16 without its loss scale"
 "$MPITRON" compare fp32/trace.h5 bf16/trace.h5 --rtol 0.00390625 || fail "bf16 strays from fp32"
 "$MPITRON" compare fp32/trace.h5 fp16/trace.h5 --rtol 0.00048828125 || fail "fp16 strays from fp32"
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py
 for p in ("fp32", "bf16", "fp16"):
     with h5py.File(f"{p}/trace.h5", "r") as f:
@@ -48,7 +48,7 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --precision bf16 --dp 2 --zero 1 --
   --out overflow >overflow.log
 grep -q "step 1: gradients overflowed at loss scale 2^32: step skipped, scale now 2^31" \
   overflow.log || fail "no skipped-step line: $(cat overflow.log)"
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import math
 import h5py
 with h5py.File("overflow/trace.h5", "r") as f:

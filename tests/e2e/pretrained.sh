@@ -4,11 +4,11 @@
 # imported parameters at 1 rank and at tp 2, and trains; bad models give one clear error line.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3
-$PY -c 'import torch, h5py, numpy' 2>/dev/null || {
-  echo "SKIP: /usr/bin/python3 lacks torch, h5py or numpy"
+PY=$TORCH_PYTHON
+if [[ -z $PY ]] || ! $PY -c 'import torch, h5py, numpy' 2>/dev/null; then
+  echo "SKIP: no python imports torch, h5py and numpy (TORCH_PYTHON='$PY'; tests/python.cmake)"
   exit 77
-}
+fi
 data=$(corpus)
 
 # A random GPT-2 (2 layers, width 64, odd vocabulary 301) in several HF layouts.

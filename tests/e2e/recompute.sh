@@ -15,7 +15,7 @@ done
 "$MPITRON" compare one_none/trace.h5 one_block/trace.h5 --rtol 0 || fail "recompute changed the losses"
 "$MPITRON" compare pp_none/trace.h5 pp_block/trace.h5 --rtol 0 ||
   fail "recompute changed the pipeline's losses"
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py
 def peak(run):
     with h5py.File(f"{run}/trace.h5", "r") as f:

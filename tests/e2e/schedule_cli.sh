@@ -32,7 +32,7 @@ grep -q "^timeline: interleaved.png$" interleaved.txt || fail "no 'timeline: int
 [[ -s interleaved.png ]] || fail "--png wrote no file"
 [[ $(head -c 8 interleaved.png | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
   fail "interleaved.png does not start with the PNG signature"
-/usr/bin/python3 - <<'PY' || fail "interleaved.png is not a complete PNG"
+"$PYTHON" - <<'PY' || fail "interleaved.png is not a complete PNG"
 import struct, zlib
 data = open("interleaved.png", "rb").read()
 pos, chunks = 8, []

@@ -14,7 +14,7 @@ head -c 300000 "$data" >small.txt
 
 "$MPITRON" tokenize --tokenizer "$tok" --in small.txt --out small.h5 | tee tokenize.log
 grep -q "^wrote small.h5: .* tokens (uint16) from 300000 bytes" tokenize.log || fail "no summary line"
-/usr/bin/python3 - <<'PY' || fail "token file attributes"
+"$PYTHON" - <<'PY' || fail "token file attributes"
 import h5py, os
 with h5py.File("small.h5", "r") as f:
     a = f.attrs
@@ -41,7 +41,7 @@ tail -c 60000 small.txt >val.txt
 [[ $(grep -o '^val_loss [0-9.]*' eval_text.log) == $(grep -o '^val_loss [0-9.]*' eval_text2.log) ]] ||
   fail "eval differs with and without --tokenizer"
 loss=$(grep -o '^val_loss [0-9.]*' eval_text.log | cut -d' ' -f2)
-/usr/bin/python3 -c "import sys; sys.exit(not 5 < float(sys.argv[1]) < 12)" "$loss" ||
+"$PYTHON" -c "import sys; sys.exit(not 5 < float(sys.argv[1]) < 12)" "$loss" ||
   fail "val_loss $loss is not that of BPE tokens (ln 50257 = 10.8 untrained)"
 
 "$MPITRON" generate --ckpt $ckpt --prompt "In the beginning" --tokens 8 --temperature 0 >gen.txt
@@ -62,7 +62,7 @@ expect_error "cannot create" "$MPITRON" tokenize --tokenizer "$tok" --in small.t
 expect_error "not a token file" "$MPITRON" train --config "$TINY" "${bpe[@]}" --data $ckpt "${small[@]}" --out ckpt_data
 expect_error "does not exist" "$MPITRON" generate --ckpt $ckpt --tokens 2 --tokenizer nowhere
 cp small.h5 broken.h5
-/usr/bin/python3 -c "
+"$PYTHON" -c "
 import h5py
 with h5py.File('broken.h5', 'r+') as f: f['tokens'][5] = (int(f['tokens'][5]) + 1) % 50257"
 expect_error "broken.h5 is corrupt" "$MPITRON" train --config "$TINY" "${bpe[@]}" --data broken.h5 "${small[@]}" --out broken

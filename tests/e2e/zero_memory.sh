@@ -11,7 +11,7 @@ run() {  # run NAME RANKS ZERO
 }
 run z0_dp1 1 0
 for z in 0 1 2; do for dp in 2 4; do run z${z}_dp$dp $dp $z; done; done
-/usr/bin/python3 - <<'PY'
+"$PYTHON" - <<'PY'
 import h5py
 def peak(name):
     with h5py.File(f"{name}/trace.h5", "r") as f:

@@ -251,6 +251,8 @@ wait_job() {
 slurm_test_setup() {
   MPITRON=$(realpath "$1")
   REPO=$(realpath "$2")
+  # The Python that imports h5py and numpy: from CTest (tests/python.cmake), else the same search.
+  export PYTHON=${PYTHON:-$("$REPO/tests/find_python.sh" h5py numpy || echo python3)}
   WORK=$3
   rm -rf "$WORK"
   mkdir -p "$WORK"
@@ -261,7 +263,7 @@ slurm_test_setup() {
     CORPUS=$REPO/data/kjv.txt
   else # a bare checkout: a synthetic text does as well for these tests
     CORPUS=$WORK/corpus.txt
-    /usr/bin/python3 -c "
+    "$PYTHON" -c "
 import random
 r = random.Random(7)
 words = 'and the of to in that he shall unto for i his a lord they be is him not them it with all'.split()
@@ -276,7 +278,7 @@ print('\n'.join(' '.join(r.choice(words) for _ in range(12)) + '.' for _ in rang
 check_trace() {
   [[ -f $1/trace.h5 ]] || fail "$1/trace.h5 is missing"
   [[ -f $1/ckpt_$2.h5 ]] || fail "$1/ckpt_$2.h5 is missing"
-  /usr/bin/python3 - "$1/trace.h5" "$2" <<'PY' || fail "$1/trace.h5 is not steps 1..$2"
+  "$PYTHON" - "$1/trace.h5" "$2" <<'PY' || fail "$1/trace.h5 is not steps 1..$2"
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
     steps = [int(s) for s in f["trace/step"][:]]
@@ -291,7 +293,7 @@ PY
 
 # trace_attr TRACE NAME: a root attribute of a trace (layout.dp, ...).
 trace_attr() {
-  /usr/bin/python3 -c "
+  "$PYTHON" -c "
 import sys, h5py
 v = h5py.File(sys.argv[1], 'r').attrs[sys.argv[2]]
 print(v.decode() if isinstance(v, bytes) else v)" "$1" "$2"

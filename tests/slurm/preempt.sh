@@ -77,7 +77,7 @@ for name in mpirun srun; do
   check_trace "$run" $steps
   "$MPITRON" compare "$WORK/reference/trace.h5" "$run/trace.h5" --rtol 0 ||
     fail "$name: losses differ from the uninterrupted run"
-  /usr/bin/python3 - "$WORK/reference/trace.h5" "$run/trace.h5" <<'PY' || fail "$name: losses differ bitwise"
+  "$PYTHON" - "$WORK/reference/trace.h5" "$run/trace.h5" <<'PY' || fail "$name: losses differ bitwise"
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r")["trace/loss"][:] for p in sys.argv[1:])
 assert a.shape == b.shape and np.array_equal(a.view(np.uint32 if a.dtype == np.float32 else np.uint64),

@@ -12,7 +12,7 @@ slurm_test_setup "$1" "$2" "$3"
 [[ -f $build/CTestTestfile.cmake ]] || fail "$build has no CTestTestfile.cmake"
 cluster_start
 
-export BUILD=$build PYTHON=/usr/bin/python3
+export BUILD=$build PYTHON
 run=$WORK/validate
 mkdir -p "$run" "$WORK/none"
 id=$(RUN=$run CTEST_ARGS="-R ^equivalence_dp2_allreduce\$" sbatch --parsable \
