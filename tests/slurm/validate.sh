@@ -29,7 +29,7 @@ grep -q "^100% tests passed, 0 tests failed out of 2" "$run/summary.txt" ||
   fail "summary.txt does not report the 2 tests (baseline + dp2)"
 grep -q "equivalence_baseline .*Passed" "$run/ctest.log" || fail "the baseline did not run"
 grep -q "equivalence_dp2_allreduce .*Passed" "$run/ctest.log" || fail "dp2 did not run"
-grep -Eq "^  equivalence_dp2_allreduce +[0-9.e+-]+ \(40\)" "$run/summary.txt" ||
+grep -Eq "^  equivalence_dp2_allreduce +[0-9.e+-]+ \(20\)" "$run/summary.txt" ||
   fail "summary.txt has no loss difference for dp2"
 grep -q "^plot: equivalence.png (2 traces)" "$run/summary.txt" || fail "no plot in summary.txt"
 [[ $(head -c 8 "$run/equivalence.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
