@@ -1,11 +1,10 @@
 // One check macro per CUDA library: a failing call prints "[rank r] file:line call: reason" and
 // aborts the whole job (fail_at, base/check.hpp). NCCL_CHECK lives in comm/nccl/nccl_comm.hpp.
 #pragma once
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "base/check.hpp"
+#include "base/cublas_library.hpp"
 
 #define CUDA_CHECK(call)                                                                  \
   do {                                                                                    \
@@ -15,11 +14,12 @@
   } while (0)
 
 // cuBLAS and cuBLASLt share cublasStatus_t.
-#define CUBLAS_CHECK(call)                                                                     \
-  do {                                                                                         \
-    const cublasStatus_t cublas_check_err_ = (call);                                           \
-    if (cublas_check_err_ != CUBLAS_STATUS_SUCCESS)                                            \
-      ::mpitron::fail_at(__FILE__, __LINE__, #call, cublasGetStatusString(cublas_check_err_)); \
+#define CUBLAS_CHECK(call)                                                                       \
+  do {                                                                                           \
+    const cublasStatus_t cublas_check_err_ = (call);                                             \
+    if (cublas_check_err_ != CUBLAS_STATUS_SUCCESS)                                              \
+      ::mpitron::fail_at(__FILE__, __LINE__, #call,                                              \
+                         ::mpitron::cublas::library().cublasGetStatusString(cublas_check_err_)); \
   } while (0)
 
 // A launch's configuration errors show at the launch, not at the next synchronisation.

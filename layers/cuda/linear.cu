@@ -71,10 +71,10 @@ struct LtPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   void destroy_descriptors() {  // errors ignored: host-side descriptors only
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (d) cublas::library().cublasLtMatrixLayoutDestroy(d);
+    if (b) cublas::library().cublasLtMatrixLayoutDestroy(b);
+    if (a) cublas::library().cublasLtMatrixLayoutDestroy(a);
+    if (op) cublas::library().cublasLtMatmulDescDestroy(op);
     op = nullptr;
     a = b = d = nullptr;
   }
@@ -105,8 +105,8 @@ struct BlasHandles {
     const bool switch_device = cudaGetDevice(&current) == cudaSuccess && current != device;
     if (switch_device) cudaSetDevice(device);  // destroy each resource on its own device
     for (LtPlan& p : plans) p.release();
-    if (blas) cublasDestroy(blas);
-    if (lt) cublasLtDestroy(lt);
+    if (blas) cublas::library().cublasDestroy(blas);
+    if (lt) cublas::library().cublasLtDestroy(lt);
     if (workspace_done) cudaEventDestroy(workspace_done);
     if (workspace) cudaFree(workspace);
     if (switch_device) cudaSetDevice(current);
@@ -126,10 +126,11 @@ BlasHandles& handles() {
   if (h.device != device) {
     h.release();
     h.device = device;
-    CUBLAS_CHECK(cublasCreate(&h.blas));
+    CUBLAS_CHECK(cublas::library().cublasCreate(&h.blas));
     // No TF32 (true fp32 products); split-k partial sums kept in fp32 for bf16/f16 outputs.
-    CUBLAS_CHECK(cublasSetMathMode(h.blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-    CUBLAS_CHECK(cublasLtCreate(&h.lt));
+    CUBLAS_CHECK(cublas::library().cublasSetMathMode(
+        h.blas, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    CUBLAS_CHECK(cublas::library().cublasLtCreate(&h.lt));
     CUDA_CHECK(cudaMalloc(&h.workspace, kLtWorkspaceBytes));
     CUDA_CHECK(cudaEventCreateWithFlags(&h.workspace_done, cudaEventDisableTiming));
   }
@@ -147,10 +148,10 @@ template <class T, class CT>
 void gemm(cudaStream_t s, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
           const T* A, int lda, const T* B, int ldb, float alpha, float beta, CT* C, int ldc) {
   cublasHandle_t h = handles().blas;
-  CUBLAS_CHECK(cublasSetStream(h, s));
-  CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, data_type<T>(), lda, B, data_type<T>(),
-                            ldb, &beta, C, data_type<CT>(), ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublas::library().cublasSetStream(h, s));
+  CUBLAS_CHECK(cublas::library().cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, data_type<T>(), lda, B,
+                                              data_type<T>(), ldb, &beta, C, data_type<CT>(), ldc,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // The plan for (T, e, N, IC, OC): from this thread's cache, else built and the heuristic asked.
@@ -168,50 +169,56 @@ LtPlan& lt_plan(BlasHandles& h, Epilogue e, int N, int IC, int OC) {
   p.IC = IC;
   p.OC = OC;
 
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                                &ta, sizeof ta));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                                &tb, sizeof tb));
   const cublasLtEpilogue_t epilogue = lt_epilogue(e);
-  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                              sizeof epilogue));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                                &epilogue, sizeof epilogue));
   // The heuristic reads the bias and aux pointers' alignment: show it one aligned to exactly
   // kLtAlign (never dereferenced), the least any call passes with.
   const void* probe = static_cast<const char*>(h.workspace) + kLtAlign;
   if (has_bias(e))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
-                                                sizeof probe));
+    CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe, sizeof probe));
   if (has_gelu(e)) {
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &probe, sizeof probe));
+    CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &probe, sizeof probe));
     const int64_t aux_ld = OC;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                                sizeof aux_ld));
+    CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
   }
   const cudaDataType_t t = data_type<T>();
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, t, uint64_t(IC), uint64_t(OC), int64_t(IC)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, t, uint64_t(IC), uint64_t(N), int64_t(IC)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, t, uint64_t(OC), uint64_t(N), int64_t(OC)));
+  CUBLAS_CHECK(cublas::library().cublasLtMatrixLayoutCreate(&p.a, t, uint64_t(IC), uint64_t(OC),
+                                                            int64_t(IC)));
+  CUBLAS_CHECK(cublas::library().cublasLtMatrixLayoutCreate(&p.b, t, uint64_t(IC), uint64_t(N),
+                                                            int64_t(IC)));
+  CUBLAS_CHECK(cublas::library().cublasLtMatrixLayoutCreate(&p.d, t, uint64_t(OC), uint64_t(N),
+                                                            int64_t(OC)));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kLtWorkspaceBytes;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &ws, sizeof ws));
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
   // Split-k partial sums only in fp32 in the workspace (not in a bf16/f16 output).
   const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+  CUBLAS_CHECK(cublas::library().cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction));
   const uint32_t align = uint32_t(kLtAlign);  // the default assumes 256
   for (const cublasLtMatmulPreferenceAttributes_t attr :
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
+    CUBLAS_CHECK(
+        cublas::library().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
   cublasLtMatmulHeuristicResult_t result{};
   int count = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &count);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t st = cublas::library().cublasLtMatmulAlgoGetHeuristic(
+      h.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &result, &count);
+  cublas::library().cublasLtMatmulPreferenceDestroy(pref);
   p.found = st == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS &&
             result.workspaceSize <= kLtWorkspaceBytes;
   if (p.found)
@@ -236,17 +243,17 @@ bool lt_forward(T* out, T* pre, const T* inp, const T* weight, const T* bias, in
   LtPlan& p = lt_plan<T>(h, e, N, IC, OC);
   if (!p.found) return false;
   if (has_bias(e))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
+    CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   if (has_gelu(e))
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &pre, sizeof pre));
+    CUBLAS_CHECK(cublas::library().cublasLtMatmulDescSetAttribute(
+        p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
   if (h.workspace_used && s != h.workspace_stream)
     CUDA_CHECK(cudaStreamWaitEvent(s, h.workspace_done, 0));
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t st =
-      cublasLtMatmul(h.lt, p.op, &alpha, weight, p.a, inp, p.b, &beta, out, p.d, out, p.d, &p.algo,
-                     h.workspace, kLtWorkspaceBytes, s);
+      cublas::library().cublasLtMatmul(h.lt, p.op, &alpha, weight, p.a, inp, p.b, &beta, out, p.d,
+                                       out, p.d, &p.algo, h.workspace, kLtWorkspaceBytes, s);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // refused before launching: never tried again
     p.found = false;
     return false;

@@ -23,9 +23,24 @@ using namespace mpitron;
 namespace {
 
 int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  int up = 0, r = 0;
+  MPI_Initialized(&up);
+  if (up) MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
+}
+
+// Commands that read files on one process and start no MPI: a singleton MPI_Init (which starts
+// Open MPI's runtime daemon) costs about 0.5 s, more than the command itself.
+bool needs_mpi(int argc, char** argv) {
+  if (argc < 2) return true;
+  const std::string command = argv[1];
+  return command != "compare" && command != "info";
+}
+
+void finalize_mpi() {
+  int up = 0;
+  MPI_Initialized(&up);
+  if (up) MPI_Finalize();
 }
 
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.
@@ -52,7 +67,7 @@ int main(int argc, char** argv) {
     setenv("OPENBLAS_CORETYPE", kernels, 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then go on with the slow kernels
   }
-  MPI_Init(&argc, &argv);
+  if (needs_mpi(argc, argv)) MPI_Init(&argc, &argv);
   spdlog::set_pattern("[%H:%M:%S] %v");
   const int rank = world_rank();
   int rc = 0;
@@ -295,7 +310,7 @@ int main(int argc, char** argv) {
           dynamic_cast<const CLI::ExtrasError*>(&e) ? unexpected_arguments(app, argc, argv) : "";
       if (rank == 0 && unknown.empty()) app.exit(e);
       if (rank == 0 && !unknown.empty()) fmt::print(stderr, "error: {} (see --help)\n", unknown);
-      MPI_Finalize();
+      finalize_mpi();
       return e.get_exit_code() == 0 ? 0 : 1;
     }
 
@@ -330,8 +345,11 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "[rank %d] error: %s\n", rank, e.what());
     std::fflush(stderr);
+    int up = 0;
+    MPI_Initialized(&up);
+    if (!up) return 1;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  MPI_Finalize();
+  finalize_mpi();
   return rc;
 }
