@@ -5,6 +5,18 @@
 #include <cstdio>
 #include <cstdlib>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MPITRON_LEAK_CHECK 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define MPITRON_LEAK_CHECK 1
+#endif
+#ifdef MPITRON_LEAK_CHECK
+#include <sanitizer/lsan_interface.h>
+#endif
+
 namespace mpitron {
 
 int message_rank() {
@@ -26,6 +38,23 @@ void fail_at(const char* file, int line, const std::string& call, const std::str
   MPI_Finalized(&down);
   if (up && !down) MPI_Abort(MPI_COMM_WORLD, 2);
   std::abort();
+}
+
+void init_mpi(int* argc, char*** argv) {
+#ifdef MPITRON_LEAK_CHECK
+  __lsan::ScopedDisabler not_leaks;
+#endif
+  MPI_Init(argc, argv);
+}
+
+void finalize_mpi() {
+#ifdef MPITRON_LEAK_CHECK
+  __lsan_do_leak_check();  // exits with the report on a leak; later checks (at exit) are no-ops
+#endif
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (up && !down) MPI_Finalize();
 }
 
 }  // namespace mpitron

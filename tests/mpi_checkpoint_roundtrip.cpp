@@ -168,7 +168,7 @@ void check_file(const std::string& path, const Attributes& root,
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_CHECK(MPI_Init(&argc, &argv));
+  mpitron::init_mpi(&argc, &argv);
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
   const fs::path dir =
@@ -207,6 +207,6 @@ int main(int argc, char** argv) {
   }
 
   const int status = mpi_test_finish("mpi_checkpoint_roundtrip", run);
-  MPI_CHECK(MPI_Finalize());
+  mpitron::finalize_mpi();
   return status;
 }

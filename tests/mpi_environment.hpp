@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "base/check.hpp"
+
 namespace mpitron::testing {
 
 class MpiEnvironment : public ::testing::Environment {
@@ -11,13 +13,9 @@ class MpiEnvironment : public ::testing::Environment {
   void SetUp() override {
     int up = 0;
     MPI_Initialized(&up);
-    if (!up) MPI_Init(nullptr, nullptr);
+    if (!up) init_mpi(nullptr, nullptr);
   }
-  void TearDown() override {
-    int down = 0;
-    MPI_Finalized(&down);
-    if (!down) MPI_Finalize();
-  }
+  void TearDown() override { finalize_mpi(); }
 };
 
 }  // namespace mpitron::testing

@@ -371,7 +371,7 @@ void test_crossentropy(Group& g, int V) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_CHECK(MPI_Init(&argc, &argv));
+  mpitron::init_mpi(&argc, &argv);
   int p = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &p));
@@ -395,6 +395,6 @@ int main(int argc, char** argv) {
     }
     g_failures = static_cast<int>(failed);
   }
-  MPI_CHECK(MPI_Finalize());
+  mpitron::finalize_mpi();
   return g_failures == 0 ? 0 : 1;
 }

@@ -256,7 +256,7 @@ void check_model(comm::Grid& grid) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_CHECK(MPI_Init(&argc, &argv));
+  mpitron::init_mpi(&argc, &argv);
   int p = 0;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &p));
@@ -270,6 +270,6 @@ int main(int argc, char** argv) {
       std::printf("mpi_tp_bert at tp %d: %s\n", p,
                   g_failures == 0 ? "all checks passed" : "FAILED");
   }
-  MPI_CHECK(MPI_Finalize());
+  mpitron::finalize_mpi();
   return g_failures == 0 ? 0 : 1;
 }

@@ -165,7 +165,7 @@ void read_and_check(const std::string& path, const Layout& l, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_CHECK(MPI_Init(&argc, &argv));
+  mpitron::init_mpi(&argc, &argv);
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
   const fs::path dir =
@@ -209,6 +209,6 @@ int main(int argc, char** argv) {
   }
 
   const int status = mpi_test_finish("mpi_tp_checkpoint", run);
-  MPI_CHECK(MPI_Finalize());
+  mpitron::finalize_mpi();
   return status;
 }

@@ -1,7 +1,8 @@
 # The Slurm path (jobs/, Makefile.slurm) under test. Label `slurm`: each test starts its own
 # single-node Slurm cluster on this machine (tests/slurm/cluster.sh: munged, slurmctld, slurmd in a
 # temporary folder, torn down after) and skips (77) with the reason where Slurm cannot start.
-# One cluster at a time: RUN_SERIAL here, and a lock file across concurrent ctest runs.
+# One cluster at a time: a resource lock here (other tests run beside it), and a lock file across
+# concurrent ctest runs.
 # Label `unit`: shellcheck and the other static checks of the scripts.
 
 # mpitron_slurm_test(name script [extra arguments...])
@@ -10,7 +11,7 @@ function(mpitron_slurm_test name script)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/${script} $<TARGET_FILE:mpitron>
                    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/slurm/${name} ${ARGN})
   set_tests_properties(slurm_${name} PROPERTIES LABELS slurm TIMEOUT 300
-                       ENVIRONMENT "${MPITRON_MPI_ENV}" SKIP_RETURN_CODE 77 RUN_SERIAL TRUE
+                       ENVIRONMENT "${MPITRON_MPI_ENV}" SKIP_RETURN_CODE 77
                        RESOURCE_LOCK slurm_cluster)
 endfunction()
 

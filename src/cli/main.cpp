@@ -37,12 +37,6 @@ bool needs_mpi(int argc, char** argv) {
   return command != "compare" && command != "info";
 }
 
-void finalize_mpi() {
-  int up = 0;
-  MPI_Initialized(&up);
-  if (up) MPI_Finalize();
-}
-
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.
 std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
   const CLI::App* sub = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
@@ -67,7 +61,7 @@ int main(int argc, char** argv) {
     setenv("OPENBLAS_CORETYPE", kernels, 1);
     execv("/proc/self/exe", argv);  // returns only on failure: then go on with the slow kernels
   }
-  if (needs_mpi(argc, argv)) MPI_Init(&argc, &argv);
+  if (needs_mpi(argc, argv)) init_mpi(&argc, &argv);
   spdlog::set_pattern("[%H:%M:%S] %v");
   const int rank = world_rank();
   int rc = 0;

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR\n", argv[0]);
     return 2;
   }
-  MPI_Init(&argc, &argv);
+  mpitron::init_mpi(&argc, &argv);
   const fs::path out = argv[1];
   fs::create_directories(out / "checkpoint");
   fs::create_directories(out / "trace");
@@ -88,6 +88,6 @@ int main(int argc, char** argv) {
   const std::string tokens = (out / "text_data" / "tokens.h5").string();
   fs::create_directories(out / "text_data");
   write_token_file(tokens, ids, info);
-  MPI_Finalize();
+  mpitron::finalize_mpi();
   return 0;
 }
