@@ -94,14 +94,24 @@ main: build data
 	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
 
 # Each stage's time goes to $(BUILD)/make-test-times.txt; at the end (pass or fail) the ten slowest
-# CTest tests (from ctest's JUnit file, tests/slowest.sh) and every stage's time.
+# CTest tests (from ctest's JUnit file, tests/slowest.sh) and every stage's time. The sanitizer
+# build runs beside ctest at the lowest priority (nice 19): it takes the CPU time ctest leaves idle
+# (its runs wait on each other, on sleeps and on Slurm) and little else; it ends at full speed.
 test: build data
 	@rm -f $(BUILD)/make-test-times.txt $(BUILD)/ctest-junit.xml $(ASAN_BUILD)/sanitize-junit.xml; rc=0; \
+	echo "set-up and build $$(($$(date +%s) - $(MAKE_START))) s" >>$(BUILD)/make-test-times.txt; \
 	stage() { local name=$$1 t=$$(date +%s) r=0; shift; "$$@" || r=$$?; \
 	  echo "$$name $$(($$(date +%s) - t)) s (exit $$r)" >>$(BUILD)/make-test-times.txt; return $$r; }; \
+	mkdir -p $(ASAN_BUILD); rm -f $(ASAN_BUILD)/build.rc; \
+	setsid bash -c 'nice -n 19 $(MAKE) --no-print-directory sanitize-build >$(ASAN_BUILD)/build.log 2>&1; \
+	  echo $$? >$(ASAN_BUILD)/build.rc' & asan=$$!; \
 	stage ctest bash -c 'cd $(BUILD) && ctest --output-on-failure -j$(JOBS) \
 	  --output-junit ctest-junit.xml $(CTEST_ARGS)' || rc=1; \
-	[[ $$rc != 0 ]] || stage sanitize-build $(MAKE) --no-print-directory sanitize-build || rc=1; \
+	if [[ $$rc != 0 ]]; then kill -- -$$asan 2>/dev/null; wait $$asan; else \
+	  t=$$(date +%s); wait $$asan; r=$$(cat $(ASAN_BUILD)/build.rc 2>/dev/null || echo 1); \
+	  echo "sanitize-build (beside ctest) $$(($$(date +%s) - t)) s after it (exit $$r)" \
+	    >>$(BUILD)/make-test-times.txt; \
+	  [[ $$r == 0 ]] || { tail -n 30 $(ASAN_BUILD)/build.log; rc=1; }; fi; \
 	[[ $$rc != 0 ]] || stage sanitize $(MAKE) --no-print-directory sanitize || rc=1; \
 	[[ $$rc != 0 ]] || stage fuzz $(MAKE) --no-print-directory fuzz || rc=1; \
 	echo; echo "ASan+UBSan:"; tests/slowest.sh $(ASAN_BUILD)/sanitize-junit.xml 5 \
@@ -122,7 +132,7 @@ check: build
 sanitize-build: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-	  -DMPITRON_SANITIZE=ON -DMPITRON_FUZZ=ON -DMPITRON_CUDA=OFF >/dev/null
+	  -DMPITRON_SANITIZE=ON -DMPITRON_FUZZ=ON -DMPITRON_CUDA=OFF -DMPITRON_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
 # Any UBSan finding fails its test; LSan checks before MPI_Finalize (finalize_mpi, base/check.hpp)
