@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   how.alloc = &alloc;
   GptModel model(cfg, how);
   GradStorage grads = GradStorage::full(model, alloc);
-  const StepBackend& ops = step_backend("cpu");
+  const StepBackend& ops = step_backend(Device::cpu);
   Buffer<float> m(alloc, model.flat_size), v(alloc, model.flat_size);
   std::vector<int32_t> tokens(size_t(batch) * (seq + 1));
   std::mt19937_64 rng(seed);
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   const float dloss = 1.0f / float(batch * seq);
   int64_t t = 0;
   double last_loss = 0;
+  const std::vector<AdamWTensor> tensors = adamw_tensors(model.registry);
   auto step = [&] {
     MicroBatch mb;
     mb.samples = {tokens.data(), nullptr, nullptr, batch};
@@ -109,7 +110,7 @@ int main(int argc, char** argv) {
     const double norm = std::sqrt(ops.sum_of_squares(grads.data.data(), model.flat_size));
     const float scale = norm > clip ? float(clip / (norm + 1e-6)) : 1.0f;
     ops.adamw_update(
-        model.registry,
+        tensors,
         {0, model.flat_size, model.params.data(), 0, grads.data.data(), 0, m.data(), v.data(), 0},
         acfg, lr, scale, ++t);
   };

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "base/check.hpp"
 #include "comm/grid.hpp"
 #include "comm/group.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
-#include "base/check.hpp"
 
 namespace {
 

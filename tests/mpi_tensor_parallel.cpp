@@ -16,7 +16,7 @@
 #include "comm/group.hpp"
 #include "comm/mpi_check.hpp"
 #include "layers/crossentropy.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/linear.hpp"
 #include "src/model/tensor_parallel.hpp"
 
@@ -271,8 +271,8 @@ void test_embedding(Group& g, int V) {
             dwpe_0 = randn(size_t(maxT) * C, 25);
 
   Vec out(size_t(N) * C), dwte = dwte_0, dwpe = dwpe_0;
-  cpu::encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
 
   // This rank's rows of wte; rows past the vocabulary are NaN padding and must never be read.
   Vec wtel(size_t(Vl) * C, kNaN), dwtel(size_t(Vl) * C, 7.0f);

@@ -21,11 +21,13 @@
 #include "base/gemm.hpp"
 #include "comm/grid.hpp"
 #include "comm/mpi_check.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/bert.hpp"
 #include "src/model/family.hpp"
 #include "src/model/transformer_block.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/step_backend.hpp"
 #include "tests/mpi_expect.hpp"
 
 using namespace mpitron;
@@ -212,7 +214,7 @@ void check_model(comm::Grid& grid) {
       fwd = b1 - b0;
       bwd = grid.tp.bytes_sent - b1;
     }
-    cpu::adamw_update(t.model->registry,
+    cpu::adamw_update(adamw_tensors(t.model->registry),
                       {0, t.model->flat_size, t.model->params.data(), 0, t.grads.data.data(), 0,
                        t.m.data(), t.v.data(), 0},
                       AdamWConfig{}, 1e-2, 1.0f, s);

@@ -14,13 +14,15 @@
 #include <memory>
 #include <vector>
 
+#include "base/gemm.hpp"
 #include "comm/grid.hpp"
 #include "comm/mpi_check.hpp"
-#include "base/gemm.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/step_backend.hpp"
 #include "tests/mpi_expect.hpp"
 
 using namespace mpitron;
@@ -76,7 +78,7 @@ int main(int argc, char** argv) {
       cpu::zero(t.grads.data.data(), t.grads.data.size());
       const double loss = t.model->forward(mb) / double(B * T);
       t.model->backward(mb, 1.0f / float(B * T), {});
-      cpu::adamw_update(t.model->registry,
+      cpu::adamw_update(adamw_tensors(t.model->registry),
                         {0, t.model->flat_size, t.model->params.data(), 0, t.grads.data.data(), 0,
                          t.m.data(), t.v.data(), 0},
                         AdamWConfig{}, 1e-2, 1.0f, s);

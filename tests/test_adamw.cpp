@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "base/gemm.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/step_backend.hpp"
 
 using namespace mpitron;
 
@@ -59,6 +61,7 @@ TEST(AdamW, MatchesReferenceAndShardsMatchTheWhole) {
   // Reference: PyTorch's AdamW formulas, in double, two steps.
   std::vector<double> rp(p.begin(), p.end()), rm(n, 0), rv(n, 0);
   std::vector<float> sp = p, sm = m, sv = v;  // sharded copy
+  const std::vector<AdamWTensor> tensors = adamw_tensors(reg);
   for (int64_t t = 1; t <= 2; ++t) {
     for (const ParamInfo& info : reg.params())
       for (size_t i = info.offset; i < info.offset + info.numel; ++i) {
@@ -70,14 +73,15 @@ TEST(AdamW, MatchesReferenceAndShardsMatchTheWhole) {
         const double decay = info.weight_decay ? cfg.weight_decay : 0.0;
         rp[i] = rp[i] * (1 - lr * decay) - lr * mhat / (std::sqrt(vhat) + cfg.eps);
       }
-    cpu::adamw_update(reg, {0, n, p.data(), 0, g.data(), 0, m.data(), v.data(), 0}, cfg, lr, scale,
-                      t);
+    cpu::adamw_update(tensors, {0, n, p.data(), 0, g.data(), 0, m.data(), v.data(), 0}, cfg, lr,
+                      scale, t);
     // Three uneven shards, each with moments starting at its own first element.
     const size_t cuts[] = {0, 13, 40, n};
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
-      cpu::adamw_update(reg, {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b},
-                        cfg, lr, scale, t);
+      cpu::adamw_update(tensors,
+                        {b, e, sp.data(), 0, g.data() + b, b, sm.data() + b, sv.data() + b, b}, cfg,
+                        lr, scale, t);
     }
   }
   for (const ParamInfo& info : reg.params())

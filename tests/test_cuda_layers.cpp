@@ -11,8 +11,8 @@
 // roundoff u of T times |value| <= u * max|cpu| (bf16: 8-bit significand, u = 2^-8; f16: 11-bit,
 // u = 2^-11), plus the fp32 differences above; float outputs (mean, rstd, losses, lse,
 // parameter gradients) keep the fp32 tolerance. Single IEEE operations per element (residual,
-// encoder forward, dropout) and the encoder's sums (the CPU's order, see layers/cuda/encoder.cuh)
-// must equal the CPU's fp32 result rounded to T bit for bit.
+// embedding forward, dropout) and the embedding's sums (the CPU's order, see
+// layers/cuda/embedding.cuh) must equal the CPU's fp32 result rounded to T bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -27,20 +27,20 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/cuda_check.hpp"
+#include "base/philox.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/cuda/crossentropy.cuh"
 #include "layers/cuda/dropout.cuh"
-#include "layers/cuda/encoder.cuh"
+#include "layers/cuda/embedding.cuh"
 #include "layers/cuda/gelu.cuh"
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/residual.cuh"
 #include "layers/dropout.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/residual.hpp"
-#include "base/cuda_check.hpp"
-#include "base/philox.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;
@@ -385,18 +385,18 @@ TYPED_TEST(CudaLayers, EncoderEqualsCpuBitwise) {
     const std::vector<float> dwpe0 = random_floats(size_t(sh.maxT) * C, 15);
 
     std::vector<float> out(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
-    cpu::encoder_forward(out.data(), tokens.data(), wte.host.data(), wpe.host.data(), B, T, C);
-    cpu::encoder_backward(dwte.data(), dwpe.data(), dout.host.data(), tokens.data(), B, T, C);
+    cpu::embedding_forward(out.data(), tokens.data(), wte.host.data(), wpe.host.data(), B, T, C);
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.host.data(), tokens.data(), B, T, C);
 
     DeviceArray<int32_t> gtok(tokens);
     DeviceArray<S> gwte(wte.dev), gwpe(wpe.dev), gdout(dout.dev);
     Guarded<S> gout(std::vector<S>(size_t(N) * C), 0);
     DeviceArray<float> gdwte(dwte0), gdwpe(dwpe0);
-    DeviceArray<unsigned char> scratch(cuda::encoder_backward_scratch_bytes(B, T));
+    DeviceArray<unsigned char> scratch(cuda::embedding_backward_scratch_bytes(B, T));
     settle();
-    cuda::encoder_forward(gout.ptr(), gtok.ptr, gwte.ptr, gwpe.ptr, B, T, C, stream.s);
-    cuda::encoder_backward(gdwte.ptr, gdwpe.ptr, gdout.ptr, gtok.ptr, B, T, C, scratch.ptr,
-                           stream.s);
+    cuda::embedding_forward(gout.ptr(), gtok.ptr, gwte.ptr, gwpe.ptr, B, T, C, stream.s);
+    cuda::embedding_backward(gdwte.ptr, gdwpe.ptr, gdout.ptr, gtok.ptr, B, T, C, scratch.ptr,
+                             stream.s);
     stream.sync();
     // Forward: one add rounded once. Backward: the CPU's sequence of fp32 additions.
     expect_bitwise(gout.download(), narrow<S>(out), where + " forward");
@@ -409,8 +409,8 @@ TYPED_TEST(CudaLayers, EncoderEqualsCpuBitwise) {
     gdwte.upload(dwte0);
     gdwpe.upload(dwpe0);
     settle();
-    cuda::encoder_backward(gdwte.ptr, gdwpe.ptr, gdout.ptr, gtok.ptr, B, T, C, scratch.ptr,
-                           stream.s);
+    cuda::embedding_backward(gdwte.ptr, gdwpe.ptr, gdout.ptr, gtok.ptr, B, T, C, scratch.ptr,
+                             stream.s);
     stream.sync();
     expect_bitwise(gdwte.download(), first_dwte, where + " dwte, second call");
     expect_bitwise(gdwpe.download(), first_dwpe, where + " dwpe, second call");

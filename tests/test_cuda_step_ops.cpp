@@ -17,8 +17,11 @@
 #include <vector>
 
 #include "base/cuda_check.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
+#include "src/cuda/adamw.cuh"
 #include "src/cuda/step_ops.cuh"
+#include "src/train/step_backend.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;
@@ -110,6 +113,7 @@ TEST(CudaStepOps, AdamWMatchesCpuOverCutShardsWithLowPrecisionCopies) {
   CUDA_CHECK(cudaMemset(wb.ptr, 0, n * sizeof(__nv_bfloat16)));
   CUDA_CHECK(cudaMemset(wh.ptr, 0, n * sizeof(__half)));
 
+  const std::vector<AdamWTensor> tensors = adamw_tensors(reg);
   double total_lr = 0;
   for (int64_t t = 1; t <= 5; ++t) {
     const std::vector<float> g = random_floats(n, uint32_t(100 + t));
@@ -119,16 +123,16 @@ TEST(CudaStepOps, AdamWMatchesCpuOverCutShardsWithLowPrecisionCopies) {
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
       // Moments of each shard start at its first element (m_offset = b), grads at 0.
-      cpu::adamw_update(reg, {b, e, p.data(), 0, g.data(), 0, m.data() + b, v.data() + b, b}, cfg,
-                        lr, grad_scale, t);
-      cuda::adamw_update(reg, {b, e, p32.ptr, 0, dg.ptr, 0, m32.ptr + b, v32.ptr + b, b}, cfg, lr,
-                         grad_scale, t, stream.s);
+      cpu::adamw_update(tensors, {b, e, p.data(), 0, g.data(), 0, m.data() + b, v.data() + b, b},
+                        cfg, lr, grad_scale, t);
+      cuda::adamw_update(tensors, {b, e, p32.ptr, 0, dg.ptr, 0, m32.ptr + b, v32.ptr + b, b}, cfg,
+                         lr, grad_scale, t, stream.s);
       cuda::adamw_update(
-          reg, {b, e, pb.ptr, 0, dg.ptr, 0, mb.ptr + b, vb.ptr + b, b, wb.ptr, DType::bf16}, cfg,
+          tensors, {b, e, pb.ptr, 0, dg.ptr, 0, mb.ptr + b, vb.ptr + b, b, wb.ptr, DType::bf16},
+          cfg, lr, grad_scale, t, stream.s);
+      cuda::adamw_update(
+          tensors, {b, e, ph.ptr, 0, dg.ptr, 0, mh.ptr + b, vh.ptr + b, b, wh.ptr, DType::f16}, cfg,
           lr, grad_scale, t, stream.s);
-      cuda::adamw_update(
-          reg, {b, e, ph.ptr, 0, dg.ptr, 0, mh.ptr + b, vh.ptr + b, b, wh.ptr, DType::f16}, cfg, lr,
-          grad_scale, t, stream.s);
     }
     stream.sync();  // dg is overwritten next step
   }
@@ -192,9 +196,11 @@ TEST(CudaStepOps, MultiTensorAdamWEqualsPerTensorLaunchesBitForBit) {
   SKIP_WITHOUT_DEVICE();
   Stream stream;
   ParamRegistry reg;
-  for (int i = 0; i < 203; ++i)
-    reg.add("p" + std::to_string(i), {int64_t(1 + (i * 37) % 53)}, InitKind::normal, 0.02f,
-            i % 3 == 0);
+  for (int i = 0; i < 203; ++i) {
+    std::string name = "p";  // not "p" + to_string(i): GCC 12 warns falsely (-Wrestrict) there
+    name += std::to_string(i);
+    reg.add(name, {int64_t(1 + (i * 37) % 53)}, InitKind::normal, 0.02f, i % 3 == 0);
+  }
   const size_t n = reg.size();
   const size_t cuts[] = {0, reg.at("p7").offset + 3, reg.at("p170").offset + 1, n};
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
@@ -208,16 +214,17 @@ TEST(CudaStepOps, MultiTensorAdamWEqualsPerTensorLaunchesBitForBit) {
   DeviceArray<__nv_bfloat16> w1(n), w2(n);
   CUDA_CHECK(cudaMemset(w1.ptr, 0xff, n * sizeof(__nv_bfloat16)));
   CUDA_CHECK(cudaMemset(w2.ptr, 0xff, n * sizeof(__nv_bfloat16)));
+  const std::vector<AdamWTensor> tensors = adamw_tensors(reg);
   for (int64_t t = 1; t <= 3; ++t) {
     dg.upload(random_floats(n, uint32_t(300 + t)));
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
       cuda::adamw_update(
-          reg, {b, e, p1.ptr, 0, dg.ptr, 0, m1.ptr + b, v1.ptr + b, b, w1.ptr, DType::bf16}, cfg,
-          1e-3, 0.5f, t, stream.s);
+          tensors, {b, e, p1.ptr, 0, dg.ptr, 0, m1.ptr + b, v1.ptr + b, b, w1.ptr, DType::bf16},
+          cfg, 1e-3, 0.5f, t, stream.s);
       cuda::adamw_update_per_tensor(
-          reg, {b, e, p2.ptr, 0, dg.ptr, 0, m2.ptr + b, v2.ptr + b, b, w2.ptr, DType::bf16}, cfg,
-          1e-3, 0.5f, t, stream.s);
+          tensors, {b, e, p2.ptr, 0, dg.ptr, 0, m2.ptr + b, v2.ptr + b, b, w2.ptr, DType::bf16},
+          cfg, 1e-3, 0.5f, t, stream.s);
     }
     stream.sync();
   }

@@ -19,7 +19,7 @@
 #include "layers/attention.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
@@ -50,11 +50,11 @@ TEST(LayerGradCheck, Encoder) {
   std::vector<int32_t> tokens = randint(N, V, g);
   tokens[7] = tokens[2];  // a repeated token: its dwte row sums two contributions
   auto loss = [&] {
-    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     return dot(G, out);
   };
   Vec dwte(V * C, kPrefill), dwpe(maxT * C, kPrefill);
-  encoder_backward(dwte.data(), dwpe.data(), G.data(), tokens.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), G.data(), tokens.data(), B, T, C);
   EXPECT_LT(grad_error(loss, wte, minus(dwte, kPrefill)), kTol);
   EXPECT_LT(grad_error(loss, wpe, minus(dwpe, kPrefill)), kTol);
   for (int i = T * C; i < maxT * C; ++i) EXPECT_EQ(dwpe[i], kPrefill);
@@ -543,8 +543,8 @@ std::vector<float> run_float_layers(bool causal) {
   std::vector<int32_t> tokens(n);
   for (int i = 0; i < n; ++i) tokens[i] = (i * 7) % v;
   std::vector<float> wte = rnd(v * c), wpe = rnd(t * c), dwte(v * c, 0.f), dwpe(t * c, 0.f);
-  encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), b, t, c);
-  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), b, t, c);
+  embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), b, t, c);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), b, t, c);
   keep(out);
   keep(dwte);
   keep(dwpe);

@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "base/gemm.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/step_backend.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)  // GCC's ASan; clang says __has_feature(address_sanitizer)
 #define MPITRON_UNDER_ASAN 1
@@ -86,6 +88,7 @@ void check_training_step_allocates_nothing(DType precision) {
   std::vector<int32_t> tokens(B * (T + 1));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % 256);
   Buffer<float> mom(alloc, m->flat_size), vel(alloc, m->flat_size);
+  const std::vector<AdamWTensor> tensors = adamw_tensors(m->registry);
   auto step = [&](int64_t s) {
     MicroBatch mb;
     mb.samples = {tokens.data(), nullptr, nullptr, B};
@@ -97,7 +100,7 @@ void check_training_step_allocates_nothing(DType precision) {
     m->backward(mb, 1.0f / (B * T), {});
     const double norm = std::sqrt(cpu::sum_of_squares(grads.data.data(), m->flat_size));
     cpu::adamw_update(
-        m->registry,
+        tensors,
         {0, m->flat_size, m->params.data(), 0, grads.data.data(), 0, mom.data(), vel.data(), 0},
         AdamWConfig{}, 1e-3, float(1.0 / std::max(1.0, norm)), s);
     m->parameters_changed();

@@ -100,7 +100,7 @@ void expect_rounded(const std::vector<A>& got, const std::vector<float>& want, c
 template <class A>
 void check_layers_round_the_float_layers() {
   const LayerOps& F = cpu_layer_ops();
-  const LayerOpsT<A>& H = layer_ops<A>("cpu");
+  const LayerOpsT<A>& H = layer_ops<A>(Device::cpu);
   const int B = 2, T = 8, C = 32, NH = 2, N = B * T, V = 40;
   const size_t NC = size_t(N) * C;
   Exact<A> x(NC, 1, 1.5f), y(NC, 2, 1.0f), w(size_t(3 * C) * C, 3, 0.2f), b(3 * C, 4, 0.1f),
@@ -177,12 +177,12 @@ void check_layers_round_the_float_layers() {
   std::vector<int32_t> tokens(N), targets(N);
   for (int i = 0; i < N; ++i) tokens[i] = (i * 7) % V, targets[i] = (i * 5 + 3) % V;
   Exact<A> wte(size_t(V) * C, 9, 0.5f), wpe(size_t(T) * C, 10, 0.5f);
-  F.encoder_forward(of.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C);
-  H.encoder_forward(oh.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C);
-  expect_rounded(oh, of, "encoder_forward");
+  F.embedding_forward(of.data(), tokens.data(), wte.f.data(), wpe.f.data(), B, T, C);
+  H.embedding_forward(oh.data(), tokens.data(), wte.h.data(), wpe.h.data(), B, T, C);
+  expect_rounded(oh, of, "embedding_forward");
   std::vector<float> dwte(size_t(V) * C), dwpe(size_t(T) * C), dwte16(dwte), dwpe16(dwpe);
-  F.encoder_backward(dwte.data(), dwpe.data(), dout.f.data(), tokens.data(), B, T, C);
-  H.encoder_backward(dwte16.data(), dwpe16.data(), dout.h.data(), tokens.data(), B, T, C);
+  F.embedding_backward(dwte.data(), dwpe.data(), dout.f.data(), tokens.data(), B, T, C);
+  H.embedding_backward(dwte16.data(), dwpe16.data(), dout.h.data(), tokens.data(), B, T, C);
   EXPECT_EQ(dwte, dwte16);
   EXPECT_EQ(dwpe, dwpe16);
 
@@ -211,8 +211,8 @@ TEST(Precision, Fp16CpuLayersAreTheFloatLayersRounded) {
 }
 
 TEST(Precision, CpuStagedHasNoSixteenBitLayers) {
-  EXPECT_THROW(layer_ops<bf16_t>("cpu-staged"), UsageError);
-  EXPECT_THROW(layer_ops<fp16_t>("no-such-device"), UsageError);
+  EXPECT_THROW(layer_ops<bf16_t>(Device::cpu_staged), UsageError);
+  EXPECT_THROW(layer_ops<fp16_t>(Device::cpu_staged), UsageError);
 }
 
 namespace {

@@ -12,7 +12,7 @@
 #include "layers/cuda/attention.cuh"
 #include "layers/cuda/crossentropy.cuh"
 #include "layers/cuda/dropout.cuh"
-#include "layers/cuda/encoder.cuh"
+#include "layers/cuda/embedding.cuh"
 #include "layers/cuda/gelu.cuh"
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/linear.cuh"
@@ -60,7 +60,7 @@ void* layernorm_scratch(size_t bytes) {
   thread_local GrowingScratch s;
   return s.get(bytes);
 }
-void* encoder_scratch(size_t bytes) {
+void* embedding_scratch(size_t bytes) {
   thread_local GrowingScratch s;
   return s.get(bytes);
 }
@@ -187,15 +187,15 @@ void residual_forward(A* out, const A* a, const A* b, size_t n) {
   cuda::residual_forward(dev(out), dev(a), dev(b), n, kStream);
 }
 template <class A>
-void encoder_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
-                     int C) {
-  cuda::encoder_forward(dev(out), tokens, dev(wte), dev(wpe), B, T, C, kStream);
+void embedding_forward(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                       int C) {
+  cuda::embedding_forward(dev(out), tokens, dev(wte), dev(wpe), B, T, C, kStream);
 }
 template <class A>
-void encoder_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
-                      int C) {
-  void* scratch = encoder_scratch(cuda::encoder_backward_scratch_bytes(B, T));
-  cuda::encoder_backward(dwte, dwpe, dev(dout), tokens, B, T, C, scratch, kStream);
+void embedding_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                        int T, int C) {
+  void* scratch = embedding_scratch(cuda::embedding_backward_scratch_bytes(B, T));
+  cuda::embedding_backward(dwte, dwpe, dev(dout), tokens, B, T, C, scratch, kStream);
 }
 template <class A>
 void crossentropy_forward(float* losses, float* lse, const A* logits, const int32_t* targets, int N,
@@ -232,7 +232,7 @@ void lm_head_backward(A* dinp, float* dweight, const A* dout, const A* inp, cons
 template <class A>
 const LayerOpsT<A>& table() {
   static constexpr LayerOpsT<A> ops{
-      "cuda",
+      Device::cuda,
       zero<A>,
       copy<A>,
       cuda::upload_int32,
@@ -252,8 +252,8 @@ const LayerOpsT<A>& table() {
       dropout_forward<A>,
       dropout_backward<A>,
       residual_forward<A>,
-      encoder_forward<A>,
-      encoder_backward<A>,
+      embedding_forward<A>,
+      embedding_backward<A>,
       crossentropy_forward<A>,
       crossentropy_backward<A>,
       kLmHeadAlign,

@@ -1,4 +1,4 @@
-// CUDA twins of src/cpu/step_ops.hpp (zeroing, copies, gradient norm, AdamW): the same names and
+// CUDA twins of src/cpu/step_ops.hpp (zeroing, copies, gradient norm): the same names and
 // arguments plus the stream they run on, for StepBackend's CUDA table. A plain C++17 header, so
 // .cpp files include it without nvcc. All pointers are device pointers.
 #pragma once
@@ -6,9 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-
-#include "src/model/registry.hpp"
-#include "src/train/adamw.hpp"
 
 namespace mpitron::cuda {
 
@@ -22,16 +19,5 @@ void copy(float* dst, const float* src, size_t n, cudaStream_t s);
 // device buffer per host thread, allocated on the first call (and again if that thread's current
 // device changes) and kept: calls from different threads never share it.
 double sum_of_squares(const float* g, size_t n, cudaStream_t s);
-
-// cpu::adamw_update's math, operation for operation (no FMA contraction), over every parameter
-// overlapping [r.begin, r.end) in one launch (up to 160 parameters a launch, each with its own
-// decay; elementwise, so the bits are the per-tensor launches'); asynchronous on s. fp32 master
-// weights and moments. Mixed precision: with r.weights set, r.weight_type (bf16 or f16) receives
-// the updated weights rounded to nearest; r.weights with f32 is a contract violation (fail_at).
-void adamw_update(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg, double lr,
-                  float grad_scale, int64_t t, cudaStream_t s);
-// The reference: the same update, one launch per parameter.
-void adamw_update_per_tensor(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg,
-                             double lr, float grad_scale, int64_t t, cudaStream_t s);
 
 }  // namespace mpitron::cuda

@@ -11,7 +11,7 @@
 #include "base/check.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "src/cpu/step_ops.hpp"
@@ -140,7 +140,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   if constexpr (std::is_same_v<A, float>)
     layers_ = how.layers ? how.layers : &cpu_layer_ops();
   else
-    layers_ = &layer_ops<A>(how.layers ? how.layers->device : "cpu");
+    layers_ = &layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
   const int vocab_align = layers_->lm_head_align;
   Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   v0 = how.slice.tp_rank * Vl;

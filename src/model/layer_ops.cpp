@@ -11,7 +11,7 @@
 #include "layers/attention.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
@@ -51,7 +51,7 @@ void linear_gelu_forward(float* pre, float* out, const float* inp, const float* 
 template <bool kStaged>
 const LayerOps& host_layer_ops() {
   static constexpr LayerOps ops{
-      kStaged ? "cpu-staged" : "cpu",
+      kStaged ? Device::cpu_staged : Device::cpu,
       cpu::zero,
       cpu::copy,
       upload_int32,
@@ -71,8 +71,8 @@ const LayerOps& host_layer_ops() {
       cpu::dropout_forward<float>,
       cpu::dropout_backward<float>,
       cpu::residual_forward<float>,
-      cpu::encoder_forward<float>,
-      cpu::encoder_backward<float>,
+      cpu::embedding_forward<float>,
+      cpu::embedding_backward<float>,
       cpu::crossentropy_forward<float>,
       cpu::crossentropy_backward<float>,
       1,
@@ -212,8 +212,8 @@ void dropout_16(A* out, const A* inp, float p, const PhiloxStream& rng, uint64_t
 }
 // wte's and wpe's sizes are not arguments: only the rows the tokens and positions name are read.
 template <class A>
-void encoder_forward_16(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
-                        int C) {
+void embedding_forward_16(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                          int C) {
   Widened w;
   float* e = w.out(size_t(C));
   float* p = w.out(size_t(C));
@@ -225,10 +225,10 @@ void encoder_forward_16(A* out, const int32_t* tokens, const A* wte, const A* wp
   }
 }
 template <class A>
-void encoder_backward_16(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
-                         int T, int C) {
+void embedding_backward_16(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                           int T, int C) {
   Widened w;
-  cpu::encoder_backward(dwte, dwpe, w.in(dout, size_t(B) * T * C), tokens, B, T, C);
+  cpu::embedding_backward(dwte, dwpe, w.in(dout, size_t(B) * T * C), tokens, B, T, C);
 }
 template <class A>
 void crossentropy_forward_16(float* losses, float* lse, const A* logits, const int32_t* targets,
@@ -249,7 +249,7 @@ void crossentropy_backward_16(A* dlogits, const A* logits, const float* lse, con
 template <class A>
 const LayerOpsT<A>& host_16_layer_ops() {
   static constexpr LayerOpsT<A> ops{
-      "cpu",
+      Device::cpu,
       zero_16<A>,
       copy_16<A>,
       upload_int32,
@@ -269,8 +269,8 @@ const LayerOpsT<A>& host_16_layer_ops() {
       dropout_16<A, cpu::dropout_forward<float>>,
       dropout_16<A, cpu::dropout_backward<float>>,
       binary_16<A, cpu::residual_forward<float>>,
-      encoder_forward_16<A>,
-      encoder_backward_16<A>,
+      embedding_forward_16<A>,
+      embedding_backward_16<A>,
       crossentropy_forward_16<A>,
       crossentropy_backward_16<A>,
       1,
@@ -282,9 +282,9 @@ const LayerOpsT<A>& host_16_layer_ops() {
   return ops;
 }
 
-[[noreturn]] void no_layers(const std::string& device, DType t) {
+[[noreturn]] void no_layers(Device device, DType t) {
   throw UsageError(
-      fmt::format("--device {}{}: this build has no layers for it", device,
+      fmt::format("--device {}{}: this build has no layers for it", device_name(device),
                   t == DType::f32 ? "" : fmt::format(" --precision {}", precision_name(t))));
 }
 
@@ -295,21 +295,21 @@ const LayerOps& cpu_layer_ops() {
 }
 
 template <class A>
-const LayerOpsT<A>& layer_ops(const std::string& device) {
+const LayerOpsT<A>& layer_ops(Device device) {
   if constexpr (std::is_same_v<A, float>) {
-    if (device == "cpu") return cpu_layer_ops();
-    if (device == "cpu-staged") return host_layer_ops<true>();
+    if (device == Device::cpu) return cpu_layer_ops();
+    if (device == Device::cpu_staged) return host_layer_ops<true>();
   } else {
-    if (device == "cpu") return host_16_layer_ops<A>();
+    if (device == Device::cpu) return host_16_layer_ops<A>();
   }
 #ifdef MPITRON_HAVE_CUDA
-  if (device == "cuda") return cuda_layer_ops<A>();
+  if (device == Device::cuda) return cuda_layer_ops<A>();
 #endif
   no_layers(device, dtype_of<A>());
 }
 
-template const LayerOpsT<float>& layer_ops<float>(const std::string&);
-template const LayerOpsT<bf16_t>& layer_ops<bf16_t>(const std::string&);
-template const LayerOpsT<fp16_t>& layer_ops<fp16_t>(const std::string&);
+template const LayerOpsT<float>& layer_ops<float>(Device);
+template const LayerOpsT<bf16_t>& layer_ops<bf16_t>(Device);
+template const LayerOpsT<fp16_t>& layer_ops<fp16_t>(Device);
 
 }  // namespace mpitron

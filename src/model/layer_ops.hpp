@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/device.hpp"
 #include "base/philox.hpp"
 #include "src/model/precision.hpp"
 
@@ -18,7 +19,7 @@ namespace mpitron {
 // statistics and attention's saved softmax are float whatever A is.
 template <class A>
 struct LayerOpsT {
-  const char* device;
+  Device device;
 
   // ---- memory ----
   void (*zero)(A* p, size_t n);
@@ -59,10 +60,10 @@ struct LayerOpsT {
   void (*dropout_backward)(A* dinp, const A* dout, float p, const PhiloxStream& rng, uint64_t row0,
                            int N, int C);
   void (*residual_forward)(A* out, const A* a, const A* b, size_t n);
-  void (*encoder_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
-                          int C);
-  void (*encoder_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
-                           int T, int C);
+  void (*embedding_forward)(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T,
+                            int C);
+  void (*embedding_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                             int T, int C);
   void (*crossentropy_forward)(float* losses, float* lse, const A* logits, const int32_t* targets,
                                int N, int V);
   void (*crossentropy_backward)(A* dlogits, const A* logits, const float* lse,
@@ -98,11 +99,11 @@ template <class A>
 const LayerOpsT<A>& cuda_layer_ops();  // src/cuda/layer_ops.cu
 #endif
 
-// The device's layers in storage type A: "cpu", "cpu-staged" (float only) or "cuda". The CPU's
+// The device's layers in storage type A: cpu, cpu_staged (float only) or cuda. The CPU's
 // bf16/fp16 tables widen every input to float, run the CPU layer and round every output: the
 // GPU's storage rounding on the host, slower than fp32 (a reference, and mixed precision where no
 // GPU is). UsageError for a device this build has no layers for.
 template <class A>
-const LayerOpsT<A>& layer_ops(const std::string& device);
+const LayerOpsT<A>& layer_ops(Device device);
 
 }  // namespace mpitron

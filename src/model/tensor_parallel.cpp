@@ -16,7 +16,7 @@
 #include "base/fastmath.hpp"
 #include "layers/cpu/column_blocks.hpp"
 #include "layers/crossentropy.hpp"
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 #include "layers/linear.hpp"
 #include "layers/residual.hpp"
 
@@ -64,8 +64,9 @@ void require_serial(const comm::Group& tp, DType t) {
 }
 
 void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops) {
-  MPITRON_REQUIRE(tp.size() == 1 || &ops == &cpu_layer_ops(),
-                  std::string("tensor parallelism runs on the cpu only, not on ") + ops.device);
+  MPITRON_REQUIRE(
+      tp.size() == 1 || &ops == &cpu_layer_ops(),
+      std::string("tensor parallelism runs on the cpu only, not on ") + device_name(ops.device));
 }
 
 // ---- communication pairs ----
@@ -193,7 +194,7 @@ void vocab_parallel_embedding_forward(comm::Group& tp, float* out, const int32_t
                                       int v0, int Vl, const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_forward at tp 1 needs v0 = 0");
-    return ops.encoder_forward(out, tokens, wte, wpe, B, T, C);
+    return ops.embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
   require_host_layers_above_tp1(tp, ops);
   const ptrdiff_t N = ptrdiff_t(B) * T;
@@ -221,10 +222,10 @@ void vocab_parallel_embedding_backward(comm::Group& tp, float* dwte, float* dwpe
                                        const LayerOps& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_backward at tp 1 needs v0 = 0");
-    return ops.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+    return ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
   require_host_layers_above_tp1(tp, ops);
-  // As cpu::encoder_backward: whole columns per thread, rows added in token order.
+  // As cpu::embedding_backward: whole columns per thread, rows added in token order.
   cpu::for_each_column_block(C, [&](int c0, int c1) {
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {

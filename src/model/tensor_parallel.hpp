@@ -268,14 +268,14 @@ requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_forward(
     comm::Group& tp, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C,
     int, int, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
-  ops.encoder_forward(out, tokens, wte, wpe, B, T, C);
+  ops.embedding_forward(out, tokens, wte, wpe, B, T, C);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_backward(
     comm::Group& tp, float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
     int C, int, int, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
-  ops.encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_forward(

@@ -38,7 +38,7 @@ struct BlockShapeT {
   // input gradient (the encoder's q, k and v: three all-reduces where its region makes one).
   bool tp_per_layer = false;
   int tp_size() const { return tp_group ? tp_group->size() : 1; }
-  const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>("cpu"); }
+  const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>(Device::cpu); }
 };
 using BlockShape = BlockShapeT<float>;
 

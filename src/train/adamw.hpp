@@ -1,15 +1,22 @@
 // AdamW (Loshchilov & Hutter 2019) with linear warm-up then cosine decay, and clipping by global
-// gradient norm. The update works on flat ranges of the registry's allocation, so a ZeRO shard is
-// updated exactly as the same elements of the unsharded baseline; its math is a backend function
-// (cpu::adamw_update, with a CUDA twin) reached through StepBackend.
+// gradient norm: the schedule and the update's types. The update works on flat ranges of the
+// parameters' allocation, so a ZeRO shard is updated exactly as the same elements of the
+// unsharded baseline; its math is cpu::adamw_update (src/cpu/adamw.hpp) with a CUDA twin
+// (src/cuda/adamw.cuh), reached through StepBackend. It knows parameters only as AdamWTensors.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "src/model/precision.hpp"
-#include "src/model/registry.hpp"
 
 namespace mpitron {
+
+// One parameter tensor as AdamW sees it: the elements [offset, offset + numel) of the flat
+// allocation, and whether weight decay applies to them.
+struct AdamWTensor {
+  size_t offset, numel;
+  bool weight_decay;
+};
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;

@@ -5,20 +5,23 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
+#include "base/device.hpp"
 #include "src/model/registry.hpp"
 #include "src/train/adamw.hpp"
 
 namespace mpitron {
 
 struct StepBackend {
-  const char* device;
+  Device device;
   void (*zero)(float* p, size_t n);
   void (*copy)(float* dst, const float* src, size_t n);
   double (*sum_of_squares)(const float* g, size_t n);
-  void (*adamw_update)(const ParamRegistry& reg, const AdamWRange& r, const AdamWConfig& cfg,
-                       double lr, float grad_scale, int64_t t);
+  void (*adamw_update)(std::span<const AdamWTensor> tensors, const AdamWRange& r,
+                       const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
   // Between the device's memory and the host's, for MPI collectives on a device that MPI cannot
   // read (Open MPI here is not CUDA-aware). download waits for the copy.
   void (*upload)(float* dst, const float* host_src, size_t n);
@@ -28,7 +31,10 @@ struct StepBackend {
   bool staged;
 };
 
+// The registry's parameters as AdamW sees them (where each is, whether it decays), in order.
+std::vector<AdamWTensor> adamw_tensors(const ParamRegistry& reg);
+
 // UsageError for a device this build cannot train on.
-const StepBackend& step_backend(const std::string& device);
+const StepBackend& step_backend(Device device);
 
 }  // namespace mpitron

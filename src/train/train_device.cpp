@@ -17,25 +17,6 @@
 
 namespace mpitron {
 
-Device parse_device(const std::string& name) {
-  if (name == "cpu") return Device::cpu;
-  if (name == "cuda") return Device::cuda;
-  if (name == "cpu-staged") return Device::cpu_staged;
-  throw UsageError(fmt::format("--device {}: not a device (cpu, cuda or cpu-staged)", name));
-}
-
-const char* device_name(Device d) {
-  switch (d) {
-    case Device::cuda:
-      return "cuda";
-    case Device::cpu_staged:
-      return "cpu-staged";
-    case Device::cpu:
-      break;
-  }
-  return "cpu";
-}
-
 CommKind parse_comm(const std::string& name) {
   if (name == "mpi") return CommKind::mpi;
   if (name == "nccl") return CommKind::nccl;
@@ -79,7 +60,7 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
           L.zero, comm::dp_reduce_name(L.dp_reduce)));
   }
   if (device == Device::cpu) return;
-  step_backend(dev);  // UsageError where this build has no CUDA backend
+  step_backend(device);  // UsageError where this build has no CUDA backend
   if (family.type != std::string("gpt"))
     throw UsageError(
         fmt::format("--device {} trains the gpt family so far; the {} family runs on the cpu", dev,
@@ -144,8 +125,8 @@ DeviceAllocator device_memory(Device device) {
 TrainDevice::TrainDevice(Device d, CommKind c)
     : device(d),
       comm(c),
-      ops(step_backend(device_name(d))),
-      layers(layer_ops<float>(device_name(d))),
+      ops(step_backend(d)),
+      layers(layer_ops<float>(d)),
       on_host(d == Device::cpu),
       alloc(device_memory(d)) {}
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/allocator.hpp"
+#include "base/device.hpp"
 #include "src/model/family.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
@@ -25,12 +26,8 @@ namespace mpitron {
 
 struct Layout;
 
-enum class Device { cpu, cuda, cpu_staged };
 enum class CommKind { mpi, nccl };  // how a GPU's dp ranks sum gradients
 
-// The --device names cpu, cuda, cpu-staged; UsageError naming the valid ones for anything else.
-Device parse_device(const std::string& name);
-const char* device_name(Device d);
 // The --comm names mpi, nccl; UsageError naming the valid ones for anything else.
 CommKind parse_comm(const std::string& name);
 const char* comm_name(CommKind c);

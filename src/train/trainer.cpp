@@ -52,6 +52,7 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
   shard = sync->owned();
   m = Buffer<float>(dev.alloc, shard.size());
   v = Buffer<float>(dev.alloc, shard.size());
+  adamw_tensors = mpitron::adamw_tensors(model->registry);
   dev.allocate_file_copies(*model, shard.size());
 }
 

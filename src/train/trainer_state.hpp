@@ -13,6 +13,7 @@
 #include "src/model/family.hpp"
 #include "src/pipeline/executor.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/train/adamw.hpp"
 #include "src/train/batch_slice.hpp"
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
@@ -68,8 +69,9 @@ struct Trainer {
   int64_t local_rows = 0;             // samples of the global batch on this rank
   int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
-  Buffer<float> m, v;  // AdamW moments of the shard
-  int64_t step = 0;    // completed optimizer steps
+  Buffer<float> m, v;                      // AdamW moments of the shard
+  std::vector<AdamWTensor> adamw_tensors;  // the model's parameters as AdamW sees them
+  int64_t step = 0;                        // completed optimizer steps
   std::unique_ptr<io::TraceWriter> trace;
   io::TraceRow row{};                     // reused every step (its per-rank vectors are sized once)
   std::vector<RankMetrics> rank_metrics;  // rank 0: every rank's, gathered each step

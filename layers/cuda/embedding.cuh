@@ -1,4 +1,4 @@
-// CUDA twins of layers/encoder.hpp: token + position embedding,
+// CUDA twins of layers/embedding.hpp: token + position embedding,
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward scatters dout into the rows it read. S is
 // the storage type (float, __nv_bfloat16 or __half; T is the sequence length here); gradients are
 // float, sums in fp32. Tokens are device int32 in [0, V) (not checked). Device pointers;
@@ -12,15 +12,15 @@
 namespace mpitron::cuda {
 
 template <class S>
-void encoder_forward(S* out,                 // (B,T,C)
-                     const int32_t* tokens,  // (B,T)
-                     const S* wte,           // (V,C)
-                     const S* wpe,           // (maxT,C)
-                     int B, int T, int C, cudaStream_t s);
+void embedding_forward(S* out,                 // (B,T,C)
+                       const int32_t* tokens,  // (B,T)
+                       const S* wte,           // (V,C)
+                       const S* wpe,           // (maxT,C)
+                       int B, int T, int C, cudaStream_t s);
 
-// Bytes of scratch encoder_backward needs for B*T tokens on the current device: three int32
+// Bytes of scratch embedding_backward needs for B*T tokens on the current device: three int32
 // arrays of B*T plus CUB's radix-sort workspace (queried from CUB; needs a device).
-size_t encoder_backward_scratch_bytes(int B, int T);
+size_t embedding_backward_scratch_bytes(int B, int T);
 
 // Deterministic without atomics, in the CPU's order: a stable radix sort of the (token, position)
 // pairs groups the positions of each token in increasing order; one block per distinct token then
@@ -30,12 +30,13 @@ size_t encoder_backward_scratch_bytes(int B, int T);
 // filling much of the batch serialises (B*T dependent adds per channel at worst). scratch is
 // overwritten and must not be in use by other work in flight.
 template <class S>
-void encoder_backward(float* dwte,            // (V,C)     +=
-                      float* dwpe,            // (maxT,C)  +=
-                      const S* dout,          // (B,T,C)
-                      const int32_t* tokens,  // (B,T)
-                      int B, int T, int C,
-                      void* scratch,  // (encoder_backward_scratch_bytes(B, T)), 256-byte aligned
-                      cudaStream_t s);
+void embedding_backward(
+    float* dwte,            // (V,C)     +=
+    float* dwpe,            // (maxT,C)  +=
+    const S* dout,          // (B,T,C)
+    const int32_t* tokens,  // (B,T)
+    int B, int T, int C,
+    void* scratch,  // (embedding_backward_scratch_bytes(B, T)), 256-byte aligned
+    cudaStream_t s);
 
 }  // namespace mpitron::cuda

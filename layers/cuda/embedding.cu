@@ -1,4 +1,4 @@
-// Token + position embedding on the device (layers/cpu/encoder.cpp). The dwte scatter-add is
+// Token + position embedding on the device (layers/cpu/embedding.cpp). The dwte scatter-add is
 // deterministic without atomics: tokens are stably sorted with their positions (CUB radix sort),
 // then each distinct token's block walks its positions in increasing order.
 #include <cuda_bf16.h>
@@ -12,7 +12,7 @@
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
 #include "layers/cuda/elementwise.cuh"
-#include "layers/cuda/encoder.cuh"
+#include "layers/cuda/embedding.cuh"
 
 namespace mpitron::cuda {
 
@@ -34,8 +34,8 @@ unsigned row_threads(int C) {
 // Block b handles rows b, b + gridDim.x, ...; its threads stride over the channels.
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
-    encoder_forward_kernel(S* out, const int32_t* tokens, const S* wte, const S* wpe, int N, int T,
-                           int C) {
+    embedding_forward_kernel(S* out, const int32_t* tokens, const S* wte, const S* wpe, int N,
+                             int T, int C) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const S* e = wte + size_t(tokens[i]) * size_t(C);
     const S* p = wpe + size_t(i % T) * size_t(C);
@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kMaxThreads) iota_kernel(int32_t* x, int n) {
 // dout[pos, c] for the run's positions in increasing order (the stable sort kept them so).
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
-    encoder_dwte_kernel(float* dwte, const S* dout, const int32_t* sorted_tokens,
-                        const int32_t* sorted_positions, int N, int C) {
+    embedding_dwte_kernel(float* dwte, const S* dout, const int32_t* sorted_tokens,
+                          const int32_t* sorted_positions, int N, int C) {
   const int k = int(blockIdx.x);
   const int32_t v = sorted_tokens[k];
   if (k > 0 && sorted_tokens[k - 1] == v) return;  // not a run's head (uniform over the block)
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 // dwpe[t, c] += dout[b, t, c] for b = 0..B-1 in order, a thread per (t, c).
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
-    encoder_dwpe_kernel(float* dwpe, const S* dout, int B, size_t TC) {
+    embedding_dwpe_kernel(float* dwpe, const S* dout, int B, size_t TC) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < TC; idx += stride) {
     float acc = dwpe[idx];
@@ -130,34 +130,34 @@ ScratchLayout scratch_layout(int N) {
 
 int checked_rows(int B, int T) {
   const int64_t N = int64_t(B) * int64_t(T);
-  MPITRON_REQUIRE(B >= 0 && T >= 0 && N <= INT32_MAX, "encoder: B*T must fit an int");
+  MPITRON_REQUIRE(B >= 0 && T >= 0 && N <= INT32_MAX, "embedding: B*T must fit an int");
   return int(N);
 }
 
 }  // namespace
 
 template <class S>
-void encoder_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T, int C,
-                     cudaStream_t s) {
+void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                       int C, cudaStream_t s) {
   const int N = checked_rows(B, T);
   if (N == 0 || C <= 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>(N, kMaxBlocks));
-  encoder_forward_kernel<S><<<blocks, row_threads(C), 0, s>>>(out, tokens, wte, wpe, N, T, C);
+  embedding_forward_kernel<S><<<blocks, row_threads(C), 0, s>>>(out, tokens, wte, wpe, N, T, C);
   CUDA_CHECK_LAUNCH();
 }
 
-size_t encoder_backward_scratch_bytes(int B, int T) {
+size_t embedding_backward_scratch_bytes(int B, int T) {
   const int N = checked_rows(B, T);
   return N == 0 ? 0 : scratch_layout(N).total();
 }
 
 template <class S>
-void encoder_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B, int T,
-                      int C, void* scratch, cudaStream_t s) {
+void embedding_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B,
+                        int T, int C, void* scratch, cudaStream_t s) {
   const int N = checked_rows(B, T);
   if (N == 0 || C <= 0) return;
   MPITRON_REQUIRE(reinterpret_cast<uintptr_t>(scratch) % 256 == 0,
-                  "encoder_backward: scratch must be 256-byte aligned");
+                  "embedding_backward: scratch must be 256-byte aligned");
   ScratchLayout l = scratch_layout(N);
   char* base = static_cast<char*>(scratch);
   int32_t* sorted_tokens = reinterpret_cast<int32_t*>(base);
@@ -172,22 +172,22 @@ void encoder_backward(float* dwte, float* dwpe, const S* dout, const int32_t* to
   // Radix sort is stable: equal tokens keep their positions in increasing order.
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, l.cub_bytes, tokens, sorted_tokens,
                                              positions, sorted_positions, N, 0, 32, s));
-  encoder_dwte_kernel<S>
+  embedding_dwte_kernel<S>
       <<<unsigned(N), row_threads(C), 0, s>>>(dwte, dout, sorted_tokens, sorted_positions, N, C);
   CUDA_CHECK_LAUNCH();
 
   const size_t TC = size_t(T) * size_t(C);
   const unsigned dwpe_blocks =
       unsigned(std::min<size_t>((TC + kMaxThreads - 1) / kMaxThreads, kMaxBlocks));
-  encoder_dwpe_kernel<S><<<dwpe_blocks, kMaxThreads, 0, s>>>(dwpe, dout, B, TC);
+  embedding_dwpe_kernel<S><<<dwpe_blocks, kMaxThreads, 0, s>>>(dwpe, dout, B, TC);
   CUDA_CHECK_LAUNCH();
 }
 
-#define MPITRON_INSTANTIATE(S)                                                               \
-  template void encoder_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int,    \
-                                   cudaStream_t);                                            \
-  template void encoder_backward<S>(float*, float*, const S*, const int32_t*, int, int, int, \
-                                    void*, cudaStream_t);
+#define MPITRON_INSTANTIATE(S)                                                                 \
+  template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int,    \
+                                     cudaStream_t);                                            \
+  template void embedding_backward<S>(float*, float*, const S*, const int32_t*, int, int, int, \
+                                      void*, cudaStream_t);
 MPITRON_INSTANTIATE(float)
 MPITRON_INSTANTIATE(__nv_bfloat16)
 MPITRON_INSTANTIATE(__half)

@@ -1,6 +1,6 @@
 // Token + position embedding: out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]; backward scatters dout
 // into the rows of dwte/dwpe the forward read.
-#include "layers/encoder.hpp"
+#include "layers/embedding.hpp"
 
 #include <cstddef>
 
@@ -9,8 +9,8 @@
 namespace mpitron::cpu {
 
 template <class F>
-void encoder_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
-                     int C) {
+void embedding_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
+                       int C) {
   const ptrdiff_t N = ptrdiff_t(B) * T;
 #pragma omp parallel for schedule(static)
   for (ptrdiff_t i = 0; i < N; ++i) {
@@ -25,7 +25,8 @@ void encoder_forward(F* out, const int32_t* tokens, const F* wte, const F* wpe, 
 // whole columns and adds the rows in token order, which keeps the sum order independent of the
 // thread count.
 template <class F>
-void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T, int C) {
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, int B, int T,
+                        int C) {
   for_each_column_block(C, [&](int c0, int c1) {
     for (int b = 0; b < B; ++b) {
       for (int t = 0; t < T; ++t) {
@@ -42,12 +43,13 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int32_t* tokens, in
   });
 }
 
-template void encoder_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
-                                     int);
-template void encoder_forward<double>(double*, const int32_t*, const double*, const double*, int,
-                                      int, int);
-template void encoder_backward<float>(float*, float*, const float*, const int32_t*, int, int, int);
-template void encoder_backward<double>(double*, double*, const double*, const int32_t*, int, int,
+template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
                                        int);
+template void embedding_forward<double>(double*, const int32_t*, const double*, const double*, int,
+                                        int, int);
+template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int,
+                                        int);
+template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int, int,
+                                         int);
 
 }  // namespace mpitron::cpu
