@@ -125,14 +125,17 @@ TEST(CudaStepOps, AdamWMatchesCpuOverCutShardsWithLowPrecisionCopies) {
       // Moments of each shard start at its first element (m_offset = b), grads at 0.
       cpu::adamw_update(tensors, {b, e, p.data(), 0, g.data(), 0, m.data() + b, v.data() + b, b},
                         cfg, lr, grad_scale, t);
-      cuda::adamw_update(tensors, {b, e, p32.ptr, 0, dg.ptr, 0, m32.ptr + b, v32.ptr + b, b}, cfg,
-                         lr, grad_scale, t, stream.s);
+      cuda::adamw_update(tensors.data(), tensors.size(),
+                         {b, e, p32.ptr, 0, dg.ptr, 0, m32.ptr + b, v32.ptr + b, b}, cfg, lr,
+                         grad_scale, t, stream.s);
       cuda::adamw_update(
-          tensors, {b, e, pb.ptr, 0, dg.ptr, 0, mb.ptr + b, vb.ptr + b, b, wb.ptr, DType::bf16},
-          cfg, lr, grad_scale, t, stream.s);
+          tensors.data(), tensors.size(),
+          {b, e, pb.ptr, 0, dg.ptr, 0, mb.ptr + b, vb.ptr + b, b, wb.ptr, DType::bf16}, cfg, lr,
+          grad_scale, t, stream.s);
       cuda::adamw_update(
-          tensors, {b, e, ph.ptr, 0, dg.ptr, 0, mh.ptr + b, vh.ptr + b, b, wh.ptr, DType::f16}, cfg,
-          lr, grad_scale, t, stream.s);
+          tensors.data(), tensors.size(),
+          {b, e, ph.ptr, 0, dg.ptr, 0, mh.ptr + b, vh.ptr + b, b, wh.ptr, DType::f16}, cfg, lr,
+          grad_scale, t, stream.s);
     }
     stream.sync();  // dg is overwritten next step
   }
@@ -220,11 +223,13 @@ TEST(CudaStepOps, MultiTensorAdamWEqualsPerTensorLaunchesBitForBit) {
     for (int k = 0; k < 3; ++k) {
       const size_t b = cuts[k], e = cuts[k + 1];
       cuda::adamw_update(
-          tensors, {b, e, p1.ptr, 0, dg.ptr, 0, m1.ptr + b, v1.ptr + b, b, w1.ptr, DType::bf16},
-          cfg, 1e-3, 0.5f, t, stream.s);
+          tensors.data(), tensors.size(),
+          {b, e, p1.ptr, 0, dg.ptr, 0, m1.ptr + b, v1.ptr + b, b, w1.ptr, DType::bf16}, cfg, 1e-3,
+          0.5f, t, stream.s);
       cuda::adamw_update_per_tensor(
-          tensors, {b, e, p2.ptr, 0, dg.ptr, 0, m2.ptr + b, v2.ptr + b, b, w2.ptr, DType::bf16},
-          cfg, 1e-3, 0.5f, t, stream.s);
+          tensors.data(), tensors.size(),
+          {b, e, p2.ptr, 0, dg.ptr, 0, m2.ptr + b, v2.ptr + b, b, w2.ptr, DType::bf16}, cfg, 1e-3,
+          0.5f, t, stream.s);
     }
     stream.sync();
   }

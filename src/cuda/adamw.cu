@@ -134,15 +134,15 @@ void require_weight_type(const AdamWRange& r) {
 
 }  // namespace
 
-void adamw_update_per_tensor(std::span<const AdamWTensor> tensors, const AdamWRange& r,
+void adamw_update_per_tensor(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
                              const AdamWConfig& cfg, double lr, float grad_scale, int64_t t,
                              cudaStream_t s) {
   require_weight_type(r);
   AdamWScalars k = adamw_scalars(cfg, lr, grad_scale, t);
-  for (const AdamWTensor& p : tensors) {
-    const size_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel);
+  for (const AdamWTensor* p = tensors; p != tensors + count; ++p) {
+    const size_t begin = std::max(r.begin, p->offset), end = std::min(r.end, p->offset + p->numel);
     if (begin >= end) continue;
-    k.decay = p.weight_decay ? float(cfg.weight_decay) : 0.0f;
+    k.decay = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
     float* w = r.params + (begin - r.p_offset);
     const float* g = r.grads + (begin - r.g_offset);
     float* m = r.m + (begin - r.m_offset);
@@ -159,8 +159,8 @@ void adamw_update_per_tensor(std::span<const AdamWTensor> tensors, const AdamWRa
   }
 }
 
-void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, const AdamWConfig& cfg,
-                  double lr, float grad_scale, int64_t t, cudaStream_t s) {
+void adamw_update(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
+                  const AdamWConfig& cfg, double lr, float grad_scale, int64_t t, cudaStream_t s) {
   require_weight_type(r);
   const AdamWScalars k = adamw_scalars(cfg, lr, grad_scale, t);
   // Every pointer at the range's begin: a tensor's elements at (its begin - r.begin).
@@ -180,15 +180,15 @@ void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, con
   };
   AdamWTensors batch{};
   batch.start[0] = 0;
-  for (const AdamWTensor& p : tensors) {
-    const size_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel);
+  for (const AdamWTensor* p = tensors; p != tensors + count; ++p) {
+    const size_t begin = std::max(r.begin, p->offset), end = std::min(r.end, p->offset + p->numel);
     if (begin >= end) continue;
     if (batch.count == kMaxTensors) {
       launch(batch);
       batch.count = 0;
     }
     const int i = batch.count++;
-    batch.decay[i] = p.weight_decay ? float(cfg.weight_decay) : 0.0f;
+    batch.decay[i] = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
     batch.begin[i] = begin - r.begin;
     batch.start[i + 1] = batch.start[i] + (end - begin);
   }

@@ -1,10 +1,11 @@
 // cpu::adamw_update's CUDA twin (src/cpu/adamw.hpp): the same arguments plus the stream it runs
-// on. A plain C++ header, so .cpp files include it without nvcc. All pointers are device pointers.
+// on, the tensors as pointer and count (nvcc builds C++17 here). A plain C++ header, so .cpp
+// files include it without nvcc. All pointers but tensors are device pointers.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
-#include <span>
 
 #include "src/train/adamw.hpp"
 
@@ -15,10 +16,10 @@ namespace mpitron::cuda {
 // decay; elementwise, so the bits are the per-tensor launches'); asynchronous on s. fp32 master
 // weights and moments. Mixed precision: with r.weights set, r.weight_type (bf16 or f16) receives
 // the updated weights rounded to nearest; r.weights with f32 is a contract violation (fail_at).
-void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, const AdamWConfig& cfg,
-                  double lr, float grad_scale, int64_t t, cudaStream_t s);
+void adamw_update(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
+                  const AdamWConfig& cfg, double lr, float grad_scale, int64_t t, cudaStream_t s);
 // The reference: the same update, one launch per parameter.
-void adamw_update_per_tensor(std::span<const AdamWTensor> tensors, const AdamWRange& r,
+void adamw_update_per_tensor(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
                              const AdamWConfig& cfg, double lr, float grad_scale, int64_t t,
                              cudaStream_t s);
 

@@ -34,7 +34,8 @@ double cuda_sum_of_squares(const float* g, size_t n) {
 }
 void cuda_adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r,
                        const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
-  cuda::adamw_update(tensors, r, cfg, lr, grad_scale, t, cudaStreamPerThread);
+  cuda::adamw_update(tensors.data(), tensors.size(), r, cfg, lr, grad_scale, t,
+                     cudaStreamPerThread);
 }
 }  // namespace
 #endif
