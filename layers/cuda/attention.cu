@@ -23,10 +23,14 @@
 #include "base/cuda_check.hpp"
 #include "layers/cuda/attention.cuh"
 #include "layers/cuda/attention_mma.cuh"
+#include "layers/cuda/elementwise.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
+
+using elementwise::store;
+using elementwise::to_float;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -68,26 +72,6 @@ template <int HS, int RW, int CPL>
 constexpr size_t dq_smem_floats() {  // Qs, Os [BQ][HS], Kt, Vt [HS][BC+1], Ps [BQ][BC], Ls, Ds
   constexpr int BQ = kWarps * RW, BC = 32 * CPL;
   return 2 * size_t(BQ) * HS + 2 * size_t(HS) * (BC + 1) + size_t(BQ) * BC + 2 * size_t(BQ);
-}
-
-__device__ __forceinline__ float to_f(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ float to_f(__half x) {
-  return __half2float(x);
-}
-
-__device__ __forceinline__ void store(float* p, float x) {
-  *p = x;
-}
-__device__ __forceinline__ void store(__nv_bfloat16* p, float x) {
-  *p = __float2bfloat16(x);  // round to nearest even
-}
-__device__ __forceinline__ void store(__half* p, float x) {
-  *p = __float2half(x);  // round to nearest even
 }
 
 // Butterfly reductions: every lane ends with the same value (each step adds the same pair in every
@@ -205,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   for (int idx = threadIdx.x; idx < BR * HS; idx += kThreads) {
     const int r = idx / HS, d = idx % HS, i = q0 + r;
-    Qs[idx] = i < T ? to_f(qbase[size_t(i) * C3 + d]) * qscale : 0.f;
+    Qs[idx] = i < T ? to_float(qbase[size_t(i) * C3 + d]) * qscale : 0.f;
   }
   // Keys any row of this block sees: j < kend (rows >= T see at most min(row + 1, L) <= L).
   const int kend = causal ? min(q0 + BR, L) : L;
@@ -228,8 +212,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int jj = idx / HS, d = idx % HS, j = k0 + jj;
       float kv = 0.f, vv = 0.f;
       if (j < kend) {  // keys >= kend (padded ones included) are never read
-        kv = to_f(kbase[size_t(j) * C3 + d]);
-        vv = to_f(vbase[size_t(j) * C3 + d]);
+        kv = to_float(kbase[size_t(j) * C3 + d]);
+        vv = to_float(vbase[size_t(j) * C3 + d]);
       }
       Kt[d * KS + jj] = kv;
       Vs[idx] = vv;
@@ -302,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc = 0.f;
 #pragma unroll
   for (int c = 0; c < HS / 32; ++c)
-    acc += to_f(dout[off + lane + 32 * c]) * to_f(out[off + lane + 32 * c]);
+    acc += to_float(dout[off + lane + 32 * c]) * to_float(out[off + lane + 32 * c]);
   acc = warp_sum(acc);
   if (lane == 0) {
     const int64_t bt = row / NH, h = row % NH, b = bt / T, i = bt % T;
@@ -365,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int j = k0 + idx / HS, d = idx % HS;
     float kv = 0.f, vv = 0.f;
     if (j < L) {  // padded keys are never read
-      kv = to_f(kbase[size_t(j) * C3 + d]) * qscale;
-      vv = to_f(vbase[size_t(j) * C3 + d]);
+      kv = to_float(kbase[size_t(j) * C3 + d]) * qscale;
+      vv = to_float(vbase[size_t(j) * C3 + d]);
     }
     Ks[idx] = kv;
     Vs[idx] = vv;
@@ -390,8 +374,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int ii = idx / HS, d = idx % HS, i = q0 + ii;
       float qv = 0.f, ov = 0.f;
       if (i < T) {
-        qv = to_f(qbase[size_t(i) * C3 + d]);
-        ov = to_f(dobase[size_t(i) * C + d]);
+        qv = to_float(qbase[size_t(i) * C3 + d]);
+        ov = to_float(dobase[size_t(i) * C + d]);
       }
       Qt[d * QS + ii] = qv;
       Dt[d * QS + ii] = ov;
@@ -494,8 +478,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int r = idx / HS, d = idx % HS, i = q0 + r;
     float qv = 0.f, ov = 0.f;
     if (i < T) {
-      qv = to_f(qbase[size_t(i) * C3 + d]) * qscale;
-      ov = to_f(dobase[size_t(i) * C + d]);
+      qv = to_float(qbase[size_t(i) * C3 + d]) * qscale;
+      ov = to_float(dobase[size_t(i) * C + d]);
     }
     Qs[idx] = qv;
     Os[idx] = ov;
@@ -523,8 +507,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int jj = idx / HS, d = idx % HS, j = k0 + jj;
       float kv = 0.f, vv = 0.f;
       if (j < kend) {  // padded keys are never read
-        kv = to_f(kbase[size_t(j) * C3 + d]);
-        vv = to_f(vbase[size_t(j) * C3 + d]);
+        kv = to_float(kbase[size_t(j) * C3 + d]);
+        vv = to_float(vbase[size_t(j) * C3 + d]);
       }
       Kt[d * KS + jj] = kv;
       Vt[d * KS + jj] = vv;

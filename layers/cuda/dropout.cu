@@ -18,36 +18,20 @@ namespace {
 
 using namespace elementwise;
 
-// out[i] = rng.uniform(base + i) >= p ? inp[i] * scale : 0 for i < n, base = row0 * C. Each
-// thread reads an element (or pack) before writing it, so out may alias inp. kVectorised: both
-// pointers 16-byte aligned; packs first, then the n % kSize tail element by element.
+// out[i] = rng.uniform(base + i) >= p ? inp[i] * scale : 0 for i < n, base = row0 * C. Each run
+// is read before it is written, so out may alias inp (kVectorised as in for_each_run).
 template <class T, bool kVectorised>
 __global__ void __launch_bounds__(kThreads)
     dropout_kernel(T* out, const T* inp, size_t n, PhiloxStream rng, uint64_t base, float p,
                    float scale) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t done = 0;
-  if constexpr (kVectorised) {
-    constexpr int K = Pack<T>::kSize;
-    const size_t packs = n / K;
-    const Pack<T>* ip = reinterpret_cast<const Pack<T>*>(inp);
-    Pack<T>* outp = reinterpret_cast<Pack<T>*>(out);
-    for (size_t j = tid; j < packs; j += stride) {
-      const Pack<T> x = ip[j];
-      Pack<T> y;
+  for_each_run<T, kVectorised>(n, [&](auto width, size_t i) {
+    constexpr int K = decltype(width)::value;
+    Lanes<K> x = load<K>(inp, i);
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const uint64_t index = base + uint64_t(j * K + k);
-        y.v[k] = from_float<T>(rng.uniform(index) >= p ? __fmul_rn(to_float(x.v[k]), scale) : 0.0f);
-      }
-      outp[j] = y;
-    }
-    done = packs * K;
-  }
-  for (size_t i = done + tid; i < n; i += stride)
-    out[i] = from_float<T>(rng.uniform(base + uint64_t(i)) >= p ? __fmul_rn(to_float(inp[i]), scale)
-                                                                : 0.0f);
+    for (int k = 0; k < K; ++k)
+      x.v[k] = rng.uniform(base + uint64_t(i + k)) >= p ? __fmul_rn(x.v[k], scale) : 0.0f;
+    store<K>(out, i, x);
+  });
 }
 
 template <class T>
@@ -62,13 +46,13 @@ void apply_mask(T* out, const T* inp, float p, const PhiloxStream& rng, uint64_t
   }
   const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;  // the CPU's float ops; p == 1 drops all
   const uint64_t base = row0 * uint64_t(C);
-  if (aligned16(out) && aligned16(inp)) {
-    constexpr size_t K = Pack<T>::kSize;
+  const bool vectorised = aligned16(out) && aligned16(inp);
+  if (vectorised)
     dropout_kernel<T, true>
-        <<<blocks_for((n + K - 1) / K), kThreads, 0, s>>>(out, inp, n, rng, base, p, scale);
-  } else {
-    dropout_kernel<T, false><<<blocks_for(n), kThreads, 0, s>>>(out, inp, n, rng, base, p, scale);
-  }
+        <<<blocks_for_runs<T>(n, true), kThreads, 0, s>>>(out, inp, n, rng, base, p, scale);
+  else
+    dropout_kernel<T, false>
+        <<<blocks_for_runs<T>(n, false), kThreads, 0, s>>>(out, inp, n, rng, base, p, scale);
   CUDA_CHECK_LAUNCH();
 }
 

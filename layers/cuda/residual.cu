@@ -21,38 +21,22 @@ struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-// da[i] += dout[i], db[i] += dout[i]; da, db and dout distinct (kVectorised as in map_kernel).
+// da[i] += dout[i], db[i] += dout[i]; da, db and dout distinct (kVectorised as in for_each_run).
 template <class T, bool kVectorised>
 __global__ void __launch_bounds__(kThreads)
     residual_backward_kernel(T* da, T* db, const T* dout, size_t n) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  const size_t tid = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  size_t done = 0;
-  if constexpr (kVectorised) {
-    constexpr int K = Pack<T>::kSize;
-    const size_t packs = n / K;
-    Pack<T>* dap = reinterpret_cast<Pack<T>*>(da);
-    Pack<T>* dbp = reinterpret_cast<Pack<T>*>(db);
-    const Pack<T>* dp = reinterpret_cast<const Pack<T>*>(dout);
-    for (size_t j = tid; j < packs; j += stride) {
-      const Pack<T> d = dp[j];
-      Pack<T> x = dap[j], y = dbp[j];
+  for_each_run<T, kVectorised>(n, [&](auto width, size_t i) {
+    constexpr int K = decltype(width)::value;
+    const Lanes<K> g = load<K>(dout, i);
+    Lanes<K> x = load<K>(da, i), y = load<K>(db, i);
 #pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float g = to_float(d.v[k]);
-        x.v[k] = from_float<T>(to_float(x.v[k]) + g);
-        y.v[k] = from_float<T>(to_float(y.v[k]) + g);
-      }
-      dap[j] = x;
-      dbp[j] = y;
+    for (int k = 0; k < K; ++k) {
+      x.v[k] += g.v[k];
+      y.v[k] += g.v[k];
     }
-    done = packs * K;
-  }
-  for (size_t i = done + tid; i < n; i += stride) {
-    const float g = to_float(dout[i]);
-    da[i] = from_float<T>(to_float(da[i]) + g);
-    db[i] = from_float<T>(to_float(db[i]) + g);
-  }
+    store<K>(da, i, x);
+    store<K>(db, i, y);
+  });
 }
 
 }  // namespace
@@ -65,13 +49,12 @@ void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t s) 
 template <class T>
 void residual_backward(T* da, T* db, const T* dout, size_t n, cudaStream_t s) {
   if (n == 0) return;
-  if (aligned16(da) && aligned16(db) && aligned16(dout)) {
-    constexpr size_t K = Pack<T>::kSize;
+  if (aligned16(da) && aligned16(db) && aligned16(dout))
     residual_backward_kernel<T, true>
-        <<<blocks_for((n + K - 1) / K), kThreads, 0, s>>>(da, db, dout, n);
-  } else {
-    residual_backward_kernel<T, false><<<blocks_for(n), kThreads, 0, s>>>(da, db, dout, n);
-  }
+        <<<blocks_for_runs<T>(n, true), kThreads, 0, s>>>(da, db, dout, n);
+  else
+    residual_backward_kernel<T, false>
+        <<<blocks_for_runs<T>(n, false), kThreads, 0, s>>>(da, db, dout, n);
   CUDA_CHECK_LAUNCH();
 }
 

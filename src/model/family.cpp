@@ -1,8 +1,11 @@
 #include "src/model/family.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <span>
+#include <string>
+#include <vector>
 
 #include "base/check.hpp"
 #include "src/model/bert.hpp"
@@ -53,6 +56,8 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return int(m.get("n_layer")); },
      [](const ModelConfig& m, const RegistrySlice& s) { return gpt_registry(gpt_config(m), s); },
      nullptr,
+     true,
+     true,
      true,
      true},
     {"mlp",
@@ -147,6 +152,17 @@ const ModelFamily kFamilies[] = {
 
 std::span<const ModelFamily> model_families() {
   return kFamilies;
+}
+
+std::string family_types_with(bool ModelFamily::*flag) {
+  std::vector<std::string> types;
+  for (const ModelFamily& f : kFamilies)
+    if (f.*flag) types.push_back(f.type);
+  if (types.empty()) return "no family";
+  std::string list = types.back();
+  if (types.size() > 1)
+    list = fmt::format("{} and {}", fmt::join(types.begin(), types.end() - 1, ", "), list);
+  return list + (types.size() > 1 ? " families" : " family");
 }
 
 const ModelFamily& model_family(const std::string& type) {

@@ -60,12 +60,17 @@ struct ModelFamily {
   // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole
   // groups.
   int64_t (*sample_group)(const ModelConfig& model) = nullptr;
-  bool generates = false;   // a causal language model: `mpitron generate` samples from it
-  bool recomputes = false;  // builds with ModelBuild::recompute (--recompute block)
+  bool generates = false;        // a causal language model: `mpitron generate` samples from it
+  bool recomputes = false;       // builds with ModelBuild::recompute (--recompute block)
+  bool on_device = false;        // builds on a device's layer table (--device cuda, cpu-staged)
+  bool mixed_precision = false;  // 16-bit activations and weight copies (--precision bf16, fp16)
 };
 
 // Every family, in the table's order.
 std::span<const ModelFamily> model_families();
+
+// The types of the families with a flag set, for messages: "gpt", "gpt and bert".
+std::string family_types_with(bool ModelFamily::*flag);
 
 // The family of a type; UsageError naming the known types when there is none.
 const ModelFamily& model_family(const std::string& type);

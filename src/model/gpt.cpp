@@ -42,16 +42,8 @@ int64_t gpt_parameter_count(const GptConfig& m) {
 
 void validate_gpt_layout(const ModelConfig& m, int tp) {
   const GptConfig g = gpt_config(m);
-  if (tp > g.n_head)
-    throw UsageError(
-        fmt::format("--tp {} is larger than n_head ({}): a rank needs a whole head", tp, g.n_head));
-  if (g.n_head % tp != 0)
-    throw UsageError(fmt::format(
-        "n_head ({}) is not divisible by --tp {}: heads split evenly over TP", g.n_head, tp));
-  if ((4 * g.n_embd) % tp != 0 || g.n_embd % tp != 0)
-    throw UsageError(fmt::format(
-        "n_embd ({}) and 4*n_embd are not divisible by --tp {}: the MLP splits evenly over TP",
-        g.n_embd, tp));
+  tp::require_tp_splits(tp, {{"n_head", g.n_head, "heads split evenly over TP"},
+                             {"n_embd", g.n_embd, "the MLP splits evenly over TP"}});
 }
 
 ParamRegistry gpt_registry(const GptConfig& cfg, RegistrySlice slice, int vocab_align) {

@@ -43,10 +43,13 @@ int real_columns(int Vl, int v0, int V) {
 // ---- the layout ----
 
 void require_tp_splits(int tp, std::initializer_list<TpSplit> splits) {
-  for (const TpSplit& s : splits)
+  for (const TpSplit& s : splits) {
+    if (tp > s.size)
+      throw UsageError(fmt::format("--tp {} is larger than {} ({}): {}", tp, s.key, s.size, s.why));
     if (s.size % tp != 0)
       throw UsageError(
           fmt::format("{} ({}) is not divisible by --tp {}: {}", s.key, s.size, tp, s.why));
+  }
 }
 
 comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self) {

@@ -32,7 +32,8 @@ struct TpSplit {
   const char* why;  // "heads split evenly over TP"
 };
 // UsageError for the first split tp does not divide: "<key> (<size>) is not divisible by --tp
-// <tp>: <why>". A family's validate_layout calls it (the trainer, before building, on every rank).
+// <tp>: <why>" ("--tp <tp> is larger than <key> (<size>): <why>" where tp exceeds it). A family's
+// validate_layout calls it (the trainer, before building, on every rank).
 void require_tp_splits(int tp, std::initializer_list<TpSplit> splits);
 // The group a model built by how runs its TP collectives on: *how.tp, or self (size 1) without
 // one; InternalError unless its size and rank are the registry slice's.

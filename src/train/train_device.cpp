@@ -32,10 +32,10 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
   const char* dev = device_name(device);
   if (precision != DType::f32) {
     const char* p = precision_name(precision);
-    if (family.type != std::string("gpt"))
+    if (!family.mixed_precision)
       throw UsageError(
-          fmt::format("--precision {} trains the gpt family so far; the {} family runs in fp32", p,
-                      family.type));
+          fmt::format("--precision {} trains the {} so far; the {} family runs in fp32", p,
+                      family_types_with(&ModelFamily::mixed_precision), family.type));
     if (L.tp > 1 || L.pp > 1)
       throw UsageError(fmt::format(
           "--precision {} runs with data parallelism only so far (--tp 1 --pp 1, got --tp {} --pp "
@@ -61,10 +61,9 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
   }
   if (device == Device::cpu) return;
   step_backend(device);  // UsageError where this build has no CUDA backend
-  if (family.type != std::string("gpt"))
-    throw UsageError(
-        fmt::format("--device {} trains the gpt family so far; the {} family runs on the cpu", dev,
-                    family.type));
+  if (!family.on_device)
+    throw UsageError(fmt::format("--device {} trains the {} so far; the {} family runs on the cpu",
+                                 dev, family_types_with(&ModelFamily::on_device), family.type));
   if (L.tp > 1 || L.pp > 1)
     throw UsageError(fmt::format(
         "--device {} runs data parallelism only so far (--tp 1 --pp 1, got --tp {} --pp {}); "
