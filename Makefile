@@ -9,7 +9,9 @@ TP ?= 2
 PP ?= 2
 ZERO ?= 1
 SCHEDULE ?= 1f1b
+# MICRO_BATCHES, as the job scripts spell it; MICRO is the old spelling, still taken.
 MICRO ?= 4
+MICRO_BATCHES ?= $(MICRO)
 CONFIG ?= configs/gpt-tiny.toml
 STEPS ?= 200
 RUN ?= runs/main
@@ -59,7 +61,7 @@ help:
 	@echo "            (less SANITIZE_EXCLUDE; each GoogleTest binary runs as one test there)"
 	@echo "make fuzz   the same build's libFuzzer targets: each reader fuzzed $(FUZZ_SECONDS) s"
 	@echo "make deps | build | data | clean"
-	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
+	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO_BATCHES CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
 	@echo "           ASAN_BUILD FUZZ_SECONDS SANITIZE_EXCLUDE"
 
 deps:
@@ -92,9 +94,9 @@ data: deps
 main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
 	  --dp $(DP) --tp $(TP) --pp $(PP) --zero $(ZERO) --schedule $(SCHEDULE) \
-	  --micro-batches $(MICRO) --steps $(STEPS) --out $(RUN) --resume auto
+	  --micro-batches $(MICRO_BATCHES) --steps $(STEPS) --out $(RUN) --resume auto
 	$$(tests/find_python.sh h5py matplotlib) validate/plot_loss.py -o $(RUN)/loss.png $(RUN)/trace.h5
-	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --tokens 200 --temperature 0.8 --top-k 40
+	$(BUILD)/mpitron generate --ckpt $$(ls -v $(RUN)/ckpt_*.h5 | tail -n 1) --prompt "And God said" --new-tokens 200 --temperature 0.8 --top-k 40
 
 # Each stage's time goes to $(BUILD)/make-test-times.txt; at the end (pass or fail) the ten slowest
 # CTest tests (from ctest's JUnit file, tests/slowest.sh) and every stage's time. The sanitizer

@@ -1,5 +1,8 @@
 #include "base/gemm.hpp"
 
+#include <fmt/format.h>
+#include <sched.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdlib>
@@ -130,10 +133,20 @@ template void gemm_reference<float>(bool, bool, int, int, int, float, const floa
 template void gemm_reference<double>(bool, bool, int, int, int, double, const double*, int,
                                      const double*, int, double, double*, int);
 
-int default_compute_threads(int ranks) {
+int usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ComputeThreads default_compute_threads(int own_cores, int node_cores, int ranks_on_node) {
   const char* env = std::getenv("OMP_NUM_THREADS");
-  if (env && std::atoi(env) > 0) return std::atoi(env);
-  return ranks == 1 ? int(std::max(1u, std::thread::hardware_concurrency())) : 1;
+  if (env && std::atoi(env) > 0) return {std::atoi(env), "OMP_NUM_THREADS"};
+  const int ranks = std::max(1, ranks_on_node);
+  node_cores = std::max(1, node_cores);
+  return {std::clamp(node_cores / ranks, 1, std::max(1, own_cores)),
+          fmt::format("{} core{} for {} rank{} on the node", node_cores, node_cores == 1 ? "" : "s",
+                      ranks, ranks == 1 ? "" : "s")};
 }
 
 const char* better_blas_kernels() {

@@ -2,6 +2,7 @@
 // gemm() hands the product to OpenBLAS where the build has it (MPITRON_BLAS), else to Eigen;
 // gemm_reference() is always Eigen, the simple path the fast one is tested against.
 #pragma once
+#include <string>
 
 namespace mpitron::cpu {
 
@@ -26,8 +27,18 @@ const char* better_blas_kernels();
 // Sets the threads of the CPU compute libraries (OpenMP and OpenBLAS).
 void set_compute_threads(int n);
 
-// Threads for a rank when none were asked for: OMP_NUM_THREADS where set, else every core for a
-// lone process and one per rank when several share the machine.
-int default_compute_threads(int ranks);
+// Cores this process may run on (its CPU affinity: a Slurm allocation, taskset, a launcher's
+// binding).
+int usable_cores();
+
+// Threads for a rank when none were asked for, and why: OMP_NUM_THREADS where set, else the cores
+// the node's ranks may run on (the union of their CPU affinities: a Slurm allocation, a launcher's
+// binding) shared evenly by them, at most the rank's own and at least 1, so that ranks x threads
+// never exceeds the cores: "2 threads (4 cores for 2 ranks on the node)".
+struct ComputeThreads {
+  int threads;
+  std::string why;
+};
+ComputeThreads default_compute_threads(int own_cores, int node_cores, int ranks_on_node);
 
 }  // namespace mpitron::cpu

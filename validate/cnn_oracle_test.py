@@ -311,7 +311,7 @@ def check_family(family: str, args, binary: str, repo: Path, work: Path, data: d
     fam.mkdir()
     print(f"\n==== {family} ({config}, {' '.join(sets)}, norm_group {args.norm_group}, batch {B})")
     common = ["--config", str(repo / config), "--data", args.data, "--seed", str(seed),
-              "--dropout", "0", "--batch-size", str(B), "--warmup", str(args.warmup),
+              "--dropout", "0", "--batch-size", str(B), "--warmup-steps", str(args.warmup),
               "--eval-batches", str(args.eval_batches), "--threads", "1",
               "--set", f"model.norm_group={args.norm_group}", "--set", "train.augment=0"]
     for s in sets:

@@ -13,7 +13,9 @@ as transformers names them. Three layouts:
 Each is imported, `mpitron eval --tokens batch.h5 --dump` evaluates a batch, and the torch model
 (fp32, fp64 beside it) fed the dump's inputs must give the logits and the loss to --rtol relative
 (max|a-b|/max|b|); a reference with two weights swapped must not (the test can fail). Then:
---plan's lines; export -> import gives every tensor bitwise back; `train --init-from` the HF
+--plan's lines; export -> import gives every tensor and every special id back without vocab.txt
+(export writes the ids to config.json; a vocab.txt beside it that disagrees is refused), for the
+HF models and for a BERT mpitron trained (specials at 256-260); `train --init-from` the HF
 folder loads exactly the imported parameters (masked LM) and, for a classifier run, the HF pooler
 with a fresh classifier; a bare BertModel is refused by import, taken by --init-from; and each
 bad model (hidden_act gelu_new, num_labels 3, a missing or misshapen tensor, an untied decoder,
@@ -51,6 +53,8 @@ except ImportError as e:
 
 # vocab.txt of the pretraining layout: specials shuffled, none at mpitron's 256-260
 VOCAB_SPECIALS = {"[UNK]": 290, "[SEP]": 291, "[CLS]": 292, "[MASK]": 293, "[PAD]": 294}
+# bert-base's order (what a vocab.txt of another model may say)
+BASE_SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
 FAILED: list[str] = []
 
 
@@ -137,10 +141,14 @@ def write_folder(folder: Path, tensors: dict, config: dict, vocab: dict | None =
     gpt_torch.write_safetensors(folder / "model.safetensors", out, {"format": "pt"})
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if vocab is not None:
-        V = config["vocab_size"]
-        by_id = {i: t for t, i in vocab.items()}
-        (folder / "vocab.txt").write_text("".join(by_id.get(i, f"tok{i}") + "\n" for i in range(V)))
+        write_vocab(folder / "vocab.txt", vocab, config["vocab_size"])
     return folder
+
+
+def write_vocab(path: Path, specials: dict, V: int) -> None:
+    """A vocab.txt of V tokens: the specials at their ids, tok<i> elsewhere."""
+    by_id = {i: t for t, i in specials.items()}
+    path.write_text("".join(by_id.get(i, f"tok{i}") + "\n" for i in range(V)))
 
 
 def round_bf16(model: bert_torch.Bert) -> None:
@@ -322,14 +330,36 @@ def main() -> int:
             ex[n].shape == want[n].shape and ex[n].tobytes() == want[n].tobytes() for n in want)
         check(same, f"{label}: exported {len(ex)} tensors bitwise equal to the HF file's, HF names"
               f" ({cfg['architectures'][0]})")
-        if vocab:
-            shutil.copy(pre / "vocab.txt", out / "vocab.txt")
+        # config.json names every special id: the export alone imports as the same model.
         again = work / f"again_{ckpt.stem}.h5"
         must([binary, "import", "--from", out, "--out", again], log)
         (a, aa), (b, ba) = params_of(ckpt), params_of(again)
         check(sorted(a) == sorted(b) and all(a[n].tobytes() == b[n].tobytes() for n in a) and
               all(aa[k] == ba[k] for k in aa if k.startswith("model.")),
-              f"{label}: import of the export: the same {len(a)} parameters and model")
+              f"{label}: import of the export (no vocab.txt): the same {len(a)} parameters and "
+              "model, special ids included")
+        if vocab:  # the model's own vocab.txt beside it agrees; bert-base's order does not
+            shutil.copy(pre / "vocab.txt", out / "vocab.txt")
+            must([binary, "import", "--from", out, "--out", work / f"agrees_{ckpt.stem}.h5"], log)
+            check(params_of(work / f"agrees_{ckpt.stem}.h5")[1] == ba,
+                  f"{label}: with the model's vocab.txt beside the export, the same model")
+            write_vocab(out / "vocab.txt", BASE_SPECIALS, int(cfg["vocab_size"]))
+            expect_error(f"{label}: a vocab.txt whose specials disagree with config.json", binary,
+                         out, "the ids would change meaning", log)
+
+    # ---- a BERT trained by mpitron (byte ids, specials at 256-260): export -> import bitwise
+    native = work / "native_bert.toml"
+    write_config(native, {**shape, "task": 0})
+    must([binary, "train", "--config", native, "--data", corpus, "--steps", 2, "--batch-size", 4,
+          "--seq-len", 32, "--eval-every", 0, "--log-every", 0, "--out", work / "native"], log)
+    must([binary, "export", work / "native" / "ckpt_2.h5", "--out", work / "native_hf"], log)
+    must([binary, "import", "--from", work / "native_hf", "--out", work / "native_again.h5"], log)
+    (a, aa), (b, ba) = params_of(work / "native" / "ckpt_2.h5"), params_of(work / "native_again.h5")
+    check(sorted(a) == sorted(b) and all(a[n].tobytes() == b[n].tobytes() for n in a) and
+          all(aa[k] == ba[k] for k in aa if k.startswith("model.")) and
+          int(ba["model.mask_id"]) == 260,
+          f"mpitron's own BERT (specials at 256-260): export -> import gives the same "
+          f"{len(a)} parameters and model")
 
     # ---- train --init-from
     print("train --init-from:")

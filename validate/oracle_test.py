@@ -204,7 +204,7 @@ def main() -> int:
 
     B, T, S = args.batch_size, args.seq_len, args.steps
     common = ["--config", config, "--data", str(data), "--seed", str(args.seed), "--dropout", "0",
-              "--batch-size", str(B), "--seq-len", str(T), "--warmup", str(args.warmup),
+              "--batch-size", str(B), "--seq-len", str(T), "--warmup-steps", str(args.warmup),
               "--lr", repr(args.lr), "--eval-batches", str(args.eval_batches), "--threads", "1"]
     run([binary, "train", *common, "--steps", "0", "--out", str(work / "init")], log)
     ckpt = work / "init" / "ckpt_0.h5"

@@ -63,10 +63,11 @@ bool is_wordpiece_vocabulary(const std::string& path);
 int cmd_compare(const std::string& a, const std::string& b, double rtol, bool allow_partial);
 int cmd_info(const std::string& path, bool all, bool verify);
 struct BatchArgs {
-  std::string data = "data/kjv.txt", out;  // `batch` reads text only
-  uint64_t seed = 1337;
+  std::string data = "data/kjv.txt", out, config;  // `batch` reads text only
+  std::optional<uint64_t> seed;                    // unset: the config's, else 1337
   int64_t first_step = 1;
-  int steps = 1, batch_size = 8, seq_len = 64;
+  int steps = 1;
+  std::optional<int> batch_size, seq_len;  // unset: the config's, else 8 and 64
   bool val = false;
 };
 int cmd_batch(const BatchArgs& a);
@@ -77,6 +78,9 @@ int cmd_export(const std::string& ckpt, const std::string& out);
 int cmd_devices();
 
 // ---- shared by the commands (common.cpp)
+// A checkpoint path as given, or for a folder its latest ckpt_<step>.h5 (a run folder); UsageError
+// for a folder that holds none.
+std::string checkpoint_of(const std::string& path);
 // A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
 void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
                  int64_t model_vocab);

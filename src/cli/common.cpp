@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "base/check.hpp"
+#include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "src/cli/cli.hpp"
 
@@ -37,6 +38,18 @@ std::optional<io::BpeTokenizer> checkpoint_tokenizer(const std::string& ckpt,
 }
 
 // A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
+std::string checkpoint_of(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec)) return path;
+  const std::string latest = io::latest_checkpoint(path);
+  if (latest.empty())
+    throw UsageError(
+        fmt::format("{} is a folder without checkpoints (ckpt_<step>.h5): give a checkpoint file "
+                    "or a run folder",
+                    path));
+  return latest;
+}
+
 void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
                  int64_t model_vocab) {
   if (model_vocab < data_vocab)

@@ -116,7 +116,8 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
 // Unset options default to what the trainer's validation used, from the checkpoint: its data,
 // seed, global batch, sequence length and number of batches.
 int cmd_eval(const EvalArgs& a) {
-  cpu::set_compute_threads(cpu::default_compute_threads(1));
+  const int cores = cpu::usable_cores();
+  cpu::set_compute_threads(cpu::default_compute_threads(cores, cores, 1).threads);
   if (!a.tokens.empty()) return eval_token_batch(a.ckpt, a.tokens, a.dump);
   const std::string& ckpt = a.ckpt;
   const std::string& tokenizer_dir = a.tokenizer;
@@ -186,8 +187,18 @@ int cmd_eval(const EvalArgs& a) {
                                 kind == DataKind::verses ? "verses" : "images")
       : sequences ? fmt::format("{} batches of {}x{}, seed {}", batches, batch_size, T, seed)
                   : fmt::format("{} batches of {}, seed {}", batches, batch_size, seed);
-  fmt::print("val_loss {:.6f} ({} from {})\nval_accuracy {:.4f}\n", sum / double(samples), drawn,
-             data_path, double(correct) / double(samples));
+  // The majority class of these samples: what always predicting it would score.
+  int majority = 0;
+  std::vector<int64_t> per_label(size_t(K), 0);
+  for (int l = 0; l < K; ++l) {
+    for (int k = 0; k < K; ++k) per_label[size_t(l)] += confusion[size_t(l) * K + k];
+    if (per_label[size_t(l)] > per_label[size_t(majority)]) majority = l;
+  }
+  const std::vector<std::string> names = class_names(rec.model, data_path, K);
+  fmt::print("val_loss {:.6f} ({} from {})\nval_accuracy {:.4f} over {} samples\n",
+             sum / double(samples), drawn, data_path, double(correct) / double(samples), samples);
+  fmt::print("majority class {} ({}) alone would score {:.4f}\n", majority, names[size_t(majority)],
+             double(per_label[size_t(majority)]) / double(samples));
   fmt::print("confusion matrix (rows: label, columns: prediction)\n     ");
   for (int k = 0; k < K; ++k) fmt::print("{:>6}", k);
   fmt::print("\n");
@@ -196,6 +207,9 @@ int cmd_eval(const EvalArgs& a) {
     for (int k = 0; k < K; ++k) fmt::print("{:>6}", confusion[size_t(l) * K + k]);
     fmt::print("\n");
   }
+  fmt::print("classes:");
+  for (int k = 0; k < K; ++k) fmt::print("{} {} {}", k == 0 ? "" : ",", k, names[size_t(k)]);
+  fmt::print("\n");
   return 0;
 }
 

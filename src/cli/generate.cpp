@@ -28,7 +28,8 @@ int cmd_generate(const GenerateArgs& a) {
   if (top_k < 0) throw UsageError("--top-k must not be negative (0: no limit)");
   if (!(temperature >= 0 && std::isfinite(temperature)))
     throw UsageError("--temperature must be a finite number >= 0 (0: greedy)");
-  cpu::set_compute_threads(cpu::default_compute_threads(1));
+  const int cores = cpu::usable_cores();
+  cpu::set_compute_threads(cpu::default_compute_threads(cores, cores, 1).threads);
   const CheckpointRecord rec = read_checkpoint_record(ckpt);
   const ModelFamily& family = model_family(rec.model.type);
   if (!family.generates)

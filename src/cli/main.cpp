@@ -102,7 +102,9 @@ int main(int argc, char** argv) {
     train->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
     train->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");
     train->add_option("--lr", ta.lr, "peak learning rate");
-    train->add_option("--warmup", ta.warmup, "warm-up steps");
+    train->add_option("--warmup-steps", ta.warmup, "warm-up steps (config key warmup_steps)");
+    std::optional<int> old_warmup;  // the old spelling, still taken
+    train->add_option("--warmup", old_warmup)->group("");
     train->add_option("--seed", ta.seed, "seed of initialisation, data order and dropout");
     train->add_option("--dropout", ta.dropout, "dropout probability");
     train->add_option("--micro-batches", ta.micro_batches, "gradient accumulation steps");
@@ -153,8 +155,9 @@ int main(int argc, char** argv) {
     train->add_option("--dp-reduce", ta.dp_reduce, "allreduce | ring | gather-scatter");
     train->add_option("--bucket-mb", ta.opts.layout.bucket_mb,
                       "gradient bucket size (MiB); 0: one reduction after backward");
-    train->add_option("--threads", ta.opts.threads,
-                      "compute threads per rank (0: all cores for one rank, else 1)");
+    train->add_option(
+        "--threads", ta.opts.threads,
+        "compute threads per rank (0: the cores this process may use / the ranks on its node)");
     train->add_option("--trace-flush-every", ta.opts.trace_flush_every,
                       "trace rows buffered before a flush");
 
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
                                     "loss of a checkpoint: on a token batch (with --dump: logits "
                                     "and gradients), or validation loss on --data");
     cli::EvalArgs ea;
-    eval->add_option("--ckpt", ea.ckpt, "checkpoint")->required();
+    eval->add_option("ckpt,--ckpt", ea.ckpt, "checkpoint, or a run folder (its latest)")
+        ->required();
     eval->add_option("--tokens", ea.tokens,
                      "HDF5 file with /tokens (B, T+1) int32; for classifiers /images (B, pixels) "
                      "0-255 and /labels (B)");
@@ -184,11 +188,13 @@ int main(int argc, char** argv) {
     // ---- generate
     auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
     cli::GenerateArgs ga;
-    gen->add_option("--ckpt", ga.ckpt, "checkpoint")->required();
+    gen->add_option("ckpt,--ckpt", ga.ckpt, "checkpoint, or a run folder (its latest)")->required();
     gen->add_option("--prompt", ga.prompt,
                     "text to continue; only its last block_size bytes condition the model (empty: "
                     "start from a line break)");
-    gen->add_option("--tokens", ga.tokens, "tokens to generate")->capture_default_str();
+    gen->add_option("--new-tokens", ga.tokens, "tokens to generate")->capture_default_str();
+    std::optional<int> old_new_tokens;  // the old spelling (eval's --tokens is a file)
+    gen->add_option("--tokens", old_new_tokens)->group("");
     gen->add_option("--temperature", ga.temperature, "softmax temperature (0: greedy)")
         ->capture_default_str();
     gen->add_option("--top-k", ga.top_k, "sample among the k most likely (0: all)")
@@ -201,11 +207,14 @@ int main(int argc, char** argv) {
 
     // ---- tokenize
     auto* tokz = app.add_subcommand(
-        "tokenize", "encode a text file with a GPT-2 BPE tokenizer into a token file for --data");
+        "tokenize",
+        "encode a text file with a GPT-2 BPE or BERT WordPiece tokenizer into a token file for "
+        "--data");
     std::string tokz_dir, tokz_in, tokz_out;
     tokz->add_option("--tokenizer", tokz_dir,
-                     "folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
-                     "(io/get_gpt2_tokenizer.sh fetches GPT-2's)")
+                     "BPE: a folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
+                     "(io/get_gpt2_tokenizer.sh fetches GPT-2's); WordPiece: vocab.txt, or a "
+                     "folder with it (io/get_bert_tokenizer.sh)")
         ->required();
     tokz->add_option("--in", tokz_in, "text file")->required();
     tokz->add_option("--out", tokz_out, "token file to write (.h5: /tokens and attributes)")
@@ -226,7 +235,9 @@ int main(int argc, char** argv) {
     // ---- info
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
     std::string info_path;
-    info->add_option("file", info_path, "trace.h5 or ckpt_<step>.h5")->required();
+    info->add_option("file,--ckpt", info_path,
+                     "trace.h5, ckpt_<step>.h5, or a run folder (its latest checkpoint)")
+        ->required();
     bool info_all = false, info_verify = false;
     info->add_flag("--all", info_all, "every attribute and dataset, not a summary");
     info->add_flag(
@@ -237,12 +248,15 @@ int main(int argc, char** argv) {
     auto* bat = app.add_subcommand("batch", "write the global token batches of steps to HDF5");
     cli::BatchArgs ba;
     bat->add_option("--data", ba.data, "text file")->capture_default_str();
-    bat->add_option("--seed", ba.seed, "seed")->capture_default_str();
+    bat->add_option("--config", ba.config,
+                    "a run's config: its batch size, sequence length and seed are the defaults");
+    bat->add_option("--seed", ba.seed, "seed (default: the config's, else 1337)");
     bat->add_option("--first-step", ba.first_step, "first step (or evaluation batch)")
         ->capture_default_str();
     bat->add_option("--steps", ba.steps, "number of steps")->capture_default_str();
-    bat->add_option("--batch-size", ba.batch_size, "global batch")->capture_default_str();
-    bat->add_option("--seq-len", ba.seq_len, "tokens per sequence")->capture_default_str();
+    bat->add_option("--batch-size", ba.batch_size, "global batch (default: the config's, else 8)");
+    bat->add_option("--seq-len", ba.seq_len,
+                    "tokens per sequence (default: the config's, else 64)");
     bat->add_option("--out", ba.out, "output HDF5 (dataset /tokens)")->required();
     bat->add_flag("--val", ba.val, "validation split");
 
@@ -284,7 +298,8 @@ int main(int argc, char** argv) {
         "an mpitron GPT or bert checkpoint as Hugging Face GPT-2 or BERT (model.safetensors, "
         "config.json)");
     std::string exp_ckpt, exp_out;
-    exp->add_option("ckpt", exp_ckpt, "checkpoint (.h5)")->required();
+    exp->add_option("ckpt,--ckpt", exp_ckpt, "checkpoint (.h5), or a run folder (its latest)")
+        ->required();
     exp->add_option("--out", exp_out, "folder to write model.safetensors and config.json into")
         ->required();
 
@@ -308,25 +323,37 @@ int main(int argc, char** argv) {
       return e.get_exit_code() == 0 ? 0 : 1;
     }
 
+    // Old spellings still work, with a note for scripts.
+    if (old_warmup) {
+      if (rank == 0) fmt::print(stderr, "note: --warmup is now --warmup-steps (as in configs)\n");
+      if (!ta.warmup) ta.warmup = old_warmup;
+    }
+    if (old_new_tokens) {
+      if (rank == 0)
+        fmt::print(stderr, "note: generate's --tokens is now --new-tokens (eval's is a file)\n");
+      ga.tokens = *old_new_tokens;
+    }
     if (train->parsed()) {
       rc = cli::cmd_train(std::move(ta));
     } else if (eval->parsed()) {
+      ea.ckpt = cli::checkpoint_of(ea.ckpt);
       rc = cli::cmd_eval(ea);
     } else if (gen->parsed()) {
+      ga.ckpt = cli::checkpoint_of(ga.ckpt);
       rc = cli::cmd_generate(ga);
     } else if (tokz->parsed()) {
       if (rank == 0) rc = cli::cmd_tokenize(tokz_dir, tokz_in, tokz_out);  // one writer
     } else if (cmp->parsed()) {
       rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
     } else if (info->parsed()) {
-      rc = cli::cmd_info(info_path, info_all, info_verify);
+      rc = cli::cmd_info(cli::checkpoint_of(info_path), info_all, info_verify);
     } else if (sched->parsed()) {
       sched_spec.kind = pipeline::parse_schedule(sched_kind);
       rc = cli::cmd_schedule(sched_spec, sched_tf, sched_tb, sched_png);
     } else if (imp->parsed()) {
       rc = cli::cmd_import(imp_from, imp_out, imp_plan);
     } else if (exp->parsed()) {
-      rc = cli::cmd_export(exp_ckpt, exp_out);
+      rc = cli::cmd_export(cli::checkpoint_of(exp_ckpt), exp_out);
     } else if (bat->parsed()) {
       rc = cli::cmd_batch(ba);
     } else {

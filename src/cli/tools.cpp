@@ -1,6 +1,7 @@
 // The smaller commands: compare two traces, info on a file, write token batches, simulate a
 // pipeline schedule, import and export Hugging Face weights, list devices.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <iostream>
@@ -72,17 +73,27 @@ int cmd_info(const std::string& path, bool all, bool verify) {
 }
 
 int cmd_batch(const BatchArgs& a) {
-  const int steps = a.steps, batch_size = a.batch_size, seq_len = a.seq_len;
+  // The config's batch, sequence length and seed (a run's batches), each flag given overriding.
+  TrainConfig defaults;
+  defaults.batch_size = 8;
+  defaults.seq_len = 64;
+  if (!a.config.empty()) defaults = load_run_config(a.config).train;
+  const int steps = a.steps, batch_size = a.batch_size.value_or(defaults.batch_size),
+            seq_len = a.seq_len.value_or(defaults.seq_len);
+  const uint64_t seed = a.seed.value_or(defaults.seed);
   if (steps <= 0 || batch_size <= 0 || seq_len <= 0)
     throw UsageError("--steps, --batch-size and --seq-len must be positive");
   io::TextDataset data = io::load_text_dataset(a.data, seq_len);
   std::vector<int32_t> tokens(size_t(steps) * batch_size * (seq_len + 1));
   for (int s = 0; s < steps; ++s)
-    io::fill_batch(data, a.val ? io::Split::val : io::Split::train, a.seed, a.first_step + s, 0,
+    io::fill_batch(data, a.val ? io::Split::val : io::Split::train, seed, a.first_step + s, 0,
                    batch_size, seq_len, tokens.data() + size_t(s) * batch_size * (seq_len + 1));
   std::vector<int64_t> shape{steps, batch_size, seq_len + 1};
   if (steps == 1) shape.erase(shape.begin());
   io::write_int32_dataset(a.out, "tokens", shape, tokens);
+  fmt::print("{}: /tokens ({}) int32, {} {}-{} of {}x{} tokens (+1 target), seed {}\n", a.out,
+             fmt::join(shape, ", "), a.val ? "validation batches" : "steps", a.first_step,
+             a.first_step + steps - 1, batch_size, seq_len, seed);
   return 0;
 }
 
@@ -112,7 +123,10 @@ int cmd_devices() {
                double(d.total_bytes) / (1 << 30));
 #ifdef MPITRON_HAVE_NCCL
   int nccl_version = 0;
-  if (ncclGetVersion(&nccl_version) == ncclSuccess) fmt::print("nccl: {}\n", nccl_version);
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (2.28.3 is 22803) since 2.9.
+  if (ncclGetVersion(&nccl_version) == ncclSuccess)
+    fmt::print("nccl: {}.{}.{}\n", nccl_version / 10000, nccl_version / 100 % 100,
+               nccl_version % 100);
 #else
   fmt::print("nccl: not in this build\n");
 #endif

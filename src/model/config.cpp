@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -221,11 +222,25 @@ std::string config_keys_help() {
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "
       "them):\n\n[train]\n";
-  for (const Key& k : train) out += fmt::format("  {:<14} {:<8} {}\n", k.name, k.value, k.meaning);
+  // One column width for every table: the longest key and value.
+  size_t name_w = 0, value_w = 0;
+  for (const Key& k : train) {
+    name_w = std::max(name_w, std::string_view(k.name).size());
+    value_w = std::max(value_w, k.value.size());
+  }
+  for (const ModelFamily& f : model_families())
+    for (const ModelKey& k : f.keys) {
+      name_w = std::max(name_w, std::string_view(k.name).size());
+      value_w = std::max(value_w, fmt::format("{}", k.default_value).size());
+    }
+  auto row = [&](std::string_view name, const std::string& value, std::string_view meaning) {
+    return fmt::format("  {:<{}} {:<{}} {}\n", name, name_w, value, value_w, meaning);
+  };
+  for (const Key& k : train) out += row(k.name, k.value, k.meaning);
   for (const ModelFamily& f : model_families()) {
     out += fmt::format("\n[model] type = \"{}\": {}\n", f.type, f.description);
     for (const ModelKey& k : f.keys)
-      out += fmt::format("  {:<14} {:<8} {}\n", k.name, k.default_value, k.meaning);
+      out += row(k.name, fmt::format("{}", k.default_value), k.meaning);
   }
   return out;
 }

@@ -3,6 +3,8 @@
 #include "src/train/eval_data.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <string>
 
 #include "io/dataset.hpp"
 
@@ -56,6 +58,24 @@ EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const Ev
     }
   }
   return t;
+}
+
+std::vector<std::string> class_names(const ModelConfig& model, const std::string& data_path,
+                                     int classes) {
+  std::vector<std::string> names;
+  if (model.type == "bert" && classes == 2 && model.get("task") == 1)
+    names = {"Old Testament", "New Testament"};
+  else if (model.type == "bert" && classes == 2 && model.get("task") == 2)
+    names = {"not the next verse", "the next verse"};
+  std::string lower = data_path;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  if (names.empty() && classes == 10 && lower.find("fashion") != std::string::npos)
+    names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+             "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  if (names.empty())
+    for (int k = 0; k < classes; ++k) names.push_back(std::to_string(k));
+  return names;
 }
 
 }  // namespace mpitron

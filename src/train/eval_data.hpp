@@ -42,4 +42,10 @@ struct EvalTotals {
 // loss_terms_per_sample).
 EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const EvalPlan& plan);
 
+// What a classifier's labels 0..classes-1 mean, for people: BERT's verse tasks name theirs
+// (testament, consecutive pair), a Fashion-MNIST folder (its path says "fashion") its ten
+// garments; otherwise the label number itself.
+std::vector<std::string> class_names(const ModelConfig& model, const std::string& data_path,
+                                     int classes);
+
 }  // namespace mpitron

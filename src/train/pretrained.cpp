@@ -17,9 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/check.hpp"
+#include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
-#include "base/check.hpp"
 #include "src/model/family.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained_bert.hpp"
@@ -500,9 +501,14 @@ ModelConfig pretrained_model_config(const std::string& source) {
   return read_hf_gpt2_config(resolve_hf_source(source).config);
 }
 
-std::vector<std::string> load_pretrained_parameters(const std::string& source,
+std::vector<std::string> load_pretrained_parameters(const std::string& source_arg,
                                                     const ModelConfig& model,
                                                     const std::vector<io::TensorPiece>& pieces) {
+  // A run folder (checkpoints, no config.json) stands for its latest checkpoint.
+  std::string source = source_arg;
+  if (std::error_code ec;
+      fs::is_directory(source, ec) && !fs::exists(fs::path(source) / "config.json"))
+    if (std::string latest = io::latest_checkpoint(source); !latest.empty()) source = latest;
   if (is_mpitron_checkpoint(source)) {
     const CheckpointRecord r = read_checkpoint_record(source);
     if (std::string e = pretrained_mismatch(source, r.model, model); !e.empty())

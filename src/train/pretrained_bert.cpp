@@ -11,14 +11,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
+#include "base/check.hpp"
 #include "io/safetensors.hpp"
 #include "io/wordpiece_tokenizer.hpp"
-#include "base/check.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained.hpp"
 
@@ -58,6 +60,19 @@ bool is_head(const std::string& n) {
 std::string shape_text(const std::vector<int64_t>& s) {
   return io::shape_string(s);
 }
+
+// The special tokens: the model key, config.json's key (pad_token_id is BertConfig's; mpitron's
+// export writes the other four beside it, so a round trip keeps what every id means), the token.
+struct BertSpecial {
+  const char* model_key;
+  const char* config_key;
+  const char* token;
+};
+constexpr BertSpecial kBertSpecials[] = {{"pad_id", "pad_token_id", "[PAD]"},
+                                         {"unk_id", "unk_token_id", "[UNK]"},
+                                         {"cls_id", "cls_token_id", "[CLS]"},
+                                         {"sep_id", "sep_token_id", "[SEP]"},
+                                         {"mask_id", "mask_token_id", "[MASK]"}};
 
 const char* task_text(int64_t task) {
   return task == 0 ? "masked LM (BertForMaskedLM / BertForPreTraining)"
@@ -197,12 +212,38 @@ struct HfBert {
     read_specials(j);
   }
 
-  // Special ids: vocab.txt beside config.json (line number - 1 = id), else pad_token_id and
-  // bert-base's [UNK] [CLS] [SEP] [MASK] = 100..103.
+  // Special ids: config.json's pad/unk/cls/sep/mask_token_id where it names all five (mpitron's
+  // export writes them), else vocab.txt beside it (line number - 1 = id), else pad_token_id and
+  // bert-base's [UNK] [CLS] [SEP] [MASK] = 100..103. Where config.json names them and a vocab.txt
+  // is there too, the two must agree: a model whose ids changed meaning is refused.
   void read_specials(const nlohmann::json& j) {
     const fs::path vocab = fs::path(src.config).parent_path() / "vocab.txt";
     const int64_t V = model.get("vocab_size");
-    if (fs::is_regular_file(vocab)) {
+    auto id_in_config = [&](const char* key) -> std::optional<int64_t> {
+      if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+      if (!j[key].is_number_integer())
+        throw UsageError(fmt::format("{}: '{}' is not an integer", src.config, key));
+      return j[key].get<int64_t>();
+    };
+    bool all_in_config = true;
+    for (const BertSpecial& t : kBertSpecials) all_in_config &= bool(id_in_config(t.config_key));
+    if (all_in_config) {
+      for (const BertSpecial& t : kBertSpecials)
+        model.dims[t.model_key] = *id_in_config(t.config_key);
+      specials = "from " + src.config;
+      if (fs::is_regular_file(vocab)) {
+        const io::WordPieceTokenizer w = io::WordPieceTokenizer::load(vocab.string());
+        const int64_t in_vocab[] = {w.pad_id(), w.unk_id(), w.cls_id(), w.sep_id(), w.mask_id()};
+        for (size_t i = 0; i < std::size(kBertSpecials); ++i)
+          if (in_vocab[i] != model.get(kBertSpecials[i].model_key))
+            throw UsageError(fmt::format(
+                "{} puts {} at id {}, {} says {}: the ids would change meaning (remove one, or "
+                "make them agree)",
+                vocab.string(), kBertSpecials[i].token, in_vocab[i], src.config,
+                model.get(kBertSpecials[i].model_key)));
+        specials += " (agrees with " + vocab.string() + ")";
+      }
+    } else if (fs::is_regular_file(vocab)) {
       const io::WordPieceTokenizer t = io::WordPieceTokenizer::load(vocab.string());
       if (t.vocab_size() > V)
         throw UsageError(fmt::format("{} has {} tokens, more than vocab_size {} of {}",
@@ -214,20 +255,16 @@ struct HfBert {
       model.dims["mask_id"] = t.mask_id();
       specials = "from " + vocab.string();
     } else {
-      int64_t pad = 0;  // BertConfig's default
-      if (j.contains("pad_token_id") && !j["pad_token_id"].is_null()) {
-        if (!j["pad_token_id"].is_number_integer())
-          throw UsageError(fmt::format("{}: 'pad_token_id' is not an integer", src.config));
-        pad = j["pad_token_id"].get<int64_t>();
-      }
+      const int64_t pad = id_in_config("pad_token_id").value_or(0);  // BertConfig's default: 0
       model.dims["pad_id"] = pad;
       model.dims["unk_id"] = 100;
       model.dims["cls_id"] = 101;
       model.dims["sep_id"] = 102;
       model.dims["mask_id"] = 103;
       specials = fmt::format(
-          "no vocab.txt beside {}: [PAD] from pad_token_id ({}), [UNK] [CLS] [SEP] [MASK] "
-          "100-103 as in bert-base's vocabulary (put the model's vocab.txt there if it differs)",
+          "no vocab.txt beside {} and no unk/cls/sep/mask_token_id in it: [PAD] from "
+          "pad_token_id ({}), [UNK] [CLS] [SEP] [MASK] 100-103 as in bert-base's vocabulary (put "
+          "the model's vocab.txt there if it differs)",
           src.config, pad);
     }
     for (const char* k : {"pad_id", "unk_id", "cls_id", "sep_id", "mask_id"})
@@ -399,6 +436,8 @@ std::string hf_bert_config_json(const ModelConfig& m) {
   j["num_hidden_layers"] = m.get("n_layer");
   j["pad_token_id"] = m.get("pad_id");
   j["position_embedding_type"] = "absolute";
+  for (const BertSpecial& t : kBertSpecials)
+    if (std::string(t.config_key) != "pad_token_id") j[t.config_key] = m.get(t.model_key);
   j["type_vocab_size"] = m.get("type_vocab");
   j["use_cache"] = true;
   j["vocab_size"] = m.get("vocab_size");

@@ -24,8 +24,9 @@ namespace mpitron {
 
 namespace {
 
-// Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption) and SIGINT (Ctrl-C,
-// whose second press kills at once: the handler restores the default); a signal handler
+// Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption), SIGHUP (the terminal
+// or ssh session closed) and SIGINT (Ctrl-C, whose second press kills at once: the handler
+// restores the default); a signal handler
 // can only write a sig_atomic_t, so this one flag is process-wide by necessity.
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
@@ -46,6 +47,8 @@ const char* stop_signal_name(int sig) {
       return "SIGTERM";
     case SIGUSR1:
       return "SIGUSR1 (the time-limit warning)";
+    case SIGHUP:
+      return "SIGHUP (the terminal closed)";
   }
   return "a stop signal";
 }
@@ -157,7 +160,7 @@ int Trainer::run() {
   if (is_root()) {
     spdlog::info(
         "{} ({}): {} parameters, layout dp={}{} tp={} pp={} zero={}{}, global batch {} "
-        "({} micro-batches of {} per rank), {} steps, {}{}, gemm {}, {}",
+        "({} micro-batches of {} per rank), {} steps, {}{}, gemm {}{}, {}",
         cfg.name, cfg.model.type, total_parameters(), opts.layout.dp,
         opts.dp_inferred ? " (ranks / tp·pp)" : "", opts.layout.tp, opts.layout.pp,
         opts.layout.zero,
@@ -175,18 +178,28 @@ int Trainer::run() {
                           loss_scale.enabled()
                               ? fmt::format(" (loss scale from 2^{})", std::ilogb(loss_scale.scale))
                               : ""),
-        dev.on_host ? cpu::gemm_library() : "cublas", data.describe());
+        dev.on_host ? cpu::gemm_library() : "cublas",
+        dev.on_host ? fmt::format(" on {} thread{} per rank ({})", opts.threads,
+                                  opts.threads == 1 ? "" : "s", opts.threads_why)
+                    : "",
+        data.describe());
   }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGHUP, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
+  // A closed stdout (`| head`) must not stop training: writes to it fail quietly instead.
+  std::signal(SIGPIPE, SIG_IGN);
 
   const int64_t first = step + 1;
   const auto t_start = Clock::now();
+  auto t_after_first = t_start;
   // Tokens (or samples) a step reads; a masked LM predicts only some of its tokens.
   const double tokens_per_step =
       is_sequence_data(data.kind) ? double(tc.batch_size) * tc.seq_len : double(tc.batch_size);
   comm_bytes_before = comm_bytes_total();
+  double last_loss = std::numeric_limits<double>::quiet_NaN(), best_val = last_loss;
+  int64_t best_val_step = 0;
   for (int64_t s = first; s <= tc.steps; ++s) {
     const auto t0 = Clock::now();
     const StepResult r = train_step(s);
@@ -214,6 +227,11 @@ int Trainer::run() {
       throw UsageError(
           fmt::format("loss is {} at step {}: training diverged (lower --lr?)", r.loss, s));
     }
+    last_loss = r.loss;
+    if (!std::isnan(val) && !(val >= best_val)) {
+      best_val = val;
+      best_val_step = s;
+    }
     if (is_root()) {
       row.step = s;
       row.loss = r.loss;
@@ -235,18 +253,25 @@ int Trainer::run() {
       trace->append(row);
       if ((tc.log_every > 0 && s % tc.log_every == 0) || s == first || s == tc.steps ||
           !std::isnan(val)) {
-        const double elapsed = seconds_since(t_start);
-        const double eta = elapsed / double(s - first + 1) * double(tc.steps - s);
+        // The first step (first touches of memory, caches) is no guide: the ETA counts from the
+        // end of it, and the first line gives none.
+        if (s == first) t_after_first = Clock::now();
+        const std::string eta = s == first
+                                    ? "after step " + std::to_string(first + 1)
+                                    : human_seconds(seconds_since(t_after_first) /
+                                                    double(s - first) * double(tc.steps - s));
         spdlog::info(
             "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f}{} | {:.1f}k {}/s | "
             "{:.1f} ms{} | params {} | peak {} | ETA {}",
             s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
-            std::isnan(eval.accuracy) ? "" : fmt::format(" | acc {:.2f}%", 100 * eval.accuracy),
+            std::isnan(eval.accuracy) ? ""
+                                      : fmt::format(" | acc {:.2f}% of {}", 100 * eval.accuracy,
+                                                    int64_t(tc.eval_batches) * tc.batch_size),
             r.lr, r.grad_norm,
             std::isnan(r.loss_scale) ? "" : fmt::format(" | scale 2^{}", std::ilogb(r.loss_scale)),
             tokens_per_step / dt / 1000, is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
             opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
-            human_bytes(double(row.param_bytes)), human_bytes(double(peak)), human_seconds(eta));
+            human_bytes(double(row.param_bytes)), human_bytes(double(peak)), eta);
       }
     }
     const bool ckpt_due = tc.ckpt_every > 0 && s % tc.ckpt_every == 0;
@@ -276,7 +301,21 @@ int Trainer::run() {
       spdlog::info("checkpoint is at step {}: nothing to do for --steps {}", step, tc.steps);
     }
   }
-  if (is_root()) trace->flush();
+  if (is_root()) {
+    trace->flush();
+    if (first <= tc.steps) {
+      const double took = seconds_since(t_start);
+      const double read = tokens_per_step * double(tc.steps - first + 1);
+      spdlog::info(
+          "done: steps {}-{} in {} ({} {} at {}/s), last loss {:.4f}{}, checkpoint {}", first,
+          tc.steps, human_seconds(took), human_count(read),
+          is_sequence_data(data.kind) ? "tokens" : "samples", human_count(read / took), last_loss,
+          std::isnan(best_val)
+              ? ""
+              : fmt::format(", best validation loss {:.4f} at step {}", best_val, best_val_step),
+          checkpoint_path(tc.steps));
+    }
+  }
   return 0;
 }
 

@@ -5,9 +5,11 @@
 #include "src/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -265,9 +267,27 @@ int run_training(TrainOptions opts) {
   if (opts.out.empty())
     opts.out =
         fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
-  const int threads =
-      opts.threads > 0 ? opts.threads : cpu::default_compute_threads(grid.shape.world);
-  cpu::set_compute_threads(threads);
+  if (opts.threads > 0) {
+    opts.threads_why = "--threads";
+  } else {
+    // The cores the node's ranks may use: the union of their affinity masks.
+    cpu_set_t own, node_set;
+    CPU_ZERO(&own);
+    if (sched_getaffinity(0, sizeof own, &own) != 0)
+      for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c)
+        CPU_SET(c, &own);
+    MPI_Comm node = MPI_COMM_NULL;
+    int ranks_on_node = 1;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_size(node, &ranks_on_node));
+    MPI_CHECK(MPI_Allreduce(&own, &node_set, int(sizeof own), MPI_BYTE, MPI_BOR, node));
+    MPI_CHECK(MPI_Comm_free(&node));
+    const cpu::ComputeThreads t =
+        cpu::default_compute_threads(CPU_COUNT(&own), CPU_COUNT(&node_set), ranks_on_node);
+    opts.threads = t.threads;
+    opts.threads_why = t.why;
+  }
+  cpu::set_compute_threads(opts.threads);
   Trainer trainer(std::move(opts), grid);
   trainer.setup();
   return trainer.run();

@@ -52,7 +52,8 @@ struct TrainOptions {
   // Storage of activations and layer weights: fp32, bf16 or fp16 (the GPT at tp 1 and pp 1; fp32
   // master weights, gradients and moments whatever it is).
   DType precision = DType::f32;
-  int threads = 0;  // compute threads per rank; 0: all cores for one rank, else 1
+  int threads = 0;          // compute threads per rank; 0: the cores shared by the node's ranks
+  std::string threads_why;  // how run_training chose them, for the layout line
   int trace_flush_every = 10;
   double hang_timeout_s = 600;  // a rank that makes no progress this long ends the job; 0: never
   int keep_last = 0;            // > 0: keep only the newest keep_last checkpoints (0: every one)

@@ -11,6 +11,7 @@
 #include "base/check.hpp"
 #include "comm/world.hpp"
 #include "io/checkpoint.hpp"
+#include "src/train/adamw.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pretrained.hpp"
 #include "src/train/trainer_state.hpp"
@@ -83,6 +84,24 @@ void Trainer::load_checkpoint(const std::string& path) {
           "--allow-changes to continue with the new ones (the trace records each segment's)",
           path, list));
     if (is_root()) spdlog::warn("continuing {} with changed settings: {}", path, list);
+    // A changed schedule (lr, warm-up, steps, floor) moves the learning rate at once: say so.
+    auto old = [&](const char* key, double now) {
+      auto it = r.settings.find(key);
+      if (it == r.settings.end()) return now;
+      if (const double* d = std::get_if<double>(&it->second)) return *d;
+      if (const int64_t* i = std::get_if<int64_t>(&it->second)) return double(*i);
+      return now;
+    };
+    const int64_t next = r.step + 1;
+    const double was = learning_rate(next, old("train.lr", tc.lr),
+                                     int(old("train.warmup_steps", tc.warmup_steps)),
+                                     int64_t(old("train.steps", double(tc.steps))),
+                                     old("train.min_lr_ratio", tc.min_lr_ratio));
+    const double now = learning_rate(next, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
+    if (is_root() && was != now)
+      spdlog::warn("the learning rate at step {} is {:.3e} under the new schedule, {:.3e} under "
+                   "the checkpoint's",
+                   next, now, was);
   }
   // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
   // with the message of the first rank that failed, instead of the others waiting for it.

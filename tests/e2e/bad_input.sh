@@ -18,8 +18,8 @@ head -c 300000 $ckpt >good/ckpt_3.h5
 expect_error "truncated or corrupt" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --steps 4 --allow-changes --out good --resume good/ckpt_3.h5
 head -c 5000 /dev/urandom >noise.h5
 expect_error "not an HDF5 file" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --resume noise.h5
-expect_error "not an HDF5 file" "$MPITRON" generate --ckpt noise.h5 --tokens 3
-expect_error "does not exist" "$MPITRON" generate --ckpt missing.h5 --tokens 3
+expect_error "not an HDF5 file" "$MPITRON" generate --ckpt noise.h5 --new-tokens 3
+expect_error "does not exist" "$MPITRON" generate --ckpt missing.h5 --new-tokens 3
 expect_error "does not exist" "$MPITRON" compare missing.h5 good/trace.h5
 
 sed 's/n_embd = 128/n_embd = 64/' "$TINY" >narrow.toml
@@ -47,8 +47,8 @@ expect_error "--threads -1 is out of range" "$MPITRON" train --config "$TINY" --
 expect_error "--bucket-mb must be between" "$MPITRON" train --config "$TINY" --data "$data" "${small[@]}" --bucket-mb nan
 sed 's/^lr = 3e-3/lr = 3e-3\nbeta2 = 1.0/' "$TINY" >beta.toml
 expect_error "beta1 and beta2" "$MPITRON" train --config beta.toml --data "$data" "${small[@]}"
-expect_error "--top-k must not be negative" "$MPITRON" generate --ckpt $ckpt --top-k -1 --tokens 3
-expect_error "--temperature must be" "$MPITRON" generate --ckpt $ckpt --temperature nan --tokens 3
+expect_error "--top-k must not be negative" "$MPITRON" generate --ckpt $ckpt --top-k -1 --new-tokens 3
+expect_error "--temperature must be" "$MPITRON" generate --ckpt $ckpt --temperature nan --new-tokens 3
 expect_error "cannot create" "$MPITRON" batch --data "$data" --out missing_dir/batch.h5
 expect_error "Could not convert: --steps = lots" "$MPITRON" train --config "$TINY" --data "$data" --steps lots
 expect_error "--device gpu: not a device (cpu, cuda or cpu-staged)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --device gpu --out dev

@@ -9,6 +9,6 @@ source "$(dirname "$0")/common.sh"
 data=$(corpus)
 # 20 steps (it was 40): warm-up, cosine decay, two evaluations and a mid-run checkpoint, and a
 # layout's error (a shard, a reduction, a mask) shows from the first step; half the matrix's time.
-echo "--steps 20 --batch-size 24 --seq-len 32 --dropout 0.1 --eval-every 10 --log-every 10 --warmup 5 --lr 1e-3 --ckpt-every 10" >flags
+echo "--steps 20 --batch-size 24 --seq-len 32 --dropout 0.1 --eval-every 10 --log-every 10 --warmup-steps 5 --lr 1e-3 --ckpt-every 10" >flags
 # shellcheck disable=SC2046  # the flags are words
 mpiexec -n 1 "$MPITRON" train --config "$TINY" --data "$data" $(cat flags) --out .

@@ -8,7 +8,7 @@
 source "$(dirname "$0")/common.sh"
 MLM=$REPO/configs/bert-mlm.toml
 TEST=$REPO/configs/bert-testament.toml
-shape=(--set model.n_layer=2 --set model.n_embd=32 --batch-size 16 --lr 2e-3 --warmup 5)
+shape=(--set model.n_layer=2 --set model.n_embd=32 --batch-size 16 --lr 2e-3 --warmup-steps 5)
 "$MPITRON" train --config "$MLM" --data "$(corpus)" "${shape[@]}" --seq-len 32 --steps 60 \
   --eval-every 30 --log-every 30 --out mlm
 "$PYTHON" - mlm/trace.h5 <<'PY'

@@ -13,6 +13,6 @@ case $task in
     echo "--config $REPO/configs/bert-$task.toml --data $(verses) $shape --seq-len 48" >model ;;
   *) fail "unknown task $task" ;;
 esac
-echo "--steps 12 --eval-every 6 --eval-batches 2 --log-every 6 --warmup 3 --ckpt-every 6 --lr 2e-3" >flags
+echo "--steps 12 --eval-every 6 --eval-batches 2 --log-every 6 --warmup-steps 3 --ckpt-every 6 --lr 2e-3" >flags
 # shellcheck disable=SC2046  # the flags are words
 mpiexec -n 1 "$MPITRON" train $(cat model flags) --out .

@@ -13,7 +13,7 @@ fi
 ALEX=$REPO/configs/alexnet-fmnist.toml
 RES=$REPO/configs/resnet-fmnist.toml
 "$MPITRON" train --config "$ALEX" --set model.width=16 --set model.hidden=128 --steps 300 \
-  --eval-every 100 --eval-batches 20 --log-every 100 --warmup 20 --out alex
+  --eval-every 100 --eval-batches 20 --log-every 100 --warmup-steps 20 --out alex
 "$PYTHON" - alex/trace.h5 <<'PY'
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:

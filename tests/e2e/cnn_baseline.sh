@@ -21,6 +21,6 @@ case $family in
   *) fail "unknown family $family" ;;
 esac
 echo "--config $REPO/configs/$family-fmnist.toml --data $fmnist $shape" >model
-echo "--steps 12 --set train.augment=1 --eval-every 6 --eval-batches 2 --log-every 6 --warmup 3 --ckpt-every 6" >flags
+echo "--steps 12 --set train.augment=1 --eval-every 6 --eval-batches 2 --log-every 6 --warmup-steps 3 --ckpt-every 6" >flags
 # shellcheck disable=SC2046  # the flags are words
 mpiexec -n 1 "$MPITRON" train $(cat model flags) --out .

@@ -26,7 +26,7 @@ grep -q "gemm cublas" gpu.log || fail "the GPU run does not say it multiplies wi
 "$MPITRON" compare gpu/trace.h5 gpu_recompute/trace.h5 --rtol 0 ||
   fail "recompute changed the GPU's losses"
 # Resuming with --steps 20 changes the run's train.steps (refused unless --allow-changes); all 20
-# steps are within gpt-tiny's 20 warm-up steps, so the learning rates do not depend on it.
+# steps are within gpt-tiny's 50 warm-up steps, so the learning rates do not depend on it.
 "$MPITRON" train "${common[@]}" --device cuda --steps 10 --out gpu_resumed >/dev/null
 "$MPITRON" train "${common[@]}" --device cuda --resume auto --allow-changes --out gpu_resumed >/dev/null
 "$MPITRON" compare gpu/trace.h5 gpu_resumed/trace.h5 --rtol 0 ||

@@ -37,7 +37,7 @@ done
 cat eval.txt
 grep -q '^val_accuracy 0\.[89]' eval.txt || fail "eval accuracy missing or below 80%"
 [[ $(grep -cE '^ +[0-9]+( +[0-9]+){10}$' eval.txt) == 10 ]] || fail "eval printed no 10x10 confusion matrix"
-expect_error "does not generate text" "$MPITRON" generate --ckpt full/ckpt_600.h5 --tokens 3
+expect_error "does not generate text" "$MPITRON" generate --ckpt full/ckpt_600.h5 --new-tokens 3
 expect_error "holds a 'mlp' model" "$MPITRON" train --config "$TINY" --data "$(corpus)" --steps 2 \
   --out resumed --resume full/ckpt_600.h5
 echo "mlp ok"

@@ -9,6 +9,6 @@ if [[ ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   exit 77
 fi
 echo "--config $REPO/configs/mlp-fmnist.toml --data $fmnist" >model
-echo "--steps 60 --batch-size 48 --dropout 0.1 --eval-every 20 --log-every 20 --warmup 5 --ckpt-every 20" >flags
+echo "--steps 60 --batch-size 48 --dropout 0.1 --eval-every 20 --log-every 20 --warmup-steps 5 --ckpt-every 20" >flags
 # shellcheck disable=SC2046  # the flags are words
 mpiexec -n 1 "$MPITRON" train $(cat model flags) --out .

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A run killed (SIGKILL) after a checkpoint and resumed with --resume auto continues the trace
 # without gap or repeat, bit-identical to the uninterrupted run. Also: SIGUSR1 makes mpitron
-# write a checkpoint at the next step boundary and exit 3, and the resumed run is identical too.
+# write a checkpoint at the next step boundary and exit 3, and the resumed run is identical too;
+# SIGHUP does the same, and a run whose stdout closes (`| head`) runs every step.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -35,4 +36,24 @@ last=$(find signalled -name 'ckpt_*.h5' | sed 's/.*ckpt_\([0-9]*\)\.h5/\1/' | so
 "$MPITRON" compare full/trace.h5 signalled/trace.h5 --rtol 0 || fail "run resumed after SIGUSR1 differs"
 cmp <(trace_column full/trace.h5 step) <(trace_column signalled/trace.h5 step) ||
   fail "trace after SIGUSR1 has a gap or a repeated step"
-echo "resume ok (killed after step 20, signalled at step $last)"
+
+# SIGHUP (a closed terminal or ssh session) stops like SIGTERM: a checkpoint, exit 3.
+short=(train --config "$TINY" --data "$data" --steps 40 --batch-size 8 --log-every 0 --eval-every 0
+  --ckpt-every 10)
+"$MPITRON" "${short[@]}" --out hup &
+pid=$!
+for _ in $(seq 600); do [[ -e hup/ckpt_10.h5 ]] && break; sleep 0.1; done
+kill -HUP $pid
+rc=0
+wait $pid || rc=$?
+[[ $rc == 3 ]] || fail "SIGHUP should stop with a checkpoint and exit code 3, got $rc"
+hup_last=$(find hup -name 'ckpt_*.h5' | sed 's/.*ckpt_\([0-9]*\)\.h5/\1/' | sort -n | tail -n 1)
+[[ $hup_last -lt 40 ]] || fail "the SIGHUP'd run was not stopped early"
+h5ls hup/ckpt_"$hup_last".h5/params >/dev/null || fail "no readable checkpoint after SIGHUP"
+
+# A closed stdout (the log piped into head) does not stop training: every step runs.
+"$MPITRON" "${short[@]}" --steps 20 --log-every 1 --out piped | head -n 2 >/dev/null
+[[ -e piped/ckpt_20.h5 ]] || fail "the run whose stdout closed stopped before its last step"
+[[ $(trace_column piped/trace.h5 step | wc -l) == 20 ]] ||
+  fail "the run whose stdout closed traced $(trace_column piped/trace.h5 step | wc -l) steps, not 20"
+echo "resume ok (killed after step 20, signalled at step $last, SIGHUP at step $hup_last, stdout closed)"

@@ -44,7 +44,7 @@ loss=$(grep -o '^val_loss [0-9.]*' eval_text.log | cut -d' ' -f2)
 "$PYTHON" -c "import sys; sys.exit(not 5 < float(sys.argv[1]) < 12)" "$loss" ||
   fail "val_loss $loss is not that of BPE tokens (ln 50257 = 10.8 untrained)"
 
-"$MPITRON" generate --ckpt $ckpt --prompt "In the beginning" --tokens 8 --temperature 0 >gen.txt
+"$MPITRON" generate --ckpt $ckpt --prompt "In the beginning" --new-tokens 8 --temperature 0 >gen.txt
 grep -q "^In the beginning" gen.txt || fail "generate did not echo the prompt"
 [[ $(wc -c <gen.txt) -gt 18 ]] || fail "generate wrote no BPE tokens"
 
@@ -60,7 +60,7 @@ expect_error "text file 'missing.txt' does not exist" \
 expect_error "must name an HDF5 token file" "$MPITRON" tokenize --tokenizer "$tok" --in small.txt --out x.bin
 expect_error "cannot create" "$MPITRON" tokenize --tokenizer "$tok" --in small.txt --out no_dir/x.h5
 expect_error "not a token file" "$MPITRON" train --config "$TINY" "${bpe[@]}" --data $ckpt "${small[@]}" --out ckpt_data
-expect_error "does not exist" "$MPITRON" generate --ckpt $ckpt --tokens 2 --tokenizer nowhere
+expect_error "does not exist" "$MPITRON" generate --ckpt $ckpt --new-tokens 2 --tokenizer nowhere
 cp small.h5 broken.h5
 "$PYTHON" -c "
 import h5py
@@ -68,5 +68,5 @@ with h5py.File('broken.h5', 'r+') as f: f['tokens'][5] = (int(f['tokens'][5]) + 
 expect_error "broken.h5 is corrupt" "$MPITRON" train --config "$TINY" "${bpe[@]}" --data broken.h5 "${small[@]}" --out broken
 mv small.h5 moved.h5
 expect_error "trained on the token file .*small.h5, which does not exist: give --tokenizer" \
-  "$MPITRON" generate --ckpt $ckpt --tokens 2
+  "$MPITRON" generate --ckpt $ckpt --new-tokens 2
 echo "tokenize ok"
