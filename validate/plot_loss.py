@@ -103,9 +103,14 @@ def main() -> int:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     a0 = traces[0]["attrs"]
+    # Language models read batch x tokens; classifiers batch samples (their seq_len is unused).
+    batch = f"{a0.get('train.batch_size', '?')}"
+    if str(a0.get("model.type", "gpt")) in ("gpt",) or (
+            str(a0.get("model.type")) == "bert" and int(a0.get("model.task", 0)) == 0):
+        batch += f"x{a0.get('train.seq_len', '?')}"
     title = args.title or (
-        f"{a0.get('config', 'mpitron')}: batch {a0.get('train.batch_size', '?')}x"
-        f"{a0.get('train.seq_len', '?')}, lr {a0.get('train.lr', '?')}, seed {a0.get('seed', '?')}")
+        f"{a0.get('config', 'mpitron')} ({a0.get('model.type', '?')}): batch {batch}, "
+        f"lr {a0.get('train.lr', '?')}, seed {a0.get('seed', '?')}")
     ax.set_title(title)
 
     if args.diff:
@@ -137,11 +142,11 @@ def main() -> int:
         dx.set_ylabel(f"|loss - ref| / |ref|\nref: {labels[0]}", fontsize=8)
         dx.set_title(f"relative difference to the first trace (max |.| = {worst:.2e})", fontsize=9)
         dx.grid(True, alpha=0.3)
-        if len(traces) > 1:
-            dx.legend(fontsize=8, loc="upper right")
+        if len(traces) > 1:  # beside the axes, not over the curves
+            dx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    fig.savefig(args.output, dpi=120)
+    fig.savefig(args.output, dpi=120, bbox_inches="tight")  # keeps a legend beside the axes
     print(f"wrote {args.output}")
     return 0
 
