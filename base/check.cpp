@@ -44,11 +44,6 @@ void init_mpi(int* argc, char*** argv) {
 #ifdef MPITRON_LEAK_CHECK
   __lsan::ScopedDisabler not_leaks;
 #endif
-#ifdef OPEN_MPI
-  // A process started without mpirun (a singleton) runs without Open MPI's daemon, which it would
-  // otherwise fork for spawning we never do: 0.2 s of start-up. A user's own setting wins.
-  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
-#endif
   MPI_Init(argc, argv);
 }
 

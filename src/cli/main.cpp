@@ -274,9 +274,12 @@ int main(int argc, char** argv) {
         ->add_option("--virtual-stages", sched_spec.virtual_stages,
                      "model chunks per rank (interleaved)")
         ->capture_default_str();
-    sched->add_option("--forward-time", sched_tf, "time of one chunk's forward")
+    sched
+        ->add_option("--forward-time", sched_tf,
+                     "time of a stage's forward over one micro-batch (an interleaved chunk takes "
+                     "1/virtual-stages of it)")
         ->capture_default_str();
-    sched->add_option("--backward-time", sched_tb, "time of one chunk's backward")
+    sched->add_option("--backward-time", sched_tb, "time of a stage's backward, likewise")
         ->capture_default_str();
     sched->add_option("--png", sched_png, "also draw the timeline (a Gantt chart per rank) here");
 

@@ -104,7 +104,11 @@ int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double
   if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
   if (!(forward_time > 0 && backward_time > 0))
     throw UsageError("--forward-time and --backward-time must be positive");
-  const pipeline::SimulationResult r = pipeline::simulate(spec, forward_time, backward_time);
+  // A stage's layers split into virtual_stages chunks: each chunk takes its share of the time, so
+  // schedules of the same model compare.
+  const double chunks = std::max(spec.virtual_stages, 1);
+  const pipeline::SimulationResult r =
+      pipeline::simulate(spec, forward_time / chunks, backward_time / chunks);
   fmt::print("{}", pipeline::schedule_timeline_text(spec, r));
   if (!r.ok) return 1;
   if (!png.empty()) {

@@ -5,6 +5,7 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -57,8 +58,11 @@ std::string summary(const ScheduleSpec& spec, const SimulationResult& result, do
                   std::to_string(spec.virtual_stages) + "; forward " + shortest(forward_time) +
                   ", backward " + shortest(backward_time) + " per chunk\n";
   if (!result.ok) return s + "simulation failed: " + result.error + "\n";
-  s += "makespan " + shortest(result.makespan) + " (" + shortest(result.makespan / forward_time) +
-       " forward times), busy " + shortest(result.busy) + " of " +
+  // In a stage's forward times (a rank's layers over one micro-batch: V chunks' forwards), the
+  // same unit for every schedule, so makespans compare.
+  const double stage_forward = forward_time * std::max(spec.virtual_stages, 1);
+  s += "makespan " + shortest(result.makespan) + " (" + shortest(result.makespan / stage_forward) +
+       " stage forward times), busy " + shortest(result.busy) + " of " +
        shortest(result.makespan * spec.pp) + "\n";
   s += "bubble: simulated " + number(result.bubble, 6) + ", theoretical " +
        number(theoretical_bubble(spec), 6) + "\n";
@@ -87,8 +91,23 @@ struct Rgb {
 constexpr std::uint8_t kDigitGlyphs[10][5] = {
     {7, 5, 5, 5, 7}, {2, 6, 2, 2, 7}, {7, 1, 7, 4, 7}, {7, 1, 7, 1, 7}, {5, 5, 7, 1, 1},
     {7, 4, 7, 1, 7}, {7, 4, 7, 5, 7}, {7, 1, 2, 2, 2}, {7, 5, 7, 5, 7}, {7, 5, 7, 1, 7}};
-constexpr std::uint8_t kGlyphF[5] = {7, 4, 6, 4, 4};
-constexpr std::uint8_t kGlyphB[5] = {6, 5, 6, 5, 6};
+// A-Z, then the punctuation the labels use.
+constexpr std::uint8_t kLetterGlyphs[26][5] = {
+    {2, 5, 7, 5, 5}, {6, 5, 6, 5, 6}, {3, 4, 4, 4, 3}, {6, 5, 5, 5, 6}, {7, 4, 6, 4, 7},
+    {7, 4, 6, 4, 4}, {3, 4, 5, 5, 3}, {5, 5, 7, 5, 5}, {7, 2, 2, 2, 7}, {1, 1, 1, 5, 2},
+    {5, 5, 6, 5, 5}, {4, 4, 4, 4, 7}, {5, 7, 7, 5, 5}, {6, 5, 5, 5, 5}, {2, 5, 5, 5, 2},
+    {6, 5, 6, 4, 4}, {2, 5, 5, 6, 3}, {6, 5, 6, 5, 5}, {3, 4, 2, 1, 6}, {7, 2, 2, 2, 2},
+    {5, 5, 5, 5, 7}, {5, 5, 5, 5, 2}, {5, 5, 7, 7, 5}, {5, 5, 2, 5, 5}, {5, 5, 2, 2, 2},
+    {7, 1, 2, 4, 7}};
+struct PunctuationGlyph {
+  char ch;
+  std::uint8_t rows[5];
+};
+constexpr PunctuationGlyph kPunctuation[] = {
+    {' ', {0, 0, 0, 0, 0}}, {'.', {0, 0, 0, 0, 2}}, {',', {0, 0, 0, 2, 4}},
+    {':', {0, 2, 0, 2, 0}}, {'-', {0, 0, 7, 0, 0}}, {'(', {1, 2, 2, 2, 1}},
+    {')', {4, 2, 2, 2, 4}}, {'/', {1, 1, 2, 4, 4}}, {'=', {0, 7, 0, 7, 0}},
+    {'%', {5, 1, 2, 4, 5}}, {'+', {0, 2, 7, 2, 0}}, {'\'', {2, 2, 0, 0, 0}}};
 
 constexpr Rgb kWhite{255, 255, 255};
 constexpr Rgb kIdle{236, 236, 236};
@@ -119,10 +138,18 @@ struct Canvas {
           fill(x + gx * scale, y + gy * scale, x + (gx + 1) * scale, y + (gy + 1) * scale, c);
   }
 
-  // Decimal digits with one pixel column (times scale) between glyphs.
-  void digits(const std::string& text, int x, int y, int scale, Rgb c) {
-    for (char ch : text) {
-      glyph(kDigitGlyphs[ch - '0'], x, y, scale, c);
+  // Digits, letters (drawn as capitals) and kPunctuation, one pixel column (times scale) apart;
+  // other characters as a blank.
+  void text(const std::string& s, int x, int y, int scale, Rgb c) {
+    for (char ch : s) {
+      if (ch >= '0' && ch <= '9') {
+        glyph(kDigitGlyphs[ch - '0'], x, y, scale, c);
+      } else if (std::isalpha(static_cast<unsigned char>(ch))) {
+        glyph(kLetterGlyphs[std::toupper(static_cast<unsigned char>(ch)) - 'A'], x, y, scale, c);
+      } else {
+        for (const PunctuationGlyph& p : kPunctuation)
+          if (p.ch == ch) glyph(p.rows, x, y, scale, c);
+      }
       x += 4 * scale;
     }
   }
@@ -282,28 +309,49 @@ void write_schedule_png(const std::string& path, const ScheduleSpec& spec,
     throw std::invalid_argument("no chart of a failed schedule simulation: " + result.error);
   const int pp = static_cast<int>(result.timeline.size());
   const int V = std::max(spec.virtual_stages, 1);
-  const double forward_time = first_duration(result, Op::forward, 1.0);
+  // The x axis counts a stage's forward times (V chunks' forwards), as the summary does.
+  const double forward_time = first_duration(result, Op::forward, 1.0) * V;
   const double units = forward_time > 0 ? result.makespan / forward_time : result.makespan;
 
   constexpr int kMargin = 12, kRowHeight = 28, kRowGap = 6, kAxisHeight = 30, kLegendHeight = 24;
+  constexpr int kTitleHeight = 34, kAxisLabelHeight = 22;
   constexpr int kLabelScale = 2, kTargetChartWidth = 1400;
   const int unit_px =
       std::clamp(static_cast<int>(std::lround(kTargetChartWidth / std::max(units, 1.0))), 4, 48);
-  const int label_width =
-      text_width(std::to_string(std::max(pp - 1, 0)), kLabelScale) + 2 * kMargin;
+  const int label_width = std::max(text_width(std::to_string(std::max(pp - 1, 0)), kLabelScale),
+                                   text_width("RANK", kLabelScale)) +
+                          2 * kMargin;
   const int chart_x = label_width;
+  const std::string title = std::string(schedule_name(spec.kind)) + "  PP " +
+                            std::to_string(spec.pp) + "  MICRO-BATCHES " +
+                            std::to_string(spec.micro_batches) +
+                            (V > 1 ? "  VIRTUAL STAGES " + std::to_string(V) : std::string()) +
+                            "  BUBBLE " + number(result.bubble, 3) + " (THEORY " +
+                            number(theoretical_bubble(spec), 3) + ")  MAKESPAN " + shortest(units);
   const int chart_width = static_cast<int>(std::ceil(units * unit_px));
+  const std::string x_label =
+      "TIME, IN A STAGE'S FORWARD TIMES (ONE MICRO-BATCH THROUGH A RANK'S LAYERS)";
+  const std::string legend_note =
+      V > 1 ? "LIGHTER: LATER CHUNKS. IN A BOX: ITS MICRO-BATCH" : "IN A BOX: ITS MICRO-BATCH";
+  const int legend_width = 2 * V * 16 + text_width("FORWARD", 2) + text_width("BACKWARD", 2) +
+                           2 * 26 + text_width(legend_note, 2);
+  const int canvas_width = std::max({chart_x + chart_width, kMargin + text_width(title, 2),
+                                     chart_x + text_width(x_label, 2), chart_x + legend_width}) +
+                           kMargin;
   const int rows_height = pp * (kRowHeight + kRowGap);
-  Canvas canvas(chart_x + chart_width + kMargin,
-                kMargin + rows_height + kAxisHeight + kLegendHeight + kMargin);
+  const int top = kMargin + kTitleHeight;
+  Canvas canvas(canvas_width,
+                top + rows_height + kAxisHeight + kAxisLabelHeight + kLegendHeight + kMargin);
+  canvas.text(title, kMargin, kMargin, 2, kInk);
+  canvas.text("RANK", kMargin, top - 14, kLabelScale, kInk);
   auto x_of = [&](double time) {
     return chart_x + static_cast<int>(std::lround(time / forward_time * unit_px));
   };
 
   for (int r = 0; r < pp; ++r) {
-    const int y0 = kMargin + r * (kRowHeight + kRowGap), y1 = y0 + kRowHeight;
+    const int y0 = top + r * (kRowHeight + kRowGap), y1 = y0 + kRowHeight;
     const std::string label = std::to_string(r);
-    canvas.digits(label, kMargin, y0 + (kRowHeight - 5 * kLabelScale) / 2, kLabelScale, kInk);
+    canvas.text(label, kMargin, y0 + (kRowHeight - 5 * kLabelScale) / 2, kLabelScale, kInk);
     canvas.fill(chart_x, y0, chart_x + chart_width, y1, kIdle);
     for (const TimedAction& t : result.timeline[r]) {
       if (t.action.op != Op::forward && t.action.op != Op::backward) continue;
@@ -314,15 +362,15 @@ void write_schedule_png(const std::string& path, const ScheduleSpec& spec,
       for (int scale : {2, 1}) {
         const int w = text_width(mb, scale);
         if (w + 4 > x1 - x0 - 1) continue;
-        canvas.digits(mb, x0 + 1 + (x1 - x0 - 1 - w) / 2, y0 + (kRowHeight - 5 * scale) / 2, scale,
-                      text_colour_on(colour));
+        canvas.text(mb, x0 + 1 + (x1 - x0 - 1 - w) / 2, y0 + (kRowHeight - 5 * scale) / 2, scale,
+                    text_colour_on(colour));
         break;
       }
     }
   }
 
   // Time axis in forward times: a tick each unit (where there is room), numbers every `step`.
-  const int axis_y = kMargin + rows_height;
+  const int axis_y = top + rows_height;
   canvas.fill(chart_x, axis_y, chart_x + chart_width + 1, axis_y + 1, kInk);
   int step = 1;
   for (int s : {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}) {
@@ -334,24 +382,28 @@ void write_schedule_png(const std::string& path, const ScheduleSpec& spec,
     if (u % step == 0) {
       canvas.fill(x, axis_y, x + 1, axis_y + 7, kInk);
       const std::string t = std::to_string(u);
-      canvas.digits(t, x - text_width(t, 2) / 2, axis_y + 10, 2, kInk);
+      canvas.text(t, x - text_width(t, 2) / 2, axis_y + 10, 2, kInk);
     } else if (unit_px >= 6 || u % 5 == 0) {
       canvas.fill(x, axis_y, x + 1, axis_y + 3, kInk);
     }
   }
 
-  // Legend: F and its chunk shades, then B and its shades.
+  canvas.text(x_label, chart_x, axis_y + kAxisHeight, 2, kInk);
+
+  // Legend: forward and its chunk shades, then backward and its shades; numbers in the boxes
+  // are micro-batches.
   int x = chart_x;
-  const int legend_y = axis_y + kAxisHeight;
+  const int legend_y = axis_y + kAxisHeight + kAxisLabelHeight;
   for (Op op : {Op::forward, Op::backward}) {
-    canvas.glyph(op == Op::forward ? kGlyphF : kGlyphB, x, legend_y + 2, 2, kInk);
-    x += 12;
     for (int c = 0; c < V; ++c) {
       canvas.fill(x, legend_y, x + 14, legend_y + 14, box_colour(op, c, V));
       x += 16;
     }
-    x += 16;
+    const std::string name = op == Op::forward ? "FORWARD" : "BACKWARD";
+    canvas.text(name, x + 2, legend_y + 2, 2, kInk);
+    x += text_width(name, 2) + 24;
   }
+  canvas.text(legend_note, x, legend_y + 2, 2, kInk);
 
   std::vector<png_bytep> rows(canvas.height);
   for (int y = 0; y < canvas.height; ++y)

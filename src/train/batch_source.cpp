@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "io/wordpiece_tokenizer.hpp"
+#include <algorithm>
+#include <limits>
+#include <vector>
+
 #include "base/check.hpp"
+#include "io/wordpiece_tokenizer.hpp"
 
 namespace mpitron {
 
@@ -127,6 +131,23 @@ void require_vocabulary_special_ids(const std::string& tokenizer, const ModelCon
         "{} come from the WordPiece vocabulary {}, whose special tokens have other ids than the "
         "config's: add{}",
         what, tokenizer, fix));
+}
+
+double BatchSource::majority_share() const {
+  std::vector<int64_t> counts;
+  auto add = [&](int label) {
+    if (label >= int(counts.size())) counts.resize(size_t(label) + 1, 0);
+    ++counts[size_t(label)];
+  };
+  if (kind == DataKind::images) {
+    for (int32_t l : images.val_labels) add(l);
+  } else if (kind == DataKind::verses) {
+    if (verse_task == io::VerseTask::pairs) return 0.5;
+    for (int64_t i : verses.val) add(verses.new_testament[size_t(i)]);
+  }
+  int64_t total = 0, most = 0;
+  for (int64_t c : counts) total += c, most = std::max(most, c);
+  return total > 0 ? double(most) / double(total) : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace mpitron

@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <string>
 
+#include "base/allocator.hpp"
 #include "io/dataset.hpp"
 #include "io/h5.hpp"
 #include "io/image_dataset.hpp"
 #include "io/verse_dataset.hpp"
-#include "base/allocator.hpp"
 #include "src/model/family.hpp"
 #include "src/model/model.hpp"
 
@@ -44,6 +44,9 @@ struct BatchSource {
   io::Attributes attributes() const;
   uint64_t checksum() const;
   std::string describe() const;  // for the start-up line
+  // Classifiers: the largest class's share of the validation split, what always predicting it
+  // would score (pairs: 0.5, a fair coin picks each row's partner); NaN for text.
+  double majority_share() const;
 };
 
 // UsageError naming the --set flags to give when a model with special-token keys (bert) has other

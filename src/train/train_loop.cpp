@@ -143,6 +143,12 @@ io::Attributes Trainer::run_attributes() const {
 }
 
 int Trainer::run() {
+  for (auto [group, name] : {std::pair{&grid.world, "world"},
+                             {&grid.dp, "dp"},
+                             {&grid.tp, "tp"},
+                             {&grid.pp, "pp"},
+                             {&grid.embedding, "embedding"}})
+    group->set_call_log(&progress.calls, name);
   const Watchdog watchdog(progress, opts.hang_timeout_s, grid.rank);
   progress.mark("choosing and loading the checkpoint (world)");
   const std::string resume_from = resume_or_init();
@@ -192,6 +198,7 @@ int Trainer::run() {
   std::signal(SIGPIPE, SIG_IGN);
 
   const int64_t first = step + 1;
+  const double majority = data.majority_share();  // the accuracy's floor, for the log
   const auto t_start = Clock::now();
   auto t_after_first = t_start;
   // Tokens (or samples) a step reads; a masked LM predicts only some of its tokens.
@@ -213,6 +220,7 @@ int Trainer::run() {
     const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
     comm_bytes_before = bytes_now;
     progress.mark("gathering the per-rank figures (world)");
+    progress.calls.note("MPI_Gather", "world");
     RankMetrics mine;
     mine.busy_us = int64_t(r.busy_s * 1e6);
     mine.grad_sync_us = int64_t(sync->take_comm_seconds() * 1e6);
@@ -264,9 +272,10 @@ int Trainer::run() {
             "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f}{} | {:.1f}k {}/s | "
             "{:.1f} ms{} | params {} | peak {} | ETA {}",
             s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
-            std::isnan(eval.accuracy) ? ""
-                                      : fmt::format(" | acc {:.2f}% of {}", 100 * eval.accuracy,
-                                                    int64_t(tc.eval_batches) * tc.batch_size),
+            std::isnan(eval.accuracy)
+                ? ""
+                : fmt::format(" | acc {:.2f}% of {} (majority class {:.1f}%)", 100 * eval.accuracy,
+                              int64_t(tc.eval_batches) * tc.batch_size, 100 * majority),
             r.lr, r.grad_norm,
             std::isnan(r.loss_scale) ? "" : fmt::format(" | scale 2^{}", std::ilogb(r.loss_scale)),
             tokens_per_step / dt / 1000, is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
@@ -278,6 +287,7 @@ int Trainer::run() {
     progress.mark("the stop-signal agreement (world)");
     // Every rank must agree to stop at the same step boundary.
     int stop_local = g_stop_signal, stop = 0;
+    progress.calls.note("MPI_Allreduce", "world");
     MPI_CHECK(MPI_Allreduce(&stop_local, &stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (ckpt_due || s == tc.steps || stop) {
       if (is_root()) trace->flush();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace mpitron {
 
@@ -39,11 +40,13 @@ void Watchdog::watch() {
     }
     const double idle = std::chrono::duration<double>(Clock::now() - since).count();
     if (idle < timeout_s_) continue;
+    const char* group = progress_.calls.group.load();
     std::fprintf(stderr,
-                 "[rank %d] error: no progress for %.0f s (--hang-timeout) at step %lld in %s: "
-                 "ending the job\n",
-                 rank_, idle, static_cast<long long>(progress_.step.load()),
-                 progress_.phase.load());
+                 "[rank %d] error: no progress for %.0f s (--hang-timeout) at step %lld in %s; "
+                 "last MPI call entered: %s%s%s: ending the job\n",
+                 rank_, idle, static_cast<long long>(progress_.step.load()), progress_.phase.load(),
+                 progress_.calls.call.load(), *group ? " on the " : "",
+                 *group ? (std::string(group) + " group").c_str() : "");
     std::fflush(stderr);
     alarm(30);  // should MPI_Abort itself hang, SIGALRM still ends this process
     MPI_Abort(MPI_COMM_WORLD, 4);

@@ -49,8 +49,8 @@ stop_one_rank() {  # name layout flags...
   local took=$((SECONDS - t0))
   grep "^rc=" "$name.log" | grep -qv "rc=0" || fail "$name: the job ended with exit 0"
   ((took <= timeout_s + 15)) || fail "$name: the job ended only after $took s"
-  grep -Eq "^\[rank [0-9]+\] error: no progress for [0-9]+ s \(--hang-timeout\) at step [0-9]+ in " \
-    "$name.log" || fail "$name: no watchdog line: $(cat "$name.log")"
+  grep -Eq "^\[rank [0-9]+\] error: no progress for [0-9]+ s \(--hang-timeout\) at step [0-9]+ in .*; last MPI call entered: MPI_[A-Za-z_ ]+ on the (world|dp|tp|pp|embedding) group: ending the job" \
+    "$name.log" || fail "$name: no watchdog line naming the call it waited in: $(cat "$name.log")"
   sleep 1
   [[ -z $(ranks_of "$name") ]] || fail "$name: processes left behind"
   echo "$name: ended $took s after a rank stopped: $(grep -m 1 'no progress' "$name.log")"

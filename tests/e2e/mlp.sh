@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The second model family through the same trainer: the MLP on Fashion-MNIST reaches 80%
 # validation accuracy in 600 steps, a run resumed from its step-200 checkpoint reproduces the
-# uninterrupted trace bit for bit, and `mpitron eval` prints accuracy and a confusion matrix.
+# uninterrupted trace bit for bit, and `mpitron eval` prints accuracy (over how many samples,
+# beside the majority class's score) and a confusion matrix with the class names.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 fmnist=/usr/share/datasets/fashion-mnist
@@ -11,7 +12,11 @@ if [[ ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
 fi
 MLP=$REPO/configs/mlp-fmnist.toml
 args=(train --config "$MLP" --steps 600 --ckpt-every 200 --eval-every 100 --log-every 100)
-"$MPITRON" "${args[@]}" --out full
+"$MPITRON" "${args[@]}" --out full | tee full.log
+# The log says what an accuracy is over and what the majority class alone would score (t10k holds
+# 1000 images of each of the 10 classes).
+grep -qE "acc [0-9.]+% of [0-9]+ \(majority class 10\.0%\)" full.log ||
+  fail "the log's accuracy says neither its sample count nor the majority class's score"
 "$PYTHON" - full/trace.h5 <<'PY'
 import math, sys, h5py
 with h5py.File(sys.argv[1], "r") as f:
@@ -37,6 +42,10 @@ done
 cat eval.txt
 grep -q '^val_accuracy 0\.[89]' eval.txt || fail "eval accuracy missing or below 80%"
 [[ $(grep -cE '^ +[0-9]+( +[0-9]+){10}$' eval.txt) == 10 ]] || fail "eval printed no 10x10 confusion matrix"
+grep -qE "^val_accuracy 0\.[0-9]+ over 1000 samples$" eval.txt || fail "eval does not say how many samples"
+grep -qE "^majority class [0-9] \(.*\) alone would score 0\.[0-9]+$" eval.txt ||
+  fail "eval gives no majority-class score"
+grep -q "^classes: 0 T-shirt/top, 1 Trouser, .*9 Ankle boot$" eval.txt || fail "eval names no classes"
 expect_error "does not generate text" "$MPITRON" generate --ckpt full/ckpt_600.h5 --new-tokens 3
 expect_error "holds a 'mlp' model" "$MPITRON" train --config "$TINY" --data "$(corpus)" --steps 2 \
   --out resumed --resume full/ckpt_600.h5

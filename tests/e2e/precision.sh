@@ -10,8 +10,10 @@
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
-common=(--config "$TINY" --data "$data" --steps 20 --batch-size 16 --lr 1e-3 --log-every 0 --eval-every 10
-  --eval-batches 1)
+# The warm-up is fixed here, not the preset's: the forced overflow below recovers in a prefix of
+# skipped steps at this schedule (the preset's 50-step warm-up overflows once more at step 11).
+common=(--config "$TINY" --data "$data" --steps 20 --batch-size 16 --lr 1e-3 --warmup-steps 20
+  --log-every 0 --eval-every 10 --eval-batches 1)
 for p in fp32 bf16 fp16; do
   "$MPITRON" train "${common[@]}" --precision "$p" --out "$p" >"$p.log"
 done

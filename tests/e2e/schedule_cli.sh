@@ -2,7 +2,9 @@
 # `mpitron schedule` simulates a pipeline schedule without a model: at pp 4 with 8 micro-batches
 # the simulated bubble of GPipe, 1F1B and interleaved 1F1B (2 chunks per rank) equals the
 # theoretical (pp - 1) / (V·m + pp - 1), 1F1B keeps pp - rank activation sets where GPipe keeps
-# m (and interleaved ranks one more than they run ahead), --png writes a PNG, and an impossible schedule is refused with one clear line.
+# m (and interleaved ranks one more than they run ahead), makespans compare in one unit, --png
+# writes a PNG (title, axis labels, legend), and an impossible schedule is refused with one clear
+# line.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 
@@ -28,6 +30,11 @@ check 1f1b 1 0.272727 "4 3 2 1$"
 # Interleaved (Megatron-LM): rank r runs (pp - r - 1)·2 + (V - 1)·pp micro-steps ahead, so it holds
 # one more than that: 11, 9, 7, 5 chunk activation sets (each chunk's own peak in brackets).
 check interleaved 2 0.157895 "11 ([0-9, ]*) 9 ([0-9, ]*) 7 ([0-9, ]*) 5 ([0-9, ]*);" --png interleaved.png
+# Makespans in one unit (a stage's forward; an interleaved chunk takes half of it): the smaller
+# bubble is the shorter run. 1F1B: (m + pp - 1) x 3 = 33; interleaved: 28.5.
+units() { sed -n 's/^makespan .* (\([0-9.]*\) stage forward times).*/\1/p' "$1.txt"; }
+[[ $(units 1f1b) == 33 && $(units interleaved) == 28.5 ]] ||
+  fail "makespans 1f1b $(units 1f1b), interleaved $(units interleaved) (stage forward times): want 33 and 28.5"
 grep -q "^timeline: interleaved.png$" interleaved.txt || fail "no 'timeline: interleaved.png' line"
 [[ -s interleaved.png ]] || fail "--png wrote no file"
 [[ $(head -c 8 interleaved.png | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
