@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
         "a Hugging Face GPT-2 or BERT (model.safetensors + config.json) as an mpitron checkpoint");
     std::string imp_from, imp_out;
     bool imp_plan = false;
-    imp->add_option("--from", imp_from,
+    imp->add_option("from,--from", imp_from,
                     "folder with model.safetensors and config.json, or the "
                     ".safetensors file (config.json beside it)")
         ->required();

@@ -40,6 +40,8 @@ PYEOF
 # import -> export: the tensors bitwise, the canonical file byte for byte, and again.
 "$MPITRON" import --from hf --plan >plan.txt
 grep -q "total: .* parameters" plan.txt || fail "--plan printed no total: $(cat plan.txt)"
+"$MPITRON" import hf --plan >plan_positional.txt  # the source may be positional, as export's is
+cmp plan.txt plan_positional.txt || fail "import with a positional source differs from --from"
 "$MPITRON" import --from hf --out imported.h5
 "$MPITRON" export imported.h5 --out exported
 $PY - "$REPO/validate" <<'PYEOF' || fail "exported tensors differ from the imported file's"
