@@ -61,6 +61,8 @@ bool is_wordpiece_vocabulary(const std::string& path);
 
 // ---- the smaller commands (tools.cpp)
 int cmd_compare(const std::string& a, const std::string& b, double rtol, bool allow_partial);
+// Prints sacreBLEU's line for hypotheses against references (files of lines).
+int cmd_bleu(const std::string& hypotheses, const std::string& references, int width);
 int cmd_info(const std::string& path, bool all, bool verify);
 struct BatchArgs {
   std::string data = "data/kjv.txt", out, config;  // `batch` reads text only

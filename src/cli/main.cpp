@@ -34,7 +34,7 @@ int world_rank() {
 bool needs_mpi(int argc, char** argv) {
   if (argc < 2) return true;
   const std::string command = argv[1];
-  return command != "compare" && command != "info";
+  return command != "compare" && command != "info" && command != "bleu";
 }
 
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.
@@ -232,6 +232,19 @@ int main(int argc, char** argv) {
     cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")
         ->capture_default_str();
 
+    // ---- bleu
+    auto* bleu = app.add_subcommand(
+        "bleu",
+        "corpus BLEU of translations against references (sacreBLEU's default: 13a, 4-grams)");
+    std::string bleu_hyp, bleu_ref;
+    bleu->add_option("hypotheses", bleu_hyp, "text file, one translation a line")->required();
+    bleu->add_option("references", bleu_ref, "text file, line k the reference of line k")
+        ->required();
+    int bleu_width = 2;
+    bleu->add_option("--width,-w", bleu_width, "decimals of the score")
+        ->check(CLI::Range(0, 16))
+        ->capture_default_str();
+
     // ---- info
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
     std::string info_path;
@@ -348,6 +361,8 @@ int main(int argc, char** argv) {
       if (rank == 0) rc = cli::cmd_tokenize(tokz_dir, tokz_in, tokz_out);  // one writer
     } else if (cmp->parsed()) {
       rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
+    } else if (bleu->parsed()) {
+      rc = cli::cmd_bleu(bleu_hyp, bleu_ref, bleu_width);
     } else if (info->parsed()) {
       rc = cli::cmd_info(cli::checkpoint_of(info_path), info_all, info_verify);
     } else if (sched->parsed()) {

@@ -9,9 +9,11 @@
 #include "base/check.hpp"
 #include "base/gemm.hpp"
 #include "io/arrays.hpp"
+#include "io/bleu.hpp"
 #include "io/checkpoint.hpp"
 #include "io/dataset.hpp"
 #include "io/inspect.hpp"
+#include "io/text_lines.hpp"
 #include "src/cli/cli.hpp"
 #include "src/pipeline/schedule_chart.hpp"
 #include "src/train/pretrained.hpp"
@@ -53,6 +55,19 @@ int cmd_compare(const std::string& a, const std::string& b, double rtol, bool al
     return 1;
   }
   fmt::print("SAME within --rtol {:.1e}\n", rtol);
+  return 0;
+}
+
+int cmd_bleu(const std::string& hypotheses, const std::string& references, int width) {
+  const std::vector<std::string> hyp = io::read_lines(hypotheses, "hypotheses");
+  const std::vector<std::string> ref = io::read_lines(references, "references");
+  if (hyp.size() != ref.size())
+    throw UsageError(
+        fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
+                    "sentence",
+                    hypotheses, hyp.size(), references, ref.size()));
+  const io::BleuScore b = io::corpus_bleu(hyp, ref);
+  fmt::print("{}\n{}\n", io::describe(b, width), io::describe_counts(b.stats));
   return 0;
 }
 
