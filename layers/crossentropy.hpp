@@ -1,5 +1,6 @@
 // Softmax cross-entropy in log-sum-exp form: loss_i = lse(logits_i) - logits_i[target_i],
 // lse(x) = max(x) + log(sum exp(x - max(x))). Backward: dlogits = (softmax - onehot) * dloss.
+// A negative target marks a row that is no loss term (a masked position): loss 0, dlogits 0.
 #pragma once
 #include <cstdint>
 

@@ -106,6 +106,7 @@ TYPED_TEST(CudaClassifier, PaddedAndFusedKernelsMatchTheUnpaddedBitForBit) {
     for (int n = 0; n < N; ++n) targets[size_t(n)] = int32_t((n * 131 + 7) % V);
     targets.front() = V - 1;
     targets.back() = 0;
+    if (N > 2) targets[1] = -1;  // a masked position: loss 0, gradient row 0
     const float dloss = 1.0f;
 
     DeviceArray<A> gdense(rounded<A>(dense)), gpadded(rounded<A>(padded)),
@@ -140,6 +141,12 @@ TYPED_TEST(CudaClassifier, PaddedAndFusedKernelsMatchTheUnpaddedBitForBit) {
     }
     for (float l : l0) ASSERT_TRUE(std::isfinite(l)) << where;
     const std::vector<A> d0 = gd_dense.download();
+    if (N > 2) {
+      ASSERT_EQ(l0[1], 0.0f) << where << " masked row's loss";
+      for (int j = 0; j < V; ++j) {
+        ASSERT_TRUE(is_plus_zero(d0[size_t(V) + j])) << where << " masked row's dlogit " << j;
+      }
+    }
     for (const auto* got : {&gd_padded, &gfused}) {
       const std::vector<A> d = got->download();
       const char* what = got == &gfused ? "fused" : "padded";

@@ -323,6 +323,7 @@ TEST(LayerGradCheck, CrossEntropy) {
   const double dloss = 1.0 / N;  // a mean over the N tokens
   Vec logits = randn(N * V, g, 3.0), losses(N), lse(N);
   std::vector<int32_t> targets = randint(N, V, g);
+  targets[1] = -1;  // a masked position: no loss term, no gradient
   auto loss = [&] {
     crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
     double s = 0;
@@ -334,10 +335,14 @@ TEST(LayerGradCheck, CrossEntropy) {
     double s = 0;
     for (int j = 0; j < V; ++j) s += std::exp(logits[n * V + j]);
     EXPECT_NEAR(lse[n], std::log(s), 1e-12);
-    EXPECT_NEAR(losses[n], std::log(s) - logits[n * V + targets[n]], 1e-12);
+    if (targets[n] < 0)
+      EXPECT_EQ(losses[n], 0.0);
+    else
+      EXPECT_NEAR(losses[n], std::log(s) - logits[n * V + targets[n]], 1e-12);
   }
   Vec dlogits(N * V, kNaN);
   crossentropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), dloss, N, V);
+  for (int j = 0; j < V; ++j) EXPECT_EQ(dlogits[1 * V + j], 0.0);
   EXPECT_LT(grad_error(loss, logits, dlogits), kTol);
 }
 

@@ -1,5 +1,6 @@
 // Softmax cross-entropy in log-sum-exp form: loss_i = lse_i - logits[i, target_i], lse computed
-// max-subtracted; backward dlogits = (exp(logits - lse) - onehot) * dloss, safe in place.
+// max-subtracted; backward dlogits = (exp(logits - lse) - onehot) * dloss, safe in place. A row
+// whose target is negative is no loss term: loss 0, gradient 0.
 #include "layers/crossentropy.hpp"
 
 #include <algorithm>
@@ -24,7 +25,7 @@ void crossentropy_forward(F* losses, F* lse, const F* logits, const int32_t* tar
     for (int j = 0; j < V; ++j) sum += exp_fast(x[j] - mx);
     const F l = mx + std::log(sum);
     lse[n] = l;
-    losses[n] = l - x[targets[n]];
+    losses[n] = targets[n] < 0 ? F(0) : l - x[targets[n]];
   }
 }
 
@@ -38,6 +39,10 @@ void crossentropy_backward(F* dlogits, const F* logits, const F* lse, const int3
     F* d = dlogits + ptrdiff_t(n) * V;
     const F l = lse[n];
     const int t = targets[n];
+    if (t < 0) {
+      std::fill(d, d + V, F(0));
+      continue;
+    }
 #pragma omp simd
     for (int j = 0; j < V; ++j) d[j] = (exp_fast(x[j] - l) - F(j == t)) * dloss;
   }

@@ -81,14 +81,17 @@ __device__ float2 row_lse_loss(const T* x, int32_t t, int V) {
     total.s = warp_s[0];
     for (int w = 1; w < kWarps; ++w) total.merge(warp_m[w], warp_s[w]);
     const float l = total.m + logf(total.s);
-    out = make_float2(l, (t >= 0 && t < V) ? l - to_float(x[t]) : NAN);
+    // A negative target is no loss term; one at or past V is an error, shown as NaN.
+    out = make_float2(l, t < 0 ? 0.0f : t < V ? l - to_float(x[t]) : NAN);
   }
   return out;
 }
 
-// Row n's dlogits over ld columns: (exp(logits - l) - (j == t)) * dloss below V, 0 past it.
+// Row n's dlogits over ld columns: (exp(logits - l) - (j == t)) * dloss below V, 0 past it, and
+// 0 everywhere for a negative (masked) target.
 template <class T>
 __device__ void row_dlogits(T* d, const T* x, float l, int32_t t, float dloss, int V, int ld) {
+  if (t < 0) V = 0;
   for (int j = int(threadIdx.x); j < ld; j += kThreads) {
     if (j < V) {
       const float p = expf(to_float(x[j]) - l);

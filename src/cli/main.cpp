@@ -127,7 +127,9 @@ int main(int argc, char** argv) {
                       ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
     train->add_option("--tokenizer", ta.opts.tokenizer,
                       "verse data (bert tasks 1, 2): encode the verses with this BERT WordPiece "
-                      "vocabulary (a folder with vocab.txt or vocab.json; default: bytes)");
+                      "vocabulary (a folder with vocab.txt or vocab.json); translation pairs (gpt "
+                      "task 1): with this SentencePiece model (.model, kept in the run folder); "
+                      "default: bytes");
     train->add_option("--resume", ta.opts.resume,
                       "checkpoint to resume from, or 'auto' (latest in --out)");
     train->add_flag("--allow-changes", ta.opts.allow_changes,
@@ -209,15 +211,24 @@ int main(int argc, char** argv) {
     auto* tokz = app.add_subcommand(
         "tokenize",
         "encode a text file with a GPT-2 BPE or BERT WordPiece tokenizer into a token file for "
-        "--data");
-    std::string tokz_dir, tokz_in, tokz_out;
+        "--data, or learn a SentencePiece BPE model (--learn N) from text files");
+    std::string tokz_dir, tokz_out;
+    std::vector<std::string> tokz_in;
+    int tokz_learn = 0;
     tokz->add_option("--tokenizer", tokz_dir,
                      "BPE: a folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
                      "(io/get_gpt2_tokenizer.sh fetches GPT-2's); WordPiece: vocab.txt, or a "
-                     "folder with it (io/get_bert_tokenizer.sh)")
-        ->required();
-    tokz->add_option("--in", tokz_in, "text file")->required();
-    tokz->add_option("--out", tokz_out, "token file to write (.h5: /tokens and attributes)")
+                     "folder with it (io/get_bert_tokenizer.sh); SentencePiece: a .model file");
+    tokz->add_option("--learn", tokz_learn,
+                     "learn a SentencePiece BPE model of N pieces from the --in files (one sentence "
+                     "a line; unk 0, bos 1, eos 2, pad 3) and write it to --out (.model)")
+        ->check(CLI::Range(8, 1 << 20));
+    tokz->add_option("--in", tokz_in, "text file (with --learn: files, comma-separated or repeated)")
+        ->required()
+        ->delimiter(',');
+    tokz->add_option("--out", tokz_out,
+                     "token file to write (.h5: /tokens and attributes), or with --learn the "
+                     "SentencePiece model (.model)")
         ->required();
 
     // ---- compare
@@ -358,7 +369,14 @@ int main(int argc, char** argv) {
       ga.ckpt = cli::checkpoint_of(ga.ckpt);
       rc = cli::cmd_generate(ga);
     } else if (tokz->parsed()) {
-      if (rank == 0) rc = cli::cmd_tokenize(tokz_dir, tokz_in, tokz_out);  // one writer
+      if (rank == 0) {  // one writer
+        if (tokz_learn > 0)
+          rc = cli::cmd_learn_tokenizer(tokz_in, tokz_learn, tokz_out, tokz_dir);
+        else if (tokz_in.size() != 1)
+          throw UsageError("tokenize encodes one --in file (several are for --learn)");
+        else
+          rc = cli::cmd_tokenize(tokz_dir, tokz_in.front(), tokz_out);
+      }
     } else if (cmp->parsed()) {
       rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
     } else if (bleu->parsed()) {

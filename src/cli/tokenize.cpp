@@ -9,6 +9,7 @@
 #include "base/check.hpp"
 #include "io/bpe_tokenizer.hpp"
 #include "io/dataset.hpp"
+#include "io/sentencepiece_tokenizer.hpp"
 #include "io/wordpiece_tokenizer.hpp"
 #include "src/cli/cli.hpp"
 
@@ -54,6 +55,25 @@ int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const 
   fmt::print("wrote {}: {} tokens ({}) from {} bytes of {} in {:.2f} s ({:.1f} MB/s), vocab {}\n",
              out, info.tokens, info.vocab_size > 65536 ? "uint32" : "uint16", info.source_bytes, in,
              s, info.source_bytes / 1e6 / std::max(s, 1e-9), info.vocab_size);
+  return 0;
+}
+
+int cmd_learn_tokenizer(const std::vector<std::string>& inputs, int pieces, const std::string& out,
+                        const std::string& tokenizer) {
+  if (!tokenizer.empty())
+    throw UsageError("--learn writes a new model to --out: it takes no --tokenizer");
+  const auto t0 = std::chrono::steady_clock::now();
+  fmt::print("tokenize: learning a SentencePiece BPE model of {} pieces from {} file(s)\n", pieces,
+             inputs.size());
+  std::fflush(stdout);
+  io::SentencePieceTokenizer::learn(inputs, pieces, out);
+  const io::SentencePieceTokenizer spm = io::SentencePieceTokenizer::load(out);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print(
+      "wrote {}: {} pieces (unk {}, bos {}, eos {}, pad {}) in {:.1f} s; train a translation "
+      "model with --tokenizer {} --set model.vocab_size={}\n",
+      out, spm.vocab_size(), spm.unk_id(), spm.bos_id(), spm.eos_id(), spm.pad_id(), s, out,
+      spm.vocab_size());
   return 0;
 }
 

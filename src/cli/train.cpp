@@ -77,10 +77,10 @@ int cmd_train(TrainArgs a) {
   if (a.log_every) t.log_every = *a.log_every;
   const ModelFamily& family = model_family(opts.cfg.model.type);
   if (data_path.empty()) {
-    data_path = family.default_data;
+    data_path = default_data(family, opts.cfg.model);
     if (!std::filesystem::exists(data_path))
-      throw UsageError(
-          fmt::format("default data {} does not exist: {}", data_path, family.data_hint));
+      throw UsageError(fmt::format("default data {} does not exist: {}", data_path,
+                                   default_data_hint(family, opts.cfg.model)));
   }
   opts.data = data_path;
   if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path)) {

@@ -28,6 +28,9 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
   if (g.vocab_size < 256)
     throw UsageError(fmt::format(
         "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
+  if (m.get("task") != 0 && m.get("task") != 1)
+    throw UsageError(fmt::format("gpt's task is 0 (text) or 1 (translation pairs), not {}",
+                                 m.get("task")));
 }
 
 constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
@@ -40,14 +43,18 @@ int64_t image_inputs(const ModelConfig& m) {
 const ModelFamily kFamilies[] = {
     {"gpt",
      "GPT-2 decoder (causal language model)",
-     [](const ModelConfig&) { return DataKind::text; },
+     [](const ModelConfig& m) { return m.get("task") == 1 ? DataKind::pairs : DataKind::text; },
      "data/kjv.txt",
      "create it with io/get_bible.sh, or pass --data",
      {{"n_layer", 4, "transformer blocks (what pipeline stages divide)"},
       {"n_head", 4, "attention heads (what tensor parallelism divides)"},
       {"n_embd", 128, "width of the residual stream"},
       {"block_size", 64, "longest sequence (position embeddings)"},
-      {"vocab_size", 256, "vocabulary; 256 covers the byte tokens of text data"}},
+      {"vocab_size", 256, "vocabulary; 256 covers the byte tokens of text data"},
+      {"task", 0,
+       "0: next token on text; 1: translation pairs (source [SEP] target [END], the loss on the "
+       "target; vocab_size >= 259 for bytes)",
+       false, true, true}},
      validate_gpt,
      validate_gpt_layout,
      build_gpt,
@@ -149,6 +156,16 @@ const ModelFamily kFamilies[] = {
 };
 
 }  // namespace
+
+const char* default_data(const ModelFamily& family, const ModelConfig& model) {
+  return family.data(model) == DataKind::pairs ? "data/es-en" : family.default_data;
+}
+
+const char* default_data_hint(const ModelFamily& family, const ModelConfig& model) {
+  return family.data(model) == DataKind::pairs
+             ? "create it with io/get_parallel_bible.sh data/es-en, or pass --data"
+             : family.data_hint;
+}
 
 std::span<const ModelFamily> model_families() {
   return kFamilies;

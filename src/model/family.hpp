@@ -20,12 +20,16 @@ struct ModelKey {
   // Picks the task head (bert's task): a pretrained source (--init-from) may differ in it, its
   // shared parameters load and the run's own head starts fresh.
   bool selects_head = false;
+  // A key newer than some checkpoints: one without it reads as this default.
+  bool optional_in_checkpoints = false;
 };
 
 enum class DataKind {
   text,    // a text file, byte tokens; a sample is seq_len + 1 tokens
   images,  // a folder of IDX files; a sample is an image and its label
   verses,  // a verse file (io/verse_dataset.hpp); a sample is seq_len ids and its label
+  pairs,   // a folder of sentence pairs (io/pair_dataset.hpp); a sample is seq_len + 1 tokens and
+           // the span of its loss terms
 };
 
 // Samples of seq_len tokens (text, verses), and samples with a label (images, verses).
@@ -33,7 +37,7 @@ inline bool is_sequence_data(DataKind k) {
   return k != DataKind::images;
 }
 inline bool is_labelled_data(DataKind k) {
-  return k != DataKind::text;
+  return k != DataKind::text && k != DataKind::pairs;
 }
 
 struct ModelFamily {
@@ -65,6 +69,10 @@ struct ModelFamily {
   bool on_device = false;        // builds on a device's layer table (--device cuda, cpu-staged)
   bool mixed_precision = false;  // 16-bit activations and weight copies (--precision bf16, fp16)
 };
+
+// --data when none is given, and how to get it (pairs: data/es-en, whatever the family).
+const char* default_data(const ModelFamily& family, const ModelConfig& model);
+const char* default_data_hint(const ModelFamily& family, const ModelConfig& model);
 
 // Every family, in the table's order.
 std::span<const ModelFamily> model_families();

@@ -266,10 +266,12 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   const int32_t* tok = mb.samples.tokens;
   int32_t* inputs = host_tokens_.data();
   int32_t* targets = inputs + N;
+  const int32_t* spans = mb.samples.loss_spans;
   for (int b = 0; b < rows; ++b)
     for (int t = 0; t < T; ++t) {
+      const bool counts = !spans || (t >= spans[2 * b] && t < spans[2 * b + 1]);
       inputs[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t];
-      targets[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t + 1];
+      targets[size_t(b) * T + t] = counts ? tok[size_t(b) * (T + 1) + t + 1] : -1;  // -1: no loss
     }
   L.upload_int32(a.inputs, inputs, size_t(N));
   L.upload_int32(a.targets, targets, size_t(N));

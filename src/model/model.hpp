@@ -26,6 +26,9 @@ struct SampleView {
   const float* features = nullptr;
   const int32_t* labels = nullptr;
   int rows = 0;
+  // Language models: (rows, 2) spans [begin, end) of the target positions that are loss terms (a
+  // translation's target); nullptr: every position.
+  const int32_t* loss_spans = nullptr;
 };
 
 // One micro-batch and where it sits in the global batch: dropout masks are keyed by (seed, step,

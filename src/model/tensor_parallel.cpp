@@ -286,7 +286,7 @@ void vocab_parallel_crossentropy_forward(comm::Group& tp, float* losses, float* 
   for (int n = 0; n < N; ++n) {
     const float l = mx[n] + std::log(sum[n]);
     lse[n] = l;
-    losses[n] = l - target[n];
+    losses[n] = targets[n] < 0 ? 0.0f : l - target[n];
   }
 }
 
@@ -307,6 +307,10 @@ void vocab_parallel_crossentropy_backward(comm::Group& tp, float* dlogits, const
     float* d = dlogits + ptrdiff_t(n) * Vl;
     const float l = lse[n];
     const int t = targets[n] - v0;
+    if (targets[n] < 0) {
+      std::fill(d, d + Vl, 0.0f);
+      continue;
+    }
 #pragma omp simd
     for (int j = 0; j < real; ++j) d[j] = (cpu::exp_fast(x[j] - l) - float(j == t)) * dloss;
     for (int j = real; j < Vl; ++j) d[j] = 0.0f;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/check.hpp"
+#include "io/sentencepiece_tokenizer.hpp"
 #include "io/wordpiece_tokenizer.hpp"
 
 namespace mpitron {
@@ -40,6 +41,24 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
                       int32_t(model.get("sep_id"))};
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
     s.labels = Buffer<int32_t>(alloc, size_t(capacity));
+  } else if (s.kind == DataKind::pairs) {
+    s.seq_len = seq_len;
+    if (tokenizer.empty()) {
+      s.pairs = io::load_pair_dataset(path);
+    } else {
+      const io::SentencePieceTokenizer spm = io::SentencePieceTokenizer::load(tokenizer);
+      s.pairs = io::load_pair_dataset(path, &spm);
+    }
+    if (s.pairs.vocab_size > model.get("vocab_size"))
+      throw UsageError(fmt::format(
+          "the pairs of {} use {} token ids ({}), the model's vocab_size is {} (set "
+          "model.vocab_size={})",
+          path, s.pairs.vocab_size,
+          s.pairs.tokenizer.empty() ? "bytes, [SEP], [END], [PAD]"
+                                    : "SentencePiece " + s.pairs.tokenizer,
+          model.get("vocab_size"), s.pairs.vocab_size));
+    s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
+    s.spans = Buffer<int32_t>(alloc, size_t(capacity) * 2);
   } else {
     s.images = io::load_image_dataset(path);
     s.features = Buffer<float>(alloc, size_t(capacity) * s.images.pixels_per_image());
@@ -52,6 +71,9 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
                        int64_t rows) {
   if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
+  else if (kind == DataKind::pairs)
+    io::fill_pair_batch(pairs, split, seed, index, first_row, rows, seq_len, tokens.data(),
+                        spans.data());
   else if (kind == DataKind::verses)
     io::fill_verse_batch(verses, verse_task, verse_tokens, split, seed, index, first_row, rows,
                          seq_len, tokens.data(), labels.data());
@@ -69,12 +91,21 @@ SampleView BatchSource::view(int64_t local_row, int rows) const {
   if (kind == DataKind::images)
     v.features = features.data() + local_row * images.pixels_per_image();
   if (is_labelled_data(kind)) v.labels = labels.data() + local_row;
+  if (kind == DataKind::pairs) v.loss_spans = spans.data() + local_row * 2;
   return v;
+}
+
+int64_t BatchSource::loss_terms(io::Split split, uint64_t seed, int64_t index, int64_t rows_global,
+                                int64_t per_sample) const {
+  if (kind == DataKind::pairs)
+    return io::pair_batch_loss_terms(pairs, split, seed, index, rows_global, seq_len);
+  return rows_global * per_sample;
 }
 
 uint64_t BatchSource::checksum() const {
   return kind == DataKind::text     ? text.checksum
          : kind == DataKind::verses ? verses.checksum
+         : kind == DataKind::pairs  ? pairs.checksum
                                     : images.checksum;
 }
 
@@ -93,6 +124,12 @@ io::Attributes BatchSource::attributes() const {
             {"verses", verses.verses()},
             {"tokenizer", verses.tokenizer},  // eval encodes the verses alike
             {"checksum", int64_t(verses.checksum)}};
+  if (kind == DataKind::pairs)
+    return {{"path", pairs.path},
+            {"pairs", pairs.train.pairs() + pairs.val.pairs()},
+            {"tokenizer", pairs.tokenizer},  // eval and translate encode alike
+            {"tokenizer_checksum", int64_t(pairs.tokenizer_checksum)},
+            {"checksum", int64_t(pairs.checksum)}};
   return {{"path", images.path},
           {"images", images.count(io::Split::train) + images.count(io::Split::val)},
           {"checksum", int64_t(images.checksum)}};
@@ -109,6 +146,10 @@ std::string BatchSource::describe() const {
                        verses.train.size(), verses.val.size(),
                        verse_task == io::VerseTask::testament ? "testament" : "verse pairs",
                        verses.tokenizer.empty() ? "bytes" : "WordPiece " + verses.tokenizer);
+  if (kind == DataKind::pairs)
+    return fmt::format("data {} ({} training and {} validation pairs {} -> {}, {})", pairs.path,
+                       pairs.train.pairs(), pairs.val.pairs(), pairs.source, pairs.target,
+                       pairs.tokenizer.empty() ? "bytes" : "SentencePiece " + pairs.tokenizer);
   return fmt::format("data {} ({} training and {} validation images of {}x{}, {} classes)",
                      images.path, images.count(io::Split::train), images.count(io::Split::val),
                      images.rows, images.cols, images.classes);

@@ -9,6 +9,7 @@
 #include "io/dataset.hpp"
 #include "io/h5.hpp"
 #include "io/image_dataset.hpp"
+#include "io/pair_dataset.hpp"
 #include "io/verse_dataset.hpp"
 #include "src/model/family.hpp"
 #include "src/model/model.hpp"
@@ -22,22 +23,28 @@ struct BatchSource {
   io::VerseDataset verses;
   io::VerseTask verse_task = io::VerseTask::testament;
   io::VerseTokens verse_tokens;
+  io::PairDataset pairs;
   int seq_len = 0;       // text and verses: tokens per sample
   int64_t capacity = 0;  // rows the buffers hold
   Buffer<int32_t>
       tokens;  // text: (capacity, seq_len + 1); verses: (capacity, seq_len + 1) ids, label
   Buffer<float> features;  // images: (capacity, pixels)
   Buffer<int32_t> labels;  // images and verses: (capacity)
+  Buffer<int32_t> spans;   // pairs: (capacity, 2) loss spans
   bool augment = false;    // images: crop and flip training batches (io::augment_images)
 
   // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
-  // verses only, a BERT WordPiece vocabulary to encode them with ("": bytes); its special ids
-  // must be the model's.
+  // verses, a BERT WordPiece vocabulary to encode them with ("": bytes), whose special ids must be
+  // the model's; pairs, a SentencePiece model ("": bytes).
   static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
                           int64_t capacity, DeviceAllocator& alloc,
                           const std::string& tokenizer = "");
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows).
   void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows);
+  // The loss terms of the whole batch `index` of a split (rows_global rows): per_sample each, or
+  // (pairs) the sum of the rows' spans, which every rank computes alike without a message.
+  int64_t loss_terms(io::Split split, uint64_t seed, int64_t index, int64_t rows_global,
+                     int64_t per_sample) const;
   // Buffer rows [local_row, local_row + rows).
   SampleView view(int64_t local_row, int rows) const;
   // What a checkpoint records of the data: path, size, checksum.

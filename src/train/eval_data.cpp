@@ -21,7 +21,7 @@ std::unique_ptr<Model> load_for_inference(const std::string& ckpt, const Checkpo
 
 EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const EvalPlan& plan) {
   const DataKind kind = data.kind;
-  const bool text = kind == DataKind::text;
+  const bool text = !is_labelled_data(kind);
   const int K = classes, T = plan.seq_len, batch_size = plan.batch_size;
   EvalTotals t;
   t.confusion.assign(text ? 0 : size_t(K) * K, 0);
@@ -48,7 +48,13 @@ EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const Ev
     MicroBatch mb;
     mb.samples = data.view(0, rows);
     t.loss_sum += model.forward(mb);
-    if (text) continue;
+    if (kind == DataKind::pairs) {
+      for (int r = 0; r < rows; ++r)
+        t.loss_terms += mb.samples.loss_spans[2 * r + 1] - mb.samples.loss_spans[2 * r];
+    } else {
+      t.loss_terms += int64_t(rows) * model.loss_terms_per_sample();
+    }
+    if (!is_labelled_data(kind)) continue;
     const ModelOutput out = model.output(0);
     for (int r = 0; r < rows; ++r) {
       const float* row = out.logits + size_t(r) * K;

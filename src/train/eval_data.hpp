@@ -30,6 +30,7 @@ struct EvalPlan {
 
 struct EvalTotals {
   double loss_sum = 0;             // sum of the model's forward losses
+  int64_t loss_terms = 0;          // what they are a sum over: the mean loss is loss_sum / this
   int64_t samples = 0;             // rows evaluated
   int batches = 0;                 // batches evaluated
   int64_t split_samples = 0;       // validation images or verses in the split (classifiers)
@@ -38,8 +39,7 @@ struct EvalTotals {
 };
 
 // Validation over the data's kind: the loss of a language model on sampled batches, or a
-// classifier's loss, hits and confusion matrix (classes K). Mean loss: loss_sum / (samples x
-// loss_terms_per_sample).
+// classifier's loss, hits and confusion matrix (classes K). Mean loss: loss_sum / loss_terms.
 EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const EvalPlan& plan);
 
 // What a classifier's labels 0..classes-1 mean, for people: BERT's verse tasks name theirs

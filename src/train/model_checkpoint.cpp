@@ -96,7 +96,9 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("checkpoint {}: {}", path, e.what()));
   }
-  for (auto& [key, value] : r.model.dims) value = get_int("model." + key);
+  for (const ModelKey& k : model_family(r.model.type).keys)
+    if (!k.optional_in_checkpoints || h.root.count("model." + std::string(k.name)))
+      r.model.dims[k.name] = get_int("model." + std::string(k.name));
   r.step = get_int("step");
   r.seed = get_int("seed");
   auto optional_int = [&](const std::string& key, int64_t& out) {

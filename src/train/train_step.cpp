@@ -65,7 +65,10 @@ StepResult Trainer::train_step(int64_t s) {
   data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
   sync->begin_step();
   progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
-  const float dloss = loss_scale.dloss(loss_terms);
+  // The global batch's loss terms: fixed, or (translation pairs) their target tokens this step.
+  const int64_t terms =
+      data.loss_terms(io::Split::train, tc.seed, s, tc.batch_size, model->loss_terms_per_sample());
+  const float dloss = loss_scale.dloss(terms);
   walk = {s, float(tc.dropout), dloss, nullptr, true};
   const double loss_sum = executor->run(train_actions, work, true);
   progress.mark("the batch-norm statistics' all-reduce (dp)");
@@ -78,7 +81,7 @@ StepResult Trainer::train_step(int64_t s) {
   const double norm = loss_scale.unscaled(sync->grad_norm());
   const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
   progress.mark("the loss all-reduce (pp, dp)");
-  const double loss = sum_over_stages_and_dp(loss_sum) / double(loss_terms);
+  const double loss = sum_over_stages_and_dp(loss_sum) / double(terms);
   // The norm is the same on every rank, so every rank skips (or not) alike.
   const bool skipped = !loss_scale.step_ok(norm);
   if (!skipped) {
@@ -107,9 +110,11 @@ StepResult Trainer::train_step(int64_t s) {
 
 EvalResult Trainer::evaluate() {
   double sum = 0.0;
-  int64_t correct = 0;
+  int64_t correct = 0, terms = 0;
   const bool classifier = is_labelled_data(data.kind);
   for (int e = 0; e < tc.eval_batches; ++e) {
+    terms += data.loss_terms(io::Split::val, tc.seed, e, tc.batch_size,
+                             model->loss_terms_per_sample());
     progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
     data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
     walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
@@ -118,7 +123,7 @@ EvalResult Trainer::evaluate() {
   sum = sum_over_stages_and_dp(sum);
   correct = sum_over_stages_and_dp(correct);
   const double samples = double(tc.eval_batches) * tc.batch_size;
-  return {sum / (samples * model->loss_terms_per_sample()),
+  return {sum / double(terms),
           classifier ? double(correct) / samples : std::numeric_limits<double>::quiet_NaN()};
 }
 

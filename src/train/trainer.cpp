@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <utility>
@@ -17,11 +18,36 @@
 #include "base/gemm.hpp"
 #include "comm/grid.hpp"
 #include "comm/world.hpp"
+#include "io/sentencepiece_tokenizer.hpp"
 #include "src/model/family.hpp"
 #include "src/pipeline/schedule.hpp"
 #include "src/train/trainer_state.hpp"
 
 namespace mpitron {
+
+namespace {
+
+// A run's SentencePiece model is kept in its folder, so its checkpoints stay usable when the
+// original moves; returns the copy's path (the same on every rank).
+std::string keep_tokenizer_in_run_folder(const std::string& model, const std::string& out) {
+  namespace fs = std::filesystem;
+  (void)io::SentencePieceTokenizer::load(model);  // UsageError on every rank when unfit
+  const fs::path kept = fs::path(out) / fs::path(model).filename();
+  std::string error;
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (!ec && !(fs::exists(kept) && fs::equivalent(kept, model)))
+      fs::copy_file(model, kept, fs::copy_options::overwrite_existing, ec);
+    if (ec) error = fmt::format("cannot keep {} in the run folder {}: {}", model, out, ec.message());
+  }
+  comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
+  return fs::absolute(kept).lexically_normal().string();
+}
+
+}  // namespace
 
 Trainer::Trainer(TrainOptions o, comm::Grid& g)
     : opts(std::move(o)),
@@ -263,10 +289,14 @@ int run_training(TrainOptions opts) {
   if (opts.threads < 0 || opts.threads > 1024)
     throw UsageError(
         fmt::format("--threads {} is out of range (0: default, else 1..1024)", opts.threads));
-  if (opts.data.empty()) opts.data = model_family(opts.cfg.model.type).default_data;
+  if (opts.data.empty())
+    opts.data = default_data(model_family(opts.cfg.model.type), opts.cfg.model);
   if (opts.out.empty())
     opts.out =
         fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);
+  if (model_family(opts.cfg.model.type).data(opts.cfg.model) == DataKind::pairs &&
+      !opts.tokenizer.empty())
+    opts.tokenizer = keep_tokenizer_in_run_folder(opts.tokenizer, opts.out);
   if (opts.threads > 0) {
     opts.threads_why = "--threads";
   } else {

@@ -46,7 +46,8 @@ struct TrainOptions {
   // Pretrained parameters to start from when not resuming (HF GPT-2 folder or .safetensors, or an
   // mpitron checkpoint): parameters only, step 0, fresh optimizer.
   std::string init_from;
-  std::string tokenizer;  // verse data: a BERT WordPiece vocabulary ("": byte tokens)
+  // Verse data: a BERT WordPiece vocabulary; pairs: a SentencePiece model ("": byte tokens).
+  std::string tokenizer;
   Device device = Device::cpu;
   CommKind comm = CommKind::mpi;  // how a GPU's dp ranks sum gradients: host copies or NCCL
   // Storage of activations and layer weights: fp32, bf16 or fp16 (the GPT at tp 1 and pp 1; fp32

@@ -124,6 +124,23 @@ void Trainer::load_checkpoint(const std::string& path) {
   if (c != r.data.end() && std::holds_alternative<int64_t>(c->second) &&
       std::get<int64_t>(c->second) != int64_t(data.checksum()) && is_root())
     spdlog::warn("data differs from the data the checkpoint was trained on");
+  // Pairs encoded with another SentencePiece model (or bytes) would be other tokens.
+  if (data.kind == DataKind::pairs) {
+    auto c = r.data.find("tokenizer_checksum");
+    const int64_t was = c != r.data.end() && std::holds_alternative<int64_t>(c->second)
+                            ? std::get<int64_t>(c->second)
+                            : 0;
+    if (was != int64_t(data.pairs.tokenizer_checksum)) {
+      auto t = r.data.find("tokenizer");
+      const std::string* name = t != r.data.end() ? std::get_if<std::string>(&t->second) : nullptr;
+      throw UsageError(fmt::format(
+          "{} was trained on pairs encoded {}; this run encodes them {}: resume with {}", path,
+          was == 0 ? "as bytes" : "with the SentencePiece model " + (name ? *name : "?"),
+          data.pairs.tokenizer.empty() ? "as bytes"
+                                       : "with another model, " + data.pairs.tokenizer,
+          was == 0 ? "no --tokenizer" : "--tokenizer " + (name ? *name : "(that model)")));
+    }
+  }
   // Verses encoded otherwise than the checkpoint's (bytes vs WordPiece) would be other tokens.
   auto t = r.data.find("tokenizer");
   if (data.kind == DataKind::verses && t != r.data.end() &&

@@ -1,0 +1,153 @@
+// Sentence pairs for source -> target training (io/pair_dataset.hpp).
+#include "io/pair_dataset.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/check.hpp"
+#include "base/philox.hpp"
+#include "io/sentencepiece_tokenizer.hpp"
+#include "io/text_lines.hpp"
+#include "io/utf8.hpp"
+
+namespace mpitron::io {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t fnv1a_extend(uint64_t h, std::string_view s) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+PairSplit load_split(const std::string& dir, const std::string& name, const std::string& source,
+                     const std::string& target, const SentencePieceTokenizer* spm,
+                     uint64_t& checksum) {
+  const std::string src_path = fmt::format("{}/{}.{}", dir, name, source);
+  const std::string tgt_path = fmt::format("{}/{}.{}", dir, name, target);
+  const std::vector<std::string> src = read_lines(src_path, "source");
+  const std::vector<std::string> tgt = read_lines(tgt_path, "target");
+  if (src.size() != tgt.size())
+    throw UsageError(fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
+                                 "sentence (io/get_parallel_bible.sh writes aligned files)",
+                                 src_path, src.size(), tgt_path, tgt.size()));
+  if (src.empty()) throw UsageError(fmt::format("{} has no lines", src_path));
+  PairSplit s;
+  s.begin.push_back(0);
+  auto add = [&](const std::string& line, const std::string& path, size_t k) {
+    if (line.find_first_not_of(" \t") == std::string::npos)
+      throw UsageError(fmt::format("{}:{}: an empty line (every pair needs a source and a target)",
+                                   path, k + 1));
+    if (first_invalid_utf8(line) != line.size())
+      throw UsageError(fmt::format("{}:{}: not valid UTF-8", path, k + 1));
+    checksum = fnv1a_extend(fnv1a_extend(checksum, line), "\n");
+    if (spm) {
+      const std::vector<int32_t> ids = spm->encode(line);
+      s.ids.insert(s.ids.end(), ids.begin(), ids.end());
+    } else {
+      for (unsigned char c : line) s.ids.push_back(int32_t(c));
+    }
+    s.begin.push_back(int64_t(s.ids.size()));
+  };
+  for (size_t k = 0; k < src.size(); ++k) {
+    add(src[k], src_path, k);
+    add(tgt[k], tgt_path, k);
+  }
+  return s;
+}
+
+PhiloxStream pair_stream(uint64_t seed, Split split) {
+  return {seed, fnv1a64(split == Split::train ? "pairs.train" : "pairs.val")};
+}
+
+int64_t pair_of(const PhiloxStream& rng, const PairSplit& s, int64_t index, int64_t sample) {
+  return int64_t(rng.block((uint64_t(index) << 32) | uint64_t(sample)).v[0] %
+                 uint64_t(s.pairs()));
+}
+
+}  // namespace
+
+PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokenizer* spm) {
+  if (!fs::is_directory(dir))
+    throw UsageError(fmt::format("pair data {} is not a folder (io/get_parallel_bible.sh DIR "
+                                 "writes one)",
+                                 dir));
+  const std::string name = fs::path(dir).lexically_normal().filename().string().empty()
+                               ? fs::path(dir).lexically_normal().parent_path().filename().string()
+                               : fs::path(dir).lexically_normal().filename().string();
+  const size_t dash = name.find('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == name.size() ||
+      name.find('-', dash + 1) != std::string::npos)
+    throw UsageError(fmt::format("pair data {}: the folder's name must say the direction as "
+                                 "<source>-<target> (data/es-en: train.es -> train.en)",
+                                 dir));
+  PairDataset d;
+  d.path = fs::absolute(dir).lexically_normal().string();
+  d.source = name.substr(0, dash);
+  d.target = name.substr(dash + 1);
+  uint64_t checksum = 14695981039346656037ull;
+  if (spm) {
+    d.tokenizer = spm->path();
+    d.tokenizer_checksum = spm->checksum();
+    d.tokens = {spm->bos_id(), spm->eos_id(), spm->pad_id()};
+    d.vocab_size = spm->vocab_size();
+    if (d.tokens.sep < 0 || d.tokens.end < 0 || d.tokens.pad < 0)
+      throw UsageError(fmt::format("SentencePiece model {} has no bos, eos or pad piece (learn "
+                                   "one with mpitron tokenize --learn N)",
+                                   spm->path()));
+    checksum = fnv1a_extend(checksum, fmt::format("spm {}", spm->checksum()));
+  }
+  d.train = load_split(dir, "train", d.source, d.target, spm, checksum);
+  d.val = load_split(dir, "valid", d.source, d.target, spm, checksum);
+  d.checksum = checksum;
+  return d;
+}
+
+void pair_row(const int32_t* source, int64_t source_len, const int32_t* target, int64_t target_len,
+              const PairTokens& tok, int T, int32_t* row, int32_t* span) {
+  MPITRON_REQUIRE(T >= 3, "sequence too short for a pair");
+  const int64_t room = int64_t(T) + 1 - 2;  // besides [SEP] and [END]
+  int64_t s = source_len, g = target_len;
+  bool end = true;
+  if (s + g > room) {
+    s = std::min(source_len, std::max<int64_t>((T - 1) / 2, room - g));
+    g = std::min(target_len, room + 1 - s);  // a cut target gives its [END]'s place to a token
+    end = s + g <= room;
+  }
+  int64_t n = 0;
+  for (int64_t k = 0; k < s; ++k) row[n++] = source[k];
+  row[n++] = tok.sep;
+  for (int64_t k = 0; k < g; ++k) row[n++] = target[k];
+  if (end) row[n++] = tok.end;
+  const int64_t length = n;
+  while (n < int64_t(T) + 1) row[n++] = tok.pad;
+  span[0] = int32_t(s);           // position s holds [SEP] and predicts the first target token
+  span[1] = int32_t(length - 1);  // the last position predicts the last token of the sequence
+}
+
+void fill_pair_batch(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                     int64_t sample_begin, int64_t count, int T, int32_t* out, int32_t* spans) {
+  const PairSplit& s = data.split(split);
+  const PhiloxStream rng = pair_stream(seed, split);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t k = pair_of(rng, s, index, sample_begin + r);
+    const int32_t* ids = s.ids.data();
+    pair_row(ids + s.begin[2 * k], s.begin[2 * k + 1] - s.begin[2 * k], ids + s.begin[2 * k + 1],
+             s.begin[2 * k + 2] - s.begin[2 * k + 1], data.tokens, T, out + r * (T + 1),
+             spans + 2 * r);
+  }
+}
+
+int64_t pair_batch_loss_terms(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                              int64_t count, int T) {
+  std::vector<int32_t> rows(size_t(count) * (T + 1)), spans(size_t(count) * 2);
+  fill_pair_batch(data, split, seed, index, 0, count, T, rows.data(), spans.data());
+  int64_t terms = 0;
+  for (int64_t r = 0; r < count; ++r) terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+  return terms;
+}
+
+}  // namespace mpitron::io

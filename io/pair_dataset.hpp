@@ -1,0 +1,62 @@
+// Sentence pairs for a decoder trained on source -> target (translation): a folder named
+// "<s>-<t>" (data/es-en) holding train.<s>, train.<t>, valid.<s>, valid.<t>, one sentence a line,
+// line k of the two files of a split one pair. A sample is
+//   source [SEP] target [END] [PAD]...
+// and only the target and [END] are loss terms (its loss span). Tokens are bytes (SEP 256,
+// END 257, PAD 258) or the ids of a SentencePiece model (its bos, eos and pad). Sample i of batch
+// `index` draws its pair from Philox keyed by (seed, split, index, i), so every layout sees the
+// baseline's samples, and the batch's loss terms are known to every rank without a message.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/dataset.hpp"
+
+namespace mpitron::io {
+
+class SentencePieceTokenizer;
+
+struct PairTokens {
+  int32_t sep = 256, end = 257, pad = 258;
+};
+
+struct PairSplit {
+  std::vector<int32_t> ids;    // sources and targets, back to back
+  std::vector<int64_t> begin;  // (2 pairs + 1): pair k's source [2k, 2k+1), target [2k+1, 2k+2)
+  int64_t pairs() const { return int64_t(begin.size() / 2); }
+};
+
+struct PairDataset {
+  std::string path;              // the folder
+  std::string source, target;    // the files' suffixes (languages)
+  std::string tokenizer;         // the SentencePiece model; "" for bytes
+  uint64_t tokenizer_checksum = 0;  // its file's FNV-1a (0 for bytes)
+  PairTokens tokens;
+  int64_t vocab_size = 259;      // every id is below it
+  PairSplit train, val;
+  uint64_t checksum = 0;         // FNV-1a over the four files
+
+  const PairSplit& split(Split s) const { return s == Split::train ? train : val; }
+};
+
+// UsageError for: a folder not named "<s>-<t>" or missing one of the four files, files of a split
+// with different line counts, an empty line (naming file and line), invalid UTF-8.
+// spm: encode with it (else bytes).
+PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokenizer* spm = nullptr);
+
+// The row of pair (source, target) in T + 1 tokens and its loss span [begin, end) over the T
+// target positions (position t predicts row[t + 1]). Too long, the source is cut first, to no
+// fewer than (T - 1) / 2 tokens, then the target, whose [END] then falls away too.
+void pair_row(const int32_t* source, int64_t source_len, const int32_t* target, int64_t target_len,
+              const PairTokens& tok, int T, int32_t* row, int32_t* span);
+
+// Rows [sample_begin, sample_begin + count) of batch `index`: out (count, T + 1), spans (count, 2).
+void fill_pair_batch(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                     int64_t sample_begin, int64_t count, int T, int32_t* out, int32_t* spans);
+
+// The loss terms of rows [0, count) of batch `index`: the sum of their spans' lengths.
+int64_t pair_batch_loss_terms(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                              int64_t count, int T);
+
+}  // namespace mpitron::io
