@@ -25,7 +25,7 @@ uint64_t fnv1a_extend(uint64_t h, std::string_view s) {
 
 PairSplit load_split(const std::string& dir, const std::string& name, const std::string& source,
                      const std::string& target, const SentencePieceTokenizer* spm,
-                     uint64_t& checksum) {
+                     uint64_t& checksum, std::vector<std::string>* references = nullptr) {
   const std::string src_path = fmt::format("{}/{}.{}", dir, name, source);
   const std::string tgt_path = fmt::format("{}/{}.{}", dir, name, target);
   const std::vector<std::string> src = read_lines(src_path, "source");
@@ -56,6 +56,7 @@ PairSplit load_split(const std::string& dir, const std::string& name, const std:
     add(src[k], src_path, k);
     add(tgt[k], tgt_path, k);
   }
+  if (references) *references = tgt;
   return s;
 }
 
@@ -101,7 +102,7 @@ PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokeniz
     checksum = fnv1a_extend(checksum, fmt::format("spm {}", spm->checksum()));
   }
   d.train = load_split(dir, "train", d.source, d.target, spm, checksum);
-  d.val = load_split(dir, "valid", d.source, d.target, spm, checksum);
+  d.val = load_split(dir, "valid", d.source, d.target, spm, checksum, &d.val_references);
   d.checksum = checksum;
   return d;
 }

@@ -35,6 +35,7 @@ struct PairDataset {
   PairTokens tokens;
   int64_t vocab_size = 259;      // every id is below it
   PairSplit train, val;
+  std::vector<std::string> val_references;  // the validation targets' text, for BLEU
   uint64_t checksum = 0;         // FNV-1a over the four files
 
   const PairSplit& split(Split s) const { return s == Split::train ? train : val; }

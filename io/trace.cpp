@@ -28,6 +28,7 @@ constexpr Column kColumns[] = {
     {"loss", nullptr, &TraceRow::loss},
     {"val_loss", nullptr, &TraceRow::val_loss},
     {"val_accuracy", nullptr, &TraceRow::val_accuracy},
+    {"val_bleu", nullptr, &TraceRow::val_bleu},
     {"lr", nullptr, &TraceRow::lr},
     {"grad_norm", nullptr, &TraceRow::grad_norm},
     {"tokens_per_s", nullptr, &TraceRow::tokens_per_s},
@@ -341,6 +342,7 @@ Trace read_trace(const std::string& path) {
   t.loss = read_column<double>(group, path, "loss", n, kNaN);
   t.val_loss = read_column<double>(group, path, "val_loss", n, kNaN);
   t.val_accuracy = read_column<double>(group, path, "val_accuracy", n, kNaN);
+  t.val_bleu = read_column<double>(group, path, "val_bleu", n, kNaN);
   t.lr = read_column<double>(group, path, "lr", n, kNaN);
   t.grad_norm = read_column<double>(group, path, "grad_norm", n, kNaN);
   t.tokens_per_s = read_column<double>(group, path, "tokens_per_s", n, kNaN);

@@ -15,6 +15,7 @@ struct TraceRow {
   double loss = 0;
   double val_loss = 0;      // NaN when not evaluated at this step
   double val_accuracy = 0;  // classifiers: fraction of validation samples right; NaN otherwise
+  double val_bleu = 0;      // translation: corpus BLEU of the validation split; NaN otherwise
   double lr = 0, grad_norm = 0, tokens_per_s = 0, step_s = 0;
   int64_t comm_bytes = 0;
   int64_t peak_mem_bytes = 0;
@@ -38,7 +39,7 @@ struct TraceRow {
 };
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes,skipped} int64 and
-// /trace/{loss,val_loss,val_accuracy,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale} float64,
+// /trace/{loss,val_loss,val_accuracy,val_bleu,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale} float64,
 // 1-D chunked
 // with unlimited length;
 // /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,grad_sync_us,activation_bytes} int64
@@ -91,7 +92,7 @@ class TraceWriter {
 // missing, e.g. from an older writer, is padded with NaN / -1), and the root attributes.
 struct Trace {
   std::vector<int64_t> step;
-  std::vector<double> loss, val_loss, val_accuracy, lr, grad_norm, tokens_per_s, step_s, bubble,
+  std::vector<double> loss, val_loss, val_accuracy, val_bleu, lr, grad_norm, tokens_per_s, step_s, bubble,
       loss_scale;
   std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes, skipped;
   Attributes attrs;

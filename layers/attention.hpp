@@ -27,4 +27,16 @@ void attention_backward(F* dqkv,        // (B,T,3C)   =
                         int B, int T, int C, int NH, bool causal,
                         const int32_t* lengths = nullptr);  // (B) as in forward
 
+// Decoding with a key/value cache: n new queries per sequence attend to the sequence's cached
+// keys and values. Query i of sequence b sits at position pos[b] + i and sees cache positions
+// [0, pos[b] + i] (causal); the new tokens' keys and values must already be in the cache. The
+// softmax is attention_forward's (max-subtracted, scale 1/sqrt(HS)).
+template <class F>
+void attention_cached_forward(F* out,              // (B,n,C)
+                              const F* qkv,        // (B,n,3C) the new tokens' q | k | v
+                              const F* key_cache,  // (B,Tc,C) heads side by side
+                              const F* value_cache,  // (B,Tc,C)
+                              const int32_t* pos,    // (B) position of each sequence's first new token
+                              int B, int n, int Tc, int C, int NH);
+
 }  // namespace mpitron::cpu

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "base/check.hpp"
 #include "base/fastmath.hpp"
@@ -110,10 +111,54 @@ void attention_backward(F* dqkv, F* datt, const F* dout, const F* qkv, const F* 
   }
 }
 
+template <class F>
+void attention_cached_forward(F* out, const F* qkv, const F* key_cache, const F* value_cache,
+                              const int32_t* pos, int B, int n, int Tc, int C, int NH) {
+  const int HS = C / NH, C3 = 3 * C;
+  const F scale = F(1) / std::sqrt(F(HS));
+  for (int b = 0; b < B; ++b)
+    MPITRON_REQUIRE(pos[b] >= 0 && pos[b] + n <= Tc, "cached attention past the cache's length");
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    std::vector<F> p(size_t(pos[b]) + size_t(n));
+    for (int i = 0; i < n; ++i) {
+      const F* q = qkv + (ptrdiff_t(b) * n + i) * C3 + h * HS;
+      const int len = pos[b] + i + 1;  // visible keys
+      for (int j = 0; j < len; ++j) {
+        const F* k = key_cache + (ptrdiff_t(b) * Tc + j) * C + h * HS;
+        F dot = 0;
+        for (int d = 0; d < HS; ++d) dot += q[d] * k[d];
+        p[size_t(j)] = dot * scale;
+      }
+      F mx = p[0];
+      for (int j = 1; j < len; ++j) mx = std::max(mx, p[size_t(j)]);
+      F sum = 0;
+      for (int j = 0; j < len; ++j) {
+        p[size_t(j)] = exp_fast(p[size_t(j)] - mx);
+        sum += p[size_t(j)];
+      }
+      const F inv = F(1) / sum;
+      F* o = out + (ptrdiff_t(b) * n + i) * C + h * HS;
+      std::fill(o, o + HS, F(0));
+      for (int j = 0; j < len; ++j) {
+        const F w = p[size_t(j)] * inv;
+        const F* v = value_cache + (ptrdiff_t(b) * Tc + j) * C + h * HS;
+        for (int d = 0; d < HS; ++d) o[d] += w * v[d];
+      }
+    }
+  }
+}
+
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int, bool,
                                        const int32_t*);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int, bool,
                                         const int32_t*);
+template void attention_cached_forward<float>(float*, const float*, const float*, const float*,
+                                              const int32_t*, int, int, int, int, int);
+template void attention_cached_forward<double>(double*, const double*, const double*,
+                                               const double*, const int32_t*, int, int, int, int,
+                                               int);
 template void attention_backward<float>(float*, float*, const float*, const float*, const float*,
                                         int, int, int, int, bool, const int32_t*);
 template void attention_backward<double>(double*, double*, const double*, const double*,

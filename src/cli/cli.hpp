@@ -54,6 +54,14 @@ struct GenerateArgs {
 };
 int cmd_generate(const GenerateArgs& a);
 
+// ---- translate (translate.cpp)
+struct TranslateArgs {
+  std::string ckpt, in, out, tokenizer;
+  int batch_size = 32, beam = 1;
+  bool no_cache = false;
+};
+int cmd_translate(const TranslateArgs& a);
+
 // ---- tokenize (tokenize.cpp)
 // Learns a SentencePiece BPE model of `pieces` from the inputs' lines and writes it to out.
 int cmd_learn_tokenizer(const std::vector<std::string>& inputs, int pieces, const std::string& out,

@@ -231,6 +231,23 @@ int main(int argc, char** argv) {
                      "SentencePiece model (.model)")
         ->required();
 
+    // ---- translate
+    auto* trn = app.add_subcommand(
+        "translate", "translate the lines of a file with a translation checkpoint (gpt task 1)");
+    cli::TranslateArgs tra;
+    trn->add_option("ckpt,--ckpt", tra.ckpt, "ckpt_<step>.h5, or a run folder (its latest)")
+        ->required();
+    trn->add_option("--in", tra.in, "source text, one sentence a line")->required();
+    trn->add_option("--out", tra.out, "where to write the translations, line k for line k")
+        ->required();
+    trn->add_option("--batch-size", tra.batch_size, "lines decoded together")->capture_default_str();
+    trn->add_option("--beam", tra.beam, "beam width (1: greedy)")->capture_default_str();
+    trn->add_flag("--no-cache", tra.no_cache,
+                  "recompute the whole prefix each step instead of keeping keys and values "
+                  "(greedy; the reference the cache is checked against)");
+    trn->add_option("--tokenizer", tra.tokenizer,
+                    "the SentencePiece model (default: the one kept with the checkpoint)");
+
     // ---- compare
     auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
     std::string cmp_a, cmp_b;
@@ -379,6 +396,9 @@ int main(int argc, char** argv) {
       }
     } else if (cmp->parsed()) {
       rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
+    } else if (trn->parsed()) {
+      tra.ckpt = cli::checkpoint_of(tra.ckpt);
+      if (rank == 0) rc = cli::cmd_translate(tra);  // one writer
     } else if (bleu->parsed()) {
       rc = cli::cmd_bleu(bleu_hyp, bleu_ref, bleu_width);
     } else if (info->parsed()) {

@@ -180,7 +180,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"ckpt_every", setter(t.ckpt_every)},
               {"log_every", setter(t.log_every)},
               {"micro_batches", setter(t.micro_batches)},
-              {"augment", setter(t.augment)}},
+              {"augment", setter(t.augment)},
+              {"bleu_every", setter(t.bleu_every)},
+              {"bleu_lines", setter(t.bleu_lines)}},
              source);
   t.seed = uint64_t(seed);
   return cfg;
@@ -218,6 +220,10 @@ std::string config_keys_help() {
       {"micro_batches", fmt::format("{}", d.micro_batches), "micro-batches per rank and step"},
       {"augment", fmt::format("{}", d.augment),
        "images: 1 = random crop (2-pixel padding) and flip"},
+      {"bleu_every", fmt::format("{}", d.bleu_every),
+       "translation: validation BLEU every N steps and at the end (0: never)"},
+      {"bleu_lines", fmt::format("{}", d.bleu_lines),
+       "translation: validation pairs BLEU translates (0: all)"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "
@@ -274,6 +280,9 @@ void validate_config(const RunConfig& cfg) {
   if (t.steps < 0) throw UsageError(fmt::format("steps must not be negative (got {})", t.steps));
   if (!(t.lr > 0 && std::isfinite(t.lr)))
     throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
+  if (t.bleu_every < 0 || t.bleu_lines < 0)
+    throw UsageError(fmt::format("bleu_every and bleu_lines must not be negative (got {}, {})",
+                                 t.bleu_every, t.bleu_lines));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

@@ -216,6 +216,9 @@ int Trainer::run() {
     EvalResult eval{nan, nan};
     if ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps) eval = evaluate();
     const double val = eval.loss;
+    const double bleu = tc.bleu_every > 0 && (s % tc.bleu_every == 0 || s == tc.steps)
+                            ? evaluate_bleu()
+                            : nan;
     const uint64_t bytes_now = comm_bytes_total();
     const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
     comm_bytes_before = bytes_now;
@@ -245,6 +248,7 @@ int Trainer::run() {
       row.loss = r.loss;
       row.val_loss = val;
       row.val_accuracy = eval.accuracy;
+      row.val_bleu = bleu;
       row.lr = r.lr;
       row.grad_norm = r.grad_norm;
       row.tokens_per_s = tokens_per_step / dt;
@@ -260,7 +264,7 @@ int Trainer::run() {
             std::ilogb(r.loss_scale), std::ilogb(loss_scale.scale));
       trace->append(row);
       if ((tc.log_every > 0 && s % tc.log_every == 0) || s == first || s == tc.steps ||
-          !std::isnan(val)) {
+          !std::isnan(val) || !std::isnan(bleu)) {
         // The first step (first touches of memory, caches) is no guide: the ETA counts from the
         // end of it, and the first line gives none.
         if (s == first) t_after_first = Clock::now();
@@ -271,7 +275,9 @@ int Trainer::run() {
         spdlog::info(
             "step {:>6}/{} | loss {:.4f}{}{} | lr {:.2e} | norm {:.3f}{} | {:.1f}k {}/s | "
             "{:.1f} ms{} | params {} | peak {} | ETA {}",
-            s, tc.steps, r.loss, std::isnan(val) ? "" : fmt::format(" | val {:.4f}", val),
+            s, tc.steps, r.loss,
+            (std::isnan(val) ? std::string() : fmt::format(" | val {:.4f}", val)) +
+                (std::isnan(bleu) ? std::string() : fmt::format(" | bleu {:.2f}", bleu)),
             std::isnan(eval.accuracy)
                 ? ""
                 : fmt::format(" | acc {:.2f}% of {} (majority class {:.1f}%)", 100 * eval.accuracy,

@@ -3,7 +3,11 @@
 // AdamW, and the loss summed over stages and data-parallel ranks.
 #include <limits>
 
+#include "comm/mpi_check.hpp"
+#include "io/bleu.hpp"
+#include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/translation.hpp"
 #include "src/train/trainer_state.hpp"
 
 namespace mpitron {
@@ -125,6 +129,34 @@ EvalResult Trainer::evaluate() {
   const double samples = double(tc.eval_batches) * tc.batch_size;
   return {sum / double(terms),
           classifier ? double(correct) / samples : std::numeric_limits<double>::quiet_NaN()};
+}
+
+double Trainer::evaluate_bleu() {
+  progress.mark("validation BLEU (rank 0 translates, the others wait in a broadcast)");
+  double score = 0;
+  if (is_root()) {
+    auto* gpt = dynamic_cast<GptModel*>(model.get());
+    MPITRON_REQUIRE(gpt != nullptr, "BLEU evaluation needs the fp32 GPT");
+    const io::PairSplit& v = data.pairs.val;
+    const int64_t n = tc.bleu_lines > 0 ? std::min<int64_t>(tc.bleu_lines, v.pairs()) : v.pairs();
+    std::vector<std::vector<int32_t>> sources(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k)
+      sources[size_t(k)].assign(v.ids.begin() + v.begin[size_t(2 * k)],
+                                v.ids.begin() + v.begin[size_t(2 * k + 1)]);
+    PairCodec codec;
+    codec.tokens = data.pairs.tokens;
+    if (!data.pairs.tokenizer.empty())
+      codec.spm.emplace(io::SentencePieceTokenizer::load(data.pairs.tokenizer));
+    const std::vector<std::vector<int32_t>> got =
+        translate_ids(*gpt, codec.tokens, sources, TranslateOptions{}, nullptr);
+    std::vector<std::string> hyps, refs(data.pairs.val_references.begin(),
+                                        data.pairs.val_references.begin() + n);
+    for (const auto& g : got) hyps.push_back(codec.decode(g));
+    score = io::corpus_bleu(hyps, refs).score;
+  }
+  progress.calls.note("MPI_Bcast", "world");
+  MPI_CHECK(MPI_Bcast(&score, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return score;
 }
 
 }  // namespace mpitron

@@ -95,6 +95,14 @@ void Trainer::setup() {
   data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
                            opts.tokenizer);
   data.augment = tc.augment != 0;
+  if (tc.bleu_every > 0 && data.kind != DataKind::pairs)
+    throw UsageError("train.bleu_every is for translation pairs (gpt with model.task=1)");
+  if (tc.bleu_every > 0 && (L.tp > 1 || L.pp > 1 || opts.device != Device::cpu ||
+                            opts.precision != DType::f32))
+    throw UsageError(
+        "train.bleu_every translates with one whole fp32 model on the CPU: it runs at --tp 1 --pp "
+        "1 --device cpu --precision fp32 (any --dp); elsewhere set it to 0 and run mpitron "
+        "translate and mpitron bleu on the checkpoints");
   if (data.kind == DataKind::images) {
     const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
     if (want != have)

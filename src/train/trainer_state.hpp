@@ -105,6 +105,9 @@ struct Trainer {
   pipeline::StageWork stage_work();
   StepResult train_step(int64_t s);
   EvalResult evaluate();
+  // Translation pairs: corpus BLEU of the validation split (train.bleu_lines of it), greedy with
+  // the KV cache on world rank 0, the score on every rank.
+  double evaluate_bleu();
   // A sum the last stage of each DP rank holds, on every rank.
   template <class T>
   T sum_over_stages_and_dp(T v) {
