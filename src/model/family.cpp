@@ -25,7 +25,8 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
   if (t.seq_len > g.block_size)
     throw UsageError(
         fmt::format("seq_len ({}) exceeds the model's block_size ({})", t.seq_len, g.block_size));
-  if (g.vocab_size < 256)
+  // Pairs check their ids against the vocabulary when they are read (bytes or SentencePiece).
+  if (g.vocab_size < 256 && m.get("task") == 0)
     throw UsageError(fmt::format(
         "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
   if (m.get("task") != 0 && m.get("task") != 1)

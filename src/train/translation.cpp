@@ -239,7 +239,8 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
                                                 const TranslateOptions& o, TranslateStats* stats) {
   if (o.batch < 1) throw UsageError("--batch-size must be at least 1");
   if (o.beam < 1) throw UsageError("--beam must be at least 1 (1: greedy)");
-  if (o.beam > 1 && !o.cache) throw UsageError("beam search runs with the KV cache only");
+  const bool beam = o.beam > 1 || o.beam_search;
+  if (beam && !o.cache) throw UsageError("beam search runs with the KV cache only");
   const int T = model.cfg.block_size, V = model.cfg.vocab_size;
   const size_t keep = size_t(std::max(1, (T - 1) / 2));
   TranslateStats st;
@@ -259,7 +260,7 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
       p.push_back(tokens.sep);
       prompts[i] = std::move(p);
     }
-    if (o.beam > 1)
+    if (beam)
       beam_cached(*dec, tokens, V, o.beam, prompts, got, st, T);
     else if (o.cache)
       greedy_cached(*dec, tokens, V, prompts, got, st, T);

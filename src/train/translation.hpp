@@ -27,6 +27,7 @@ struct PairCodec {
 struct TranslateOptions {
   int batch = 32;     // lines decoded together
   int beam = 1;       // 1: greedy
+  bool beam_search = false;  // beam search even at width 1 (which must equal greedy)
   bool cache = true;  // false: the whole prefix again each step (greedy only)
 };
 

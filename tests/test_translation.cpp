@@ -1,0 +1,286 @@
+// Translation pairs and decoding: the rows source [SEP] target [END] [PAD]... and their loss spans
+// against a reference written here, the batch drawn alike whichever rank fills which rows, the
+// pair folder's errors; the GPT's masked loss (a sum over its span's positions alone); and the
+// KV-cache decoder against the full forward (logits, greedy tokens, beam width 1 = greedy).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/allocator.hpp"
+#include "base/check.hpp"
+#include "io/pair_dataset.hpp"
+#include "src/model/family.hpp"
+#include "src/model/gpt.hpp"
+#include "src/model/gpt_decoder.hpp"
+#include "src/train/translation.hpp"
+
+using namespace mpitron;
+using namespace mpitron::io;
+namespace fs = std::filesystem;
+
+namespace {
+
+const PairTokens kTok{256, 257, 258};
+
+// The row as the format states it: the sequence source' [SEP] target' [END], cut to T + 1 tokens
+// by keeping at least min(source, (T - 1) / 2) source tokens, [END] only when the whole target
+// fits; position t is a loss term when token t + 1 belongs to the target or is [END].
+struct Expected {
+  std::vector<int32_t> row;
+  std::vector<bool> counts;
+};
+
+Expected reference_row(const std::vector<int32_t>& src, const std::vector<int32_t>& tgt, int T) {
+  // Try every source length from the longest down; the first whose sequence fits (with the target
+  // cut to what is left) and keeps the source's required share wins.
+  const size_t min_src = std::min(src.size(), size_t((T - 1) / 2));
+  for (size_t s = src.size();; --s) {
+    std::vector<int32_t> seq(src.begin(), src.begin() + s);
+    seq.push_back(kTok.sep);
+    const size_t first_target = seq.size();
+    if (seq.size() > size_t(T) + 1) continue;  // not even the source and [SEP] fit
+    const size_t room = size_t(T) + 1 - seq.size();
+    const bool whole = tgt.size() + 1 <= room;
+    const size_t g = whole ? tgt.size() : std::min(tgt.size(), room);
+    if (!whole && s > min_src) {
+      if (s == 0) break;
+      continue;  // cut the source further before the target
+    }
+    seq.insert(seq.end(), tgt.begin(), tgt.begin() + g);
+    if (whole) seq.push_back(kTok.end);
+    Expected e;
+    e.counts.assign(size_t(T), false);
+    for (size_t t = 0; t + 1 < seq.size(); ++t) e.counts[t] = t + 1 >= first_target;
+    seq.resize(size_t(T) + 1, kTok.pad);
+    e.row = seq;
+    return e;
+  }
+  return {};
+}
+
+std::vector<int32_t> random_ids(std::mt19937& g, size_t n) {
+  std::uniform_int_distribution<int32_t> d(0, 255);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+fs::path pair_folder(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("mpitron_pairs_" + std::to_string(getpid())) /
+                       name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+// A folder "xx-yy" of n training and m validation pairs "s<k>" -> "t<k> t<k>".
+fs::path small_pairs(int n, int m) {
+  const fs::path dir = pair_folder("xx-yy");
+  std::string ts, tt, vs, vt;
+  for (int k = 0; k < n; ++k) ts += fmt::format("s{}\n", k), tt += fmt::format("t{0} t{0}\n", k);
+  for (int k = 0; k < m; ++k) vs += fmt::format("v{}\n", k), vt += fmt::format("w{}\n", k);
+  write(dir / "train.xx", ts);
+  write(dir / "train.yy", tt);
+  write(dir / "valid.xx", vs);
+  write(dir / "valid.yy", vt);
+  return dir;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(PairRows, MatchTheReferenceForShortAndCutPairs) {
+  std::mt19937 g(5);
+  const int T = 16;
+  int cut = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const std::vector<int32_t> src = random_ids(g, size_t(g() % 24)), tgt = random_ids(g, size_t(g() % 24));
+    std::vector<int32_t> row(T + 1, -7), span(2, -7);
+    pair_row(src.data(), int64_t(src.size()), tgt.data(), int64_t(tgt.size()), kTok, T, row.data(),
+             span.data());
+    const Expected e = reference_row(src, tgt, T);
+    ASSERT_EQ(row, e.row) << "source " << src.size() << ", target " << tgt.size();
+    for (int t = 0; t < T; ++t)
+      ASSERT_EQ(t >= span[0] && t < span[1], bool(e.counts[size_t(t)]))
+          << "position " << t << ", source " << src.size() << ", target " << tgt.size();
+    cut += src.size() + tgt.size() + 2 > size_t(T) + 1;
+  }
+  EXPECT_GT(cut, 100);  // the cut rule was exercised
+}
+
+TEST(PairRows, AnyRankSliceIsTheBatchsRowsAndLossTermsSumTheSpans) {
+  const PairDataset d = load_pair_dataset(small_pairs(50, 6).string());
+  ASSERT_EQ(d.train.pairs(), 50);
+  ASSERT_EQ(d.source, "xx");
+  ASSERT_EQ(d.target, "yy");
+  ASSERT_EQ(d.val_references[2], "w2");
+  const int T = 12, rows = 10;
+  std::vector<int32_t> all(size_t(rows) * (T + 1)), spans(size_t(rows) * 2);
+  fill_pair_batch(d, Split::train, 3, 7, 0, rows, T, all.data(), spans.data());
+  int64_t terms = 0;
+  for (int r = 0; r < rows; ++r) terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+  EXPECT_EQ(pair_batch_loss_terms(d, Split::train, 3, 7, rows, T), terms);
+  for (int first : {0, 3, 7}) {
+    const int n = std::min(4, rows - first);
+    std::vector<int32_t> part(size_t(n) * (T + 1)), pspans(size_t(n) * 2);
+    fill_pair_batch(d, Split::train, 3, 7, first, n, T, part.data(), pspans.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * (T + 1)));
+    EXPECT_TRUE(std::equal(pspans.begin(), pspans.end(), spans.begin() + 2 * first));
+  }
+  // Another step draws other pairs.
+  std::vector<int32_t> other(all.size()), ospans(spans.size());
+  fill_pair_batch(d, Split::train, 3, 8, 0, rows, T, other.data(), ospans.data());
+  EXPECT_NE(other, all);
+}
+
+TEST(PairRows, BadFoldersGetClearErrors) {
+  const fs::path dir = small_pairs(5, 2);
+  write(dir / "valid.yy", "w0\n");  // one line short
+  EXPECT_NE(error_of([&] { load_pair_dataset(dir.string()); }).find("valid.xx has 2 lines but"),
+            std::string::npos);
+  write(dir / "valid.yy", "w0\n\n");
+  EXPECT_NE(error_of([&] { load_pair_dataset(dir.string()); }).find("valid.yy:2: an empty line"),
+            std::string::npos);
+  fs::remove(dir / "valid.yy");
+  EXPECT_NE(error_of([&] { load_pair_dataset(dir.string()); }).find("valid.yy does not exist"),
+            std::string::npos);
+  const fs::path plain = pair_folder("plain");
+  EXPECT_NE(error_of([&] { load_pair_dataset(plain.string()); }).find("<source>-<target>"),
+            std::string::npos);
+}
+
+namespace {
+
+std::unique_ptr<Model> tiny_gpt(int rows, int T, DeviceAllocator& alloc) {
+  ModelConfig m = default_model_config("gpt");
+  m.dims["n_layer"] = 2;
+  m.dims["n_head"] = 2;
+  m.dims["n_embd"] = 32;
+  m.dims["block_size"] = 24;
+  m.dims["vocab_size"] = 259;
+  m.dims["task"] = 1;
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = T;
+  how.seed = 11;
+  how.alloc = &alloc;
+  return build_model(m, how);
+}
+
+}  // namespace
+
+// The masked loss is a sum over the span's positions alone: the spans [t, t+1) one at a time add
+// up to the whole span.
+TEST(PairLoss, MaskedLossSumsOnlyTheSpansPositions) {
+  DeviceAllocator alloc;
+  const int T = 24, rows = 2;
+  auto model = tiny_gpt(rows, T, alloc);
+  std::mt19937 g(3);
+  std::vector<int32_t> tokens = random_ids(g, size_t(rows) * (T + 1));
+  std::vector<int32_t> spans = {3, 15, 0, 24};
+  MicroBatch mb;
+  mb.samples = {tokens.data(), nullptr, nullptr, rows};
+  mb.samples.loss_spans = spans.data();
+  const double whole = model->forward(mb);
+  double parts = 0;
+  std::vector<int32_t> one(4);
+  for (int t = 0; t < T; ++t) {
+    one = {t, t + 1, 0, 0};  // row 1: an empty span
+    if (t < 3 || t >= 15) one[1] = one[0];
+    mb.samples.loss_spans = one.data();
+    parts += model->forward(mb);
+    one = {0, 0, t, t + 1};
+    parts += model->forward(mb);
+  }
+  EXPECT_NEAR(whole, parts, 1e-4 * std::abs(whole));
+  std::vector<int32_t> none = {0, 0, 5, 5};
+  mb.samples.loss_spans = none.data();
+  EXPECT_EQ(model->forward(mb), 0.0);
+}
+
+TEST(KvCacheDecoder, LogitsAndGreedyTokensMatchTheFullForward) {
+  DeviceAllocator alloc;
+  const int T = 24, rows = 3;
+  auto full = tiny_gpt(rows, T, alloc);
+  auto& gpt = dynamic_cast<GptModel&>(*full);
+  std::mt19937 g(8);
+  // Prefill rows of different lengths, then two steps of one token each.
+  const std::vector<int> lengths = {5, 9, 2};
+  std::vector<int32_t> feed(size_t(rows) * 9, kTok.pad), take(rows);
+  std::vector<std::vector<int32_t>> seqs(rows);
+  for (int b = 0; b < rows; ++b) {
+    seqs[size_t(b)] = random_ids(g, size_t(lengths[size_t(b)]));
+    std::copy(seqs[size_t(b)].begin(), seqs[size_t(b)].end(), feed.begin() + b * 9);
+    take[size_t(b)] = lengths[size_t(b)] - 1;
+  }
+  GptDecoder dec(gpt, rows);
+  std::vector<float> logits(size_t(rows) * 259);
+  dec.feed(feed.data(), 9, take.data(), logits.data());
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int32_t> window(size_t(rows) * (T + 1), kTok.pad);
+    for (int b = 0; b < rows; ++b)
+      std::copy(seqs[size_t(b)].begin(), seqs[size_t(b)].end(), window.begin() + b * (T + 1));
+    MicroBatch mb;
+    mb.samples = {window.data(), nullptr, nullptr, rows};
+    full->forward(mb);
+    const ModelOutput out = full->output(0);
+    for (int b = 0; b < rows; ++b) {
+      const float* want = out.logits + (size_t(b) * T + seqs[size_t(b)].size() - 1) * 259;
+      for (int v = 0; v < 259; ++v)
+        ASSERT_NEAR(logits[size_t(b) * 259 + v], want[v], 2e-5)
+            << "step " << step << " row " << b << " id " << v;
+      EXPECT_EQ(dec.position(b), int(seqs[size_t(b)].size()));
+    }
+    std::vector<int32_t> next(rows), zero(rows, 0);
+    for (int b = 0; b < rows; ++b) {
+      next[size_t(b)] = int32_t(g() % 256);
+      seqs[size_t(b)].push_back(next[size_t(b)]);
+    }
+    dec.feed(next.data(), 1, zero.data(), logits.data());
+  }
+}
+
+TEST(KvCacheDecoder, GreedyWithAndWithoutTheCacheAndBeamOneAgree) {
+  DeviceAllocator alloc;
+  const int T = 24;
+  auto model = tiny_gpt(4, T, alloc);
+  auto& gpt = dynamic_cast<GptModel&>(*model);
+  std::mt19937 g(13);
+  std::vector<std::vector<int32_t>> sources;
+  for (int k = 0; k < 7; ++k) sources.push_back(random_ids(g, size_t(1 + g() % 15)));
+  TranslateOptions cached, full, beam1;
+  cached.batch = 3;
+  full.batch = 4;
+  full.cache = false;
+  beam1.batch = 2;
+  beam1.beam_search = true;
+  TranslateStats st;
+  const auto a = translate_ids(gpt, kTok, sources, cached, &st);
+  const auto b = translate_ids(gpt, kTok, sources, full, nullptr);
+  const auto c = translate_ids(gpt, kTok, sources, beam1, nullptr);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_GT(st.new_tokens, 0);
+  EXPECT_GT(st.cut_sources, 0);  // sources longer than (T - 1) / 2 = 11 tokens
+  TranslateOptions beam3;
+  beam3.beam = 3;
+  const auto d = translate_ids(gpt, kTok, sources, beam3, nullptr);
+  ASSERT_EQ(d.size(), sources.size());
+}
