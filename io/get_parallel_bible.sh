@@ -5,7 +5,8 @@
 # split the same verse, and DIR/{train,valid,test}.ref with its reference. The split is by book,
 # so no held-out verse has its neighbours in training:
 #   test:  Ruth, Jonah, James            valid: Joel, Titus, 1 John          train: the other 60
-# Verses present on one side only, or empty on one, are left out and counted.
+# Verses empty on one side (two verses the translation merged into one) are left out and counted;
+# a reference present on one side only is an error (the two texts no longer line up).
 # Usage: io/get_parallel_bible.sh [DIR]   (default data/es-en)
 set -euo pipefail
 out=${1:-data/es-en}
@@ -56,7 +57,6 @@ for side in es en; do
     exit 1
   fi
 done
-mkdir -p "$out"
 # Join by reference; split by book number (Ruth 8, Jonah 32, James 59; Joel 29, Titus 56, 1 John 62).
 awk -F'\t' -v dir="$tmp" '
   BEGIN {
@@ -66,8 +66,9 @@ awk -F'\t' -v dir="$tmp" '
     split(names, name, " ")
   }
   FNR == NR { es[$1] = $2; next }
+  FNR == 1 { printf "" > (dir "/mismatch") }
   {
-    if (!($1 in es)) { ++only_en; next }
+    if (!($1 in es)) { ++only_en; if (first_en == "") first_en = $1; next }
     seen[$1] = 1
     if (es[$1] == "" || $2 == "") { ++empty; next }
     split($1, r, ":"); b = r[1] + 0
@@ -77,11 +78,19 @@ awk -F'\t' -v dir="$tmp" '
     ++count[s]
   }
   END {
-    for (k in es) if (!(k in seen)) ++only_es
+    for (k in es) if (!(k in seen)) { ++only_es; if (first_es == "") first_es = k }
     printf "%d pairs: train %d, valid %d, test %d; left out: %d only in Spanish, %d only in English, %d empty on one side\n", \
       count["train"] + count["valid"] + count["test"], count["train"], count["valid"], count["test"], \
       only_es, only_en, empty > (dir "/summary")
+    if (only_es + only_en > 0)
+      printf "%d verse(s) only in Spanish (first %s), %d only in English (first %s) (book:chapter:verse)\n", \
+        only_es, first_es, only_en, first_en > (dir "/mismatch")
   }' "$tmp/es" "$tmp/en"
+if [[ -s $tmp/mismatch ]]; then
+  echo "error: the two Bibles do not line up verse by verse: $(cat "$tmp/mismatch"); nothing written" >&2
+  exit 1
+fi
+mkdir -p "$out"
 for s in train valid test; do
   for f in "$s.es" "$s.en" "$s.ref"; do mv "$tmp/$f" "$out/$f"; done
 done

@@ -5,7 +5,8 @@ NaN where not evaluated) as markers of the same colour, the legend naming each t
 folder and layout attributes. With --diff a second panel shows each trace's relative
 difference to the first one at their common steps, |loss - ref| / |ref| on a log axis (steps
 that are bitwise equal sit on a dotted floor line): the picture of ARCHITECTURE.md's layout-invariance
-claim.
+claim. Traces with validation BLEU (/trace/val_bleu, translation) get a BLEU panel, with epochs
+on the top axis where the trace knows its training pairs.
 Usage: plot_loss.py -o out.png a/trace.h5 b/trace.h5 ... [--diff] [--title T] [--logy]
 """
 
@@ -41,6 +42,7 @@ def read_trace(path: str) -> dict:
         t = {"step": f["trace/step"][()], "loss": f["trace/loss"][()]}
         n = len(t["step"])
         t["val_loss"] = f["trace/val_loss"][()] if "trace/val_loss" in f else np.full(n, np.nan)
+        t["val_bleu"] = f["trace/val_bleu"][()] if "trace/val_bleu" in f else np.full(n, np.nan)
         t["attrs"] = {k: attr(f.attrs, k) for k in f.attrs}
     t["path"] = path
     return t
@@ -79,9 +81,11 @@ def main() -> int:
     traces = [read_trace(p) for p in args.traces]
     seeds = {t["attrs"].get("seed") for t in traces}
     labels = [label(t, args.traces, seeds) for t in traces]
-    rows = 2 if args.diff else 1
+    bleu = any(np.isfinite(t["val_bleu"]).any() for t in traces)
+    ratios = [3] + ([2] if bleu else []) + ([2] if args.diff else [])
+    rows = len(ratios)
     fig, axes = plt.subplots(rows, 1, figsize=(9, 4.2 * rows + 0.6), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2][:rows]})
+                             gridspec_kw={"height_ratios": ratios})
     ax = axes[0, 0]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     any_val = False
@@ -112,9 +116,26 @@ def main() -> int:
         f"{a0.get('config', 'mpitron')} ({a0.get('model.type', '?')}): batch {batch}, "
         f"lr {a0.get('train.lr', '?')}, seed {a0.get('seed', '?')}")
     ax.set_title(title)
+    pairs = a0.get("data.train_pairs")
+    if pairs:  # epochs on top: steps x batch / training pairs
+        per_epoch = float(pairs) / float(a0.get("train.batch_size", 1))
+        top = ax.secondary_xaxis("top", functions=(lambda s: s / per_epoch,
+                                                   lambda e: e * per_epoch))
+        top.set_xlabel("epoch")
+
+    if bleu:
+        bx = axes[1, 0]
+        for i, (t, lab) in enumerate(zip(traces, labels)):
+            v = np.isfinite(t["val_bleu"])
+            if v.any():
+                bx.plot(t["step"][v], t["val_bleu"][v], "o-", color=colors[i % len(colors)],
+                        label=f"{lab}: last {t['val_bleu'][v][-1]:.2f}")
+        bx.set_ylabel("validation BLEU")
+        bx.grid(True, alpha=0.3)
+        bx.legend(fontsize=8, loc="lower right")
 
     if args.diff:
-        dx = axes[1, 0]
+        dx = axes[-1, 0]
         ref = traces[0]
         ref_loss = dict(zip(ref["step"].tolist(), ref["loss"].tolist()))
         worst, any_zero = 0.0, False

@@ -110,6 +110,8 @@ io::Attributes Trainer::run_attributes() const {
   const Layout& L = opts.layout;
   a["config"] = cfg.name;
   a["data"] = opts.data;
+  if (data.kind == DataKind::pairs)  // for epochs: steps x batch / training pairs
+    a["data.train_pairs"] = data.pairs.train.pairs();
   a["device"] = std::string(device_name(opts.device));
   a["comm"] = std::string(comm_name(opts.comm));
   a["precision"] = std::string(precision_name(opts.precision));
