@@ -417,14 +417,36 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
   // A full disk is refused before anything is written: every rank stops, the last complete
   // checkpoint stays as it was.
   comm::throw_on_all_ranks(no_room, 0, comm);
-  if (io == CheckpointIo::collective) {
+  try {
+    // An HDF5 failure inside becomes an exception (not an abort at the failing call) so that the
+    // partial file can go; every exception below ends the job through MPI_Abort.
+    QuietErrors quiet;
+    UserFileScope scope(tmp, "checkpoint", UserFileScope::writing);
+    if (io == CheckpointIo::collective) {
 #ifdef MPITRON_PARALLEL_HDF5
-    write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm);
+      write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm);
 #else
-    MPITRON_REQUIRE(false, "collective checkpoint writes need a parallel HDF5 build");
+      MPITRON_REQUIRE(false, "collective checkpoint writes need a parallel HDF5 build");
 #endif
-  } else {
-    write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
+    } else {
+      write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
+    }
+  } catch (const std::exception& e) {
+    // A write failed part-way (the disk filled, a file-size limit): the partial file goes, the
+    // last complete checkpoint stays. The rank that failed ends the job (a collective write
+    // cannot be finished by the others).
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    const std::string dir = fs::path(path).parent_path().empty()
+                                ? std::string(".")
+                                : fs::path(path).parent_path().string();
+    const std::string latest = latest_checkpoint(dir);
+    throw std::runtime_error(fmt::format(
+        "writing checkpoint {} failed part-way (is the disk full or the file over a size limit?), "
+        "its partial file removed: {}; {}",
+        path, e.what(),
+        latest.empty() ? "no checkpoint was written before it"
+                       : "the last complete one is " + latest + " (--resume auto continues from it)"));
   }
   comm::throw_on_all_ranks(rank == 0 ? publish(tmp, path) : "", 0, comm);
 }

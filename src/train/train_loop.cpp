@@ -198,6 +198,9 @@ int Trainer::run() {
   std::signal(SIGINT, on_stop_signal);
   // A closed stdout (`| head`) must not stop training: writes to it fail quietly instead.
   std::signal(SIGPIPE, SIG_IGN);
+  // A file grown past the process's size limit (ulimit -f) fails its write (EFBIG), which the
+  // checkpoint writer reports, instead of killing the rank mid-write.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   const int64_t first = step + 1;
   const double majority = data.majority_share();  // the accuracy's floor, for the log
