@@ -30,8 +30,10 @@ FUZZ_SECONDS ?= 20
 # plain runs: train_resume runs the same code and more), pipeline_stage_failure (a SIGKILLed
 # rank ends the job through Open MPI's job control; the pipeline code it runs, other tests run)
 # and bad_layout (26 launches of up to 8 ranks that stop at the layout's integer checks before
-# any work: 75 s under ASan for the checks' arithmetic; bad_input takes the CLI's error paths).
-SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout
+# any work: 75 s under ASan for the checks' arithmetic; bad_input takes the CLI's error paths),
+# parallel_bible (a shell script; no compiled code) and translation (eleven launches of the pair
+# data, masked loss, decoder and beam search that test_translation runs case by case).
+SANITIZE_EXCLUDE ?= train_converges|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout|parallel_bible|^translation$$
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \
