@@ -158,7 +158,11 @@ BleuScore bleu_score(const BleuStats& s) {
   b.stats = s;
   const double c = double(s.hyp_length), r = double(s.ref_length);
   b.brevity_penalty = c >= r ? 1.0 : c > 0 ? std::exp(1.0 - r / c) : 0.0;
-  // sacreBLEU: orders with no n-gram at all keep precision 0 (so the score is 0).
+  // sacreBLEU: no match of any order scores 0 with every precision 0 (no smoothing then); an
+  // order with no n-gram at all keeps precision 0 (so the score is 0).
+  bool any_match = false;
+  for (int n = 0; n < kBleuOrder; ++n) any_match = any_match || s.matches[n] > 0;
+  if (!any_match) return b;
   double smooth = 1.0, log_sum = 0.0;
   bool zero = false;
   for (int n = 0; n < kBleuOrder; ++n) {

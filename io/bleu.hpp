@@ -1,7 +1,8 @@
 // Corpus BLEU as sacreBLEU computes it by default (Papineni et al. 2002; Post 2018): the 13a
 // tokenizer of mteval-v13a, clipped n-gram matches up to 4-grams summed over the corpus, the
 // brevity penalty exp(1 - r/c) when c < r, and the "exp" smoothing (a zero match count at order n
-// counts as 1/2^k of that order's n-grams, k = 1, 2, ... for each such order in turn).
+// counts as 1/2^k of that order's n-grams, k = 1, 2, ... for each such order in turn); a corpus
+// without a single match scores 0.
 // BLEU = BP * exp(mean_n log p_n), in percent.
 #pragma once
 #include <array>

@@ -431,7 +431,7 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
     } else {
       write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
     }
-  } catch (const std::exception& e) {
+  } catch (const H5WriteError& e) {
     // A write failed part-way (the disk filled, a file-size limit): the partial file goes, the
     // last complete checkpoint stays. The rank that failed ends the job (a collective write
     // cannot be finished by the others).
@@ -445,8 +445,15 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
         "writing checkpoint {} failed part-way (is the disk full or the file over a size limit?), "
         "its partial file removed: {}; {}",
         path, e.what(),
-        latest.empty() ? "no checkpoint was written before it"
-                       : "the last complete one is " + latest + " (--resume auto continues from it)"));
+        latest.empty()
+            ? "no checkpoint was written before it"
+            : "the last complete one is " + latest + " (--resume auto continues from it)"));
+  } catch (const UsageError&) {
+    throw;  // raised alike on every rank (a file that cannot be created): an orderly stop
+  } catch (...) {
+    std::error_code ec;
+    if (rank == 0) fs::remove(tmp, ec);  // this rank's failure ends the job; no partial file stays
+    throw;
   }
   comm::throw_on_all_ranks(rank == 0 ? publish(tmp, path) : "", 0, comm);
 }

@@ -63,8 +63,8 @@ void h5_fail(const char* file, int line, const char* call) {
   if (const UserFileScope* s = current_scope) {
     H5Eclear2(H5E_DEFAULT);
     if (s->mode_ == UserFileScope::writing)
-      throw UsageError(fmt::format("cannot write {} {} (is its disk full?): {}: {}", s->what_,
-                                   s->path_, call, system_message(reason)));
+      throw H5WriteError(fmt::format("cannot write {} {} (is its disk full?): {}: {}", s->what_,
+                                     s->path_, call, system_message(reason)));
     throw UsageError(s->what_ + " " + s->path_ +
                      " is not a readable HDF5 file (truncated or corrupt?): " + call + ": " +
                      reason);

@@ -38,9 +38,15 @@ T h5_checked(T value, const char* file, int line, const char* call) {
   return value;
 }
 
+// An HDF5 call failed on a file being written (UserFileScope::writing): a full disk, a size limit.
+struct H5WriteError : UsageError {
+  using UsageError::UsageError;
+};
+
 // While alive on this thread, H5_CHECK failures throw UsageError("<what> <path> is not a
 // readable HDF5 file (truncated or corrupt?): call: reason"), or for a file being written
-// ("cannot write <what> <path> (is its disk full?): call: reason"). Only for non-collective I/O:
+// (H5WriteError "cannot write <what> <path> (is its disk full?): call: reason"). Only for
+// non-collective I/O, or where a failure then ends the job (MPI_Abort):
 // a throw on one rank inside a collective would leave the others waiting.
 class UserFileScope {
  public:

@@ -31,9 +31,10 @@ PairSplit load_split(const std::string& dir, const std::string& name, const std:
   const std::vector<std::string> src = read_lines(src_path, "source");
   const std::vector<std::string> tgt = read_lines(tgt_path, "target");
   if (src.size() != tgt.size())
-    throw UsageError(fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
-                                 "sentence (io/get_parallel_bible.sh writes aligned files)",
-                                 src_path, src.size(), tgt_path, tgt.size()));
+    throw UsageError(
+        fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
+                    "sentence (io/get_parallel_bible.sh writes aligned files)",
+                    src_path, src.size(), tgt_path, tgt.size()));
   if (src.empty()) throw UsageError(fmt::format("{} has no lines", src_path));
   PairSplit s;
   s.begin.push_back(0);
@@ -65,26 +66,27 @@ PhiloxStream pair_stream(uint64_t seed, Split split) {
 }
 
 int64_t pair_of(const PhiloxStream& rng, const PairSplit& s, int64_t index, int64_t sample) {
-  return int64_t(rng.block((uint64_t(index) << 32) | uint64_t(sample)).v[0] %
-                 uint64_t(s.pairs()));
+  return int64_t(rng.block((uint64_t(index) << 32) | uint64_t(sample)).v[0] % uint64_t(s.pairs()));
 }
 
 }  // namespace
 
 PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokenizer* spm) {
   if (!fs::is_directory(dir))
-    throw UsageError(fmt::format("pair data {} is not a folder (io/get_parallel_bible.sh DIR "
-                                 "writes one)",
-                                 dir));
+    throw UsageError(
+        fmt::format("pair data {} is not a folder (io/get_parallel_bible.sh DIR "
+                    "writes one)",
+                    dir));
   const std::string name = fs::path(dir).lexically_normal().filename().string().empty()
                                ? fs::path(dir).lexically_normal().parent_path().filename().string()
                                : fs::path(dir).lexically_normal().filename().string();
   const size_t dash = name.find('-');
   if (dash == std::string::npos || dash == 0 || dash + 1 == name.size() ||
       name.find('-', dash + 1) != std::string::npos)
-    throw UsageError(fmt::format("pair data {}: the folder's name must say the direction as "
-                                 "<source>-<target> (data/es-en: train.es -> train.en)",
-                                 dir));
+    throw UsageError(
+        fmt::format("pair data {}: the folder's name must say the direction as "
+                    "<source>-<target> (data/es-en: train.es -> train.en)",
+                    dir));
   PairDataset d;
   d.path = fs::absolute(dir).lexically_normal().string();
   d.source = name.substr(0, dash);
@@ -96,9 +98,10 @@ PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokeniz
     d.tokens = {spm->bos_id(), spm->eos_id(), spm->pad_id()};
     d.vocab_size = spm->vocab_size();
     if (d.tokens.sep < 0 || d.tokens.end < 0 || d.tokens.pad < 0)
-      throw UsageError(fmt::format("SentencePiece model {} has no bos, eos or pad piece (learn "
-                                   "one with mpitron tokenize --learn N)",
-                                   spm->path()));
+      throw UsageError(
+          fmt::format("SentencePiece model {} has no bos, eos or pad piece (learn "
+                      "one with mpitron tokenize --learn N)",
+                      spm->path()));
     checksum = fnv1a_extend(checksum, fmt::format("spm {}", spm->checksum()));
   }
   d.train = load_split(dir, "train", d.source, d.target, spm, checksum);

@@ -28,15 +28,15 @@ struct PairSplit {
 };
 
 struct PairDataset {
-  std::string path;              // the folder
-  std::string source, target;    // the files' suffixes (languages)
-  std::string tokenizer;         // the SentencePiece model; "" for bytes
+  std::string path;                 // the folder
+  std::string source, target;       // the files' suffixes (languages)
+  std::string tokenizer;            // the SentencePiece model; "" for bytes
   uint64_t tokenizer_checksum = 0;  // its file's FNV-1a (0 for bytes)
   PairTokens tokens;
-  int64_t vocab_size = 259;      // every id is below it
+  int64_t vocab_size = 259;  // every id is below it
   PairSplit train, val;
   std::vector<std::string> val_references;  // the validation targets' text, for BLEU
-  uint64_t checksum = 0;         // FNV-1a over the four files
+  uint64_t checksum = 0;                    // FNV-1a over the four files
 
   const PairSplit& split(Split s) const { return s == Split::train ? train : val; }
 };

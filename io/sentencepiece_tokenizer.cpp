@@ -23,9 +23,10 @@ bool is_sentencepiece_model(const std::string& path) {
 
 SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& model_path) {
   if (!fs::is_regular_file(model_path))
-    throw UsageError(fmt::format("SentencePiece model {} does not exist (learn one with mpitron "
-                                 "tokenize --learn N)",
-                                 model_path));
+    throw UsageError(
+        fmt::format("SentencePiece model {} does not exist (learn one with mpitron "
+                    "tokenize --learn N)",
+                    model_path));
   std::ifstream in(model_path, std::ios::binary);
   const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   SentencePieceTokenizer t;
@@ -44,6 +45,17 @@ void SentencePieceTokenizer::learn(const std::vector<std::string>& inputs, int v
   if (!is_sentencepiece_model(out_model))
     throw UsageError(fmt::format("--out {} must end in .model", out_model));
   if (inputs.empty()) throw UsageError("learning a SentencePiece model needs --in files");
+  for (const std::string& p : inputs)
+    if (p.find_first_of(" ,\t") != std::string::npos)
+      throw UsageError(
+          fmt::format("input {}: SentencePiece's trainer takes no path with a space or a "
+                      "comma (copy or link the file elsewhere)",
+                      p));
+  if (out_model.find_first_of(" ,\t") != std::string::npos)
+    throw UsageError(
+        fmt::format("--out {}: SentencePiece's trainer takes no path with a space or "
+                    "a comma",
+                    out_model));
   std::string files;
   for (const std::string& f : inputs) {
     if (!fs::is_regular_file(f)) throw UsageError(fmt::format("input {} does not exist", f));
@@ -85,10 +97,20 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-int SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
-int32_t SentencePieceTokenizer::unk_id() const { return sp_->unk_id(); }
-int32_t SentencePieceTokenizer::bos_id() const { return sp_->bos_id(); }
-int32_t SentencePieceTokenizer::eos_id() const { return sp_->eos_id(); }
-int32_t SentencePieceTokenizer::pad_id() const { return sp_->pad_id(); }
+int SentencePieceTokenizer::vocab_size() const {
+  return sp_->GetPieceSize();
+}
+int32_t SentencePieceTokenizer::unk_id() const {
+  return sp_->unk_id();
+}
+int32_t SentencePieceTokenizer::bos_id() const {
+  return sp_->bos_id();
+}
+int32_t SentencePieceTokenizer::eos_id() const {
+  return sp_->eos_id();
+}
+int32_t SentencePieceTokenizer::pad_id() const {
+  return sp_->pad_id();
+}
 
 }  // namespace mpitron::io

@@ -33,14 +33,16 @@ void write_lines(const std::string& path, const std::vector<std::string>& lines)
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw UsageError(fmt::format("cannot create {}: {}", tmp, std::strerror(errno)));
   bool ok = true;
+  int failure = 0;  // errno of the first call that failed
   for (const std::string& line : lines) {
     ok = ok && std::fwrite(line.data(), 1, line.size(), f) == line.size();
     ok = ok && std::fputc('\n', f) != EOF;
+    if (!ok && !failure) failure = errno;
   }
-  const int saved = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(ok ? errno : saved);
+  if (std::fclose(f) != 0 && ok) ok = false, failure = errno;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, failure = errno;
+  if (!ok) {
+    const std::string why = std::strerror(failure);
     std::remove(tmp.c_str());
     throw UsageError(fmt::format("cannot write {}: {}", path, why));
   }

@@ -39,9 +39,8 @@ struct TraceRow {
 };
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes,skipped} int64 and
-// /trace/{loss,val_loss,val_accuracy,val_bleu,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale} float64,
-// 1-D chunked
-// with unlimited length;
+// /trace/{loss,val_loss,val_accuracy,val_bleu,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale}
+// float64, 1-D chunked with unlimited length;
 // /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,grad_sync_us,activation_bytes} int64
 // (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
 // rows and absent ranks read -1). Steps strictly increase.
@@ -92,8 +91,8 @@ class TraceWriter {
 // missing, e.g. from an older writer, is padded with NaN / -1), and the root attributes.
 struct Trace {
   std::vector<int64_t> step;
-  std::vector<double> loss, val_loss, val_accuracy, val_bleu, lr, grad_norm, tokens_per_s, step_s, bubble,
-      loss_scale;
+  std::vector<double> loss, val_loss, val_accuracy, val_bleu, lr, grad_norm, tokens_per_s, step_s,
+      bubble, loss_scale;
   std::vector<int64_t> comm_bytes, peak_mem_bytes, param_bytes, skipped;
   Attributes attrs;
 };

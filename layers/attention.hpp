@@ -32,11 +32,12 @@ void attention_backward(F* dqkv,        // (B,T,3C)   =
 // [0, pos[b] + i] (causal); the new tokens' keys and values must already be in the cache. The
 // softmax is attention_forward's (max-subtracted, scale 1/sqrt(HS)).
 template <class F>
-void attention_cached_forward(F* out,              // (B,n,C)
-                              const F* qkv,        // (B,n,3C) the new tokens' q | k | v
-                              const F* key_cache,  // (B,Tc,C) heads side by side
-                              const F* value_cache,  // (B,Tc,C)
-                              const int32_t* pos,    // (B) position of each sequence's first new token
-                              int B, int n, int Tc, int C, int NH);
+void attention_cached_forward(
+    F* out,                // (B,n,C)
+    const F* qkv,          // (B,n,3C) the new tokens' q | k | v
+    const F* key_cache,    // (B,Tc,C) heads side by side
+    const F* value_cache,  // (B,Tc,C)
+    const int32_t* pos,    // (B) position of each sequence's first new token
+    int B, int n, int Tc, int C, int NH);
 
 }  // namespace mpitron::cpu

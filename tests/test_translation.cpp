@@ -73,14 +73,16 @@ std::vector<int32_t> random_ids(std::mt19937& g, size_t n) {
 }
 
 fs::path pair_folder(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("mpitron_pairs_" + std::to_string(getpid())) /
-                       name;
+  const fs::path dir =
+      fs::temp_directory_path() / ("mpitron_pairs_" + std::to_string(getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
 
-void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
 
 // A folder "xx-yy" of n training and m validation pairs "s<k>" -> "t<k> t<k>".
 fs::path small_pairs(int n, int m) {
@@ -111,7 +113,8 @@ TEST(PairRows, MatchTheReferenceForShortAndCutPairs) {
   const int T = 16;
   int cut = 0;
   for (int trial = 0; trial < 400; ++trial) {
-    const std::vector<int32_t> src = random_ids(g, size_t(g() % 24)), tgt = random_ids(g, size_t(g() % 24));
+    const std::vector<int32_t> src = random_ids(g, size_t(g() % 24)),
+                               tgt = random_ids(g, size_t(g() % 24));
     std::vector<int32_t> row(T + 1, -7), span(2, -7);
     pair_row(src.data(), int64_t(src.size()), tgt.data(), int64_t(tgt.size()), kTok, T, row.data(),
              span.data());

@@ -156,9 +156,8 @@ template void attention_forward<double>(double*, double*, const double*, int, in
                                         const int32_t*);
 template void attention_cached_forward<float>(float*, const float*, const float*, const float*,
                                               const int32_t*, int, int, int, int, int);
-template void attention_cached_forward<double>(double*, const double*, const double*,
-                                               const double*, const int32_t*, int, int, int, int,
-                                               int);
+template void attention_cached_forward<double>(double*, const double*, const double*, const double*,
+                                               const int32_t*, int, int, int, int, int);
 template void attention_backward<float>(float*, float*, const float*, const float*, const float*,
                                         int, int, int, int, bool, const int32_t*);
 template void attention_backward<double>(double*, double*, const double*, const double*,

@@ -94,6 +94,9 @@ int cmd_devices();
 // A checkpoint path as given, or for a folder its latest ckpt_<step>.h5 (a run folder); UsageError
 // for a folder that holds none.
 std::string checkpoint_of(const std::string& path);
+// A file a checkpoint recorded by path (a run's SentencePiece model): that path, or where the run
+// folder keeps it beside the checkpoint when the folder has moved.
+std::string kept_beside(const std::string& ckpt, const std::string& recorded);
 // A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
 void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
                  int64_t model_vocab);

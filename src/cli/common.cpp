@@ -38,6 +38,13 @@ std::optional<io::BpeTokenizer> checkpoint_tokenizer(const std::string& ckpt,
 }
 
 // A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
+std::string kept_beside(const std::string& ckpt, const std::string& recorded) {
+  namespace fs = std::filesystem;
+  if (recorded.empty() || fs::exists(recorded)) return recorded;
+  const fs::path beside = fs::path(ckpt).parent_path() / fs::path(recorded).filename();
+  return fs::exists(beside) ? beside.string() : recorded;
+}
+
 std::string checkpoint_of(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec)) return path;

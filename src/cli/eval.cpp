@@ -132,7 +132,7 @@ int cmd_eval(const EvalArgs& a) {
     data_path = !rec.data_path.empty() && std::filesystem::exists(rec.data_path)
                     ? rec.data_path
                     : default_data(family, rec.model);
-  if (whole_split && (family.data(rec.model) == DataKind::text || batches_opt))
+  if (whole_split && (!is_labelled_data(family.data(rec.model)) || batches_opt))
     throw UsageError(
         "--whole-split evaluates a classifier on every validation image (or verse) once, in "
         "order: it takes no --batches, and a language model's validation is its sampled batches");
@@ -154,7 +154,8 @@ int cmd_eval(const EvalArgs& a) {
   if (kind == DataKind::verses || kind == DataKind::pairs) {
     verse_tokenizer = tokenizer_dir;
     if (auto t = rec.data.find("tokenizer"); verse_tokenizer.empty() && t != rec.data.end())
-      if (const auto* dir = std::get_if<std::string>(&t->second)) verse_tokenizer = *dir;
+      if (const auto* dir = std::get_if<std::string>(&t->second))
+        verse_tokenizer = kind == DataKind::pairs ? kept_beside(ckpt, *dir) : *dir;
   }
   BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer);
   const int K = int(family.classes(rec.model));

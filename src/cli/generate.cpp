@@ -35,6 +35,11 @@ int cmd_generate(const GenerateArgs& a) {
   if (!family.generates)
     throw UsageError(fmt::format("{} holds a '{}' model, which does not generate text (use eval)",
                                  ckpt, rec.model.type));
+  if (family.data(rec.model) == DataKind::pairs)
+    throw UsageError(
+        fmt::format("{} is a translation model (trained on sentence pairs): use "
+                    "mpitron translate --ckpt {} --in FILE --out FILE",
+                    ckpt, ckpt));
   const int T = int(family.sample_size(rec.model));
   int V = int(family.classes(rec.model));
   std::optional<io::BpeTokenizer> bpe = checkpoint_tokenizer(ckpt, rec, tokenizer_dir);

@@ -219,13 +219,14 @@ int main(int argc, char** argv) {
                      "BPE: a folder with encoder.json + vocab.bpe or vocab.json + merges.txt "
                      "(io/get_gpt2_tokenizer.sh fetches GPT-2's); WordPiece: vocab.txt, or a "
                      "folder with it (io/get_bert_tokenizer.sh); SentencePiece: a .model file");
-    tokz->add_option("--learn", tokz_learn,
-                     "learn a SentencePiece BPE model of N pieces from the --in files (one sentence "
-                     "a line; unk 0, bos 1, eos 2, pad 3) and write it to --out (.model)")
+    tokz->add_option(
+            "--learn", tokz_learn,
+            "learn a SentencePiece BPE model of N pieces from the --in files (one sentence "
+            "a line; unk 0, bos 1, eos 2, pad 3) and write it to --out (.model)")
         ->check(CLI::Range(8, 1 << 20));
-    tokz->add_option("--in", tokz_in, "text file (with --learn: files, comma-separated or repeated)")
-        ->required()
-        ->delimiter(',');
+    tokz->add_option("--in", tokz_in,
+                     "text file (with --learn: files, repeated or comma-separated)")
+        ->required();
     tokz->add_option("--out", tokz_out,
                      "token file to write (.h5: /tokens and attributes), or with --learn the "
                      "SentencePiece model (.model)")
@@ -240,7 +241,8 @@ int main(int argc, char** argv) {
     trn->add_option("--in", tra.in, "source text, one sentence a line")->required();
     trn->add_option("--out", tra.out, "where to write the translations, line k for line k")
         ->required();
-    trn->add_option("--batch-size", tra.batch_size, "lines decoded together")->capture_default_str();
+    trn->add_option("--batch-size", tra.batch_size, "lines decoded together")
+        ->capture_default_str();
     trn->add_option("--beam", tra.beam, "beam width (1: greedy)")->capture_default_str();
     trn->add_flag("--no-cache", tra.no_cache,
                   "recompute the whole prefix each step instead of keeping keys and values "
@@ -387,9 +389,16 @@ int main(int argc, char** argv) {
       rc = cli::cmd_generate(ga);
     } else if (tokz->parsed()) {
       if (rank == 0) {  // one writer
-        if (tokz_learn > 0)
-          rc = cli::cmd_learn_tokenizer(tokz_in, tokz_learn, tokz_out, tokz_dir);
-        else if (tokz_in.size() != 1)
+        if (tokz_learn > 0) {
+          std::vector<std::string> files;  // --in a,b as well as --in a --in b
+          for (const std::string& in : tokz_in)
+            for (size_t at = 0; at <= in.size();) {
+              const size_t comma = std::min(in.find(',', at), in.size());
+              if (comma > at) files.push_back(in.substr(at, comma - at));
+              at = comma + 1;
+            }
+          rc = cli::cmd_learn_tokenizer(files, tokz_learn, tokz_out, tokz_dir);
+        } else if (tokz_in.size() != 1)
           throw UsageError("tokenize encodes one --in file (several are for --learn)");
         else
           rc = cli::cmd_tokenize(tokz_dir, tokz_in.front(), tokz_out);

@@ -29,11 +29,12 @@ PairCodec checkpoint_pair_codec(const std::string& ckpt, const CheckpointRecord&
   if (auto c = rec.data.find("tokenizer_checksum"); c != rec.data.end())
     if (const auto* v = std::get_if<int64_t>(&c->second)) trained_sum = *v;
   PairCodec codec;
+  trained = kept_beside(ckpt, trained);
   const std::string path = tokenizer.empty() ? trained : tokenizer;
   if (path.empty()) return codec;  // bytes
   if (trained_sum == 0)
-    throw UsageError(fmt::format("{} was trained on byte tokens: translate it without --tokenizer",
-                                 ckpt));
+    throw UsageError(
+        fmt::format("{} was trained on byte tokens: translate it without --tokenizer", ckpt));
   codec.spm.emplace(io::SentencePieceTokenizer::load(path));
   if (int64_t(codec.spm->checksum()) != trained_sum)
     throw UsageError(fmt::format(
@@ -59,7 +60,9 @@ int cmd_translate(const TranslateArgs& a) {
   o.beam = a.beam;
   o.cache = !a.no_cache;
   if (o.batch < 1 || o.beam < 1) throw UsageError("--batch-size and --beam must be at least 1");
-  const int T = int(rec.model.get("block_size"));
+  // The sequences training saw: its seq_len (position embeddings past it were never trained).
+  const int T = rec.seq_len > 0 ? int(rec.seq_len) : int(rec.model.get("block_size"));
+  o.window = T;
   DeviceAllocator alloc{"cpu"};
   std::unique_ptr<Model> model =
       load_for_inference(a.ckpt, rec, o.cache ? 1 : o.batch, o.cache ? 0 : T, alloc);
@@ -74,12 +77,15 @@ int cmd_translate(const TranslateArgs& a) {
              o.beam > 1 ? fmt::format("beam {}", o.beam) : "greedy", o.batch,
              o.cache ? ", KV cache" : ", no cache: the whole prefix each step");
   if (st.cut_sources > 0)
-    fmt::print("note: {} source line(s) longer than {} tokens were cut to their first {} (half "
-               "the block size {}: the rest is room for the translation)\n",
-               st.cut_sources, (T - 1) / 2, (T - 1) / 2, T);
+    fmt::print(
+        "note: {} source line(s) longer than {} tokens were cut to their first {} (half "
+        "the {} tokens training's sequences held: the rest is room for the translation)\n",
+        st.cut_sources, (T - 1) / 2, (T - 1) / 2, T);
   if (st.cut_targets > 0)
-    fmt::print("note: {} translation(s) reached the block size {} before their end and stop there\n",
-               st.cut_targets, T);
+    fmt::print(
+        "note: {} translation(s) reached the {} tokens of a sequence before their end and "
+        "stop there\n",
+        st.cut_targets, T);
   return 0;
 }
 

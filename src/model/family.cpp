@@ -30,8 +30,8 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
     throw UsageError(fmt::format(
         "vocab_size {} is smaller than the byte vocabulary (256) of the text data", g.vocab_size));
   if (m.get("task") != 0 && m.get("task") != 1)
-    throw UsageError(fmt::format("gpt's task is 0 (text) or 1 (translation pairs), not {}",
-                                 m.get("task")));
+    throw UsageError(
+        fmt::format("gpt's task is 0 (text) or 1 (translation pairs), not {}", m.get("task")));
 }
 
 constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";

@@ -13,15 +13,16 @@
 
 namespace mpitron {
 
-GptDecoder::GptDecoder(const GptModel& model, int rows)
+GptDecoder::GptDecoder(const GptModel& model, int rows, int length)
     : m_(model),
       B_(rows),
-      Tc_(model.cfg.block_size),
+      Tc_(length > 0 ? length : model.cfg.block_size),
       C_(model.cfg.n_embd),
       NH_(model.cfg.n_head),
       V_(model.cfg.vocab_size),
       L_(model.cfg.n_layer) {
   MPITRON_REQUIRE(rows >= 1, "a decoder needs rows");
+  MPITRON_REQUIRE(Tc_ <= model.cfg.block_size, "a cache longer than the position embedding");
   MPITRON_REQUIRE(model.Vl == V_ && model.v0 == 0 && int(model.w.h.size()) == L_ && model.w.wte,
                   "the KV-cache decoder runs a whole model (tp 1, pp 1)");
   pos_.assign(size_t(B_), 0);
@@ -30,7 +31,9 @@ GptDecoder::GptDecoder(const GptModel& model, int rows)
   last_.resize(size_t(B_) * C_);
 }
 
-void GptDecoder::reset() { std::fill(pos_.begin(), pos_.end(), 0); }
+void GptDecoder::reset() {
+  std::fill(pos_.begin(), pos_.end(), 0);
+}
 
 void GptDecoder::reorder(const std::vector<int32_t>& from) {
   MPITRON_REQUIRE(int(from.size()) == B_, "reorder names a source for every row");
@@ -41,7 +44,8 @@ void GptDecoder::reorder(const std::vector<int32_t>& from) {
     for (int r = 0; r < B_; ++r) {
       const int32_t f = from[size_t(r)];
       MPITRON_REQUIRE(f >= 0 && f < B_, "reorder source outside the rows");
-      const size_t src = (size_t(l) * B_ + size_t(f)) * row, dst = (size_t(l) * B_ + size_t(r)) * row;
+      const size_t src = (size_t(l) * B_ + size_t(f)) * row,
+                   dst = (size_t(l) * B_ + size_t(r)) * row;
       const size_t used = size_t(pos_[size_t(f)]) * C_;
       std::memcpy(k.data() + dst, keys_.data() + src, used * sizeof(float));
       std::memcpy(v.data() + dst, values_.data() + src, used * sizeof(float));

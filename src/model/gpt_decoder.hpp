@@ -13,8 +13,9 @@ namespace mpitron {
 
 class GptDecoder {
  public:
-  // A cache for `rows` sequences of up to the model's block size; the model must outlive this.
-  GptDecoder(const GptModel& model, int rows);
+  // A cache for `rows` sequences of up to `length` tokens (0: the model's block size); the model
+  // must outlive this.
+  GptDecoder(const GptModel& model, int rows, int length = 0);
 
   // Forgets every sequence: each starts again at position 0.
   void reset();
@@ -32,8 +33,8 @@ class GptDecoder {
  private:
   const GptModel& m_;
   int B_, Tc_, C_, NH_, V_, L_;
-  std::vector<int32_t> pos_;           // (B) next position of each row
-  std::vector<float> keys_, values_;   // (L,B,Tc,C)
+  std::vector<int32_t> pos_;          // (B) next position of each row
+  std::vector<float> keys_, values_;  // (L,B,Tc,C)
   std::vector<float> x_, ln_, mean_, rstd_, qkv_, atty_, branch_, res_, fc_, fc_gelu_, last_;
 };
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/group.hpp"
 #include "base/allocator.hpp"
+#include "comm/group.hpp"
 #include "src/model/config.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/model/registry.hpp"

@@ -50,13 +50,13 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
       s.pairs = io::load_pair_dataset(path, &spm);
     }
     if (s.pairs.vocab_size > model.get("vocab_size"))
-      throw UsageError(fmt::format(
-          "the pairs of {} use {} token ids ({}), the model's vocab_size is {} (set "
-          "model.vocab_size={})",
-          path, s.pairs.vocab_size,
-          s.pairs.tokenizer.empty() ? "bytes, [SEP], [END], [PAD]"
-                                    : "SentencePiece " + s.pairs.tokenizer,
-          model.get("vocab_size"), s.pairs.vocab_size));
+      throw UsageError(
+          fmt::format("the pairs of {} use {} token ids ({}), the model's vocab_size is {} (set "
+                      "model.vocab_size={})",
+                      path, s.pairs.vocab_size,
+                      s.pairs.tokenizer.empty() ? "bytes, [SEP], [END], [PAD]"
+                                                : "SentencePiece " + s.pairs.tokenizer,
+                      model.get("vocab_size"), s.pairs.vocab_size));
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
     s.spans = Buffer<int32_t>(alloc, size_t(capacity) * 2);
   } else {

@@ -221,9 +221,8 @@ int Trainer::run() {
     EvalResult eval{nan, nan};
     if ((tc.eval_every > 0 && s % tc.eval_every == 0) || s == tc.steps) eval = evaluate();
     const double val = eval.loss;
-    const double bleu = tc.bleu_every > 0 && (s % tc.bleu_every == 0 || s == tc.steps)
-                            ? evaluate_bleu()
-                            : nan;
+    const double bleu =
+        tc.bleu_every > 0 && (s % tc.bleu_every == 0 || s == tc.steps) ? evaluate_bleu() : nan;
     const uint64_t bytes_now = comm_bytes_total();
     const int64_t comm_bytes = int64_t(bytes_now - comm_bytes_before);
     comm_bytes_before = bytes_now;

@@ -4,11 +4,12 @@
 #include <limits>
 
 #include "comm/mpi_check.hpp"
+#include "comm/world.hpp"
 #include "io/bleu.hpp"
 #include "src/model/gpt.hpp"
 #include "src/train/adamw.hpp"
-#include "src/train/translation.hpp"
 #include "src/train/trainer_state.hpp"
+#include "src/train/translation.hpp"
 
 namespace mpitron {
 
@@ -117,8 +118,8 @@ EvalResult Trainer::evaluate() {
   int64_t correct = 0, terms = 0;
   const bool classifier = is_labelled_data(data.kind);
   for (int e = 0; e < tc.eval_batches; ++e) {
-    terms += data.loss_terms(io::Split::val, tc.seed, e, tc.batch_size,
-                             model->loss_terms_per_sample());
+    terms +=
+        data.loss_terms(io::Split::val, tc.seed, e, tc.batch_size, model->loss_terms_per_sample());
     progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
     data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
     walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
@@ -134,27 +135,34 @@ EvalResult Trainer::evaluate() {
 double Trainer::evaluate_bleu() {
   progress.mark("validation BLEU (rank 0 translates, the others wait in a broadcast)");
   double score = 0;
+  std::string error;
   if (is_root()) {
-    auto* gpt = dynamic_cast<GptModel*>(model.get());
-    MPITRON_REQUIRE(gpt != nullptr, "BLEU evaluation needs the fp32 GPT");
-    const io::PairSplit& v = data.pairs.val;
-    const int64_t n = tc.bleu_lines > 0 ? std::min<int64_t>(tc.bleu_lines, v.pairs()) : v.pairs();
-    std::vector<std::vector<int32_t>> sources(static_cast<size_t>(n));
-    for (int64_t k = 0; k < n; ++k)
-      sources[size_t(k)].assign(v.ids.begin() + v.begin[size_t(2 * k)],
-                                v.ids.begin() + v.begin[size_t(2 * k + 1)]);
-    PairCodec codec;
-    codec.tokens = data.pairs.tokens;
-    if (!data.pairs.tokenizer.empty())
-      codec.spm.emplace(io::SentencePieceTokenizer::load(data.pairs.tokenizer));
-    const std::vector<std::vector<int32_t>> got =
-        translate_ids(*gpt, codec.tokens, sources, TranslateOptions{}, nullptr);
-    std::vector<std::string> hyps, refs(data.pairs.val_references.begin(),
-                                        data.pairs.val_references.begin() + n);
-    for (const auto& g : got) hyps.push_back(codec.decode(g));
-    score = io::corpus_bleu(hyps, refs).score;
+    try {  // a failure here must reach the other ranks, which wait in the broadcasts below
+      auto* gpt = dynamic_cast<GptModel*>(model.get());
+      MPITRON_REQUIRE(gpt != nullptr && bleu_codec, "BLEU evaluation needs the fp32 GPT");
+      const io::PairSplit& v = data.pairs.val;
+      const int64_t n = tc.bleu_lines > 0 ? std::min<int64_t>(tc.bleu_lines, v.pairs()) : v.pairs();
+      std::vector<std::vector<int32_t>> sources(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k)
+        sources[size_t(k)].assign(v.ids.begin() + v.begin[size_t(2 * k)],
+                                  v.ids.begin() + v.begin[size_t(2 * k + 1)]);
+      TranslateOptions o;
+      o.window = tc.seq_len;                // what training's sequences held
+      o.progress = [&](int64_t, int64_t) {  // a beat per batch of lines for the watchdog
+        progress.mark("validation BLEU (rank 0 translates, the others wait in a broadcast)");
+      };
+      const std::vector<std::vector<int32_t>> got =
+          translate_ids(*gpt, bleu_codec->tokens, sources, o, nullptr);
+      std::vector<std::string> hyps,
+          refs(data.pairs.val_references.begin(), data.pairs.val_references.begin() + n);
+      for (const auto& g : got) hyps.push_back(bleu_codec->decode(g));
+      score = io::corpus_bleu(hyps, refs).score;
+    } catch (const std::exception& e) {
+      error = std::string("validation BLEU: ") + e.what();
+    }
   }
   progress.calls.note("MPI_Bcast", "world");
+  comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
   MPI_CHECK(MPI_Bcast(&score, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
   return score;
 }

@@ -39,9 +39,19 @@ std::string keep_tokenizer_in_run_folder(const std::string& model, const std::st
   if (rank == 0) {
     std::error_code ec;
     fs::create_directories(out, ec);
-    if (!ec && !(fs::exists(kept) && fs::equivalent(kept, model)))
-      fs::copy_file(model, kept, fs::copy_options::overwrite_existing, ec);
-    if (ec) error = fmt::format("cannot keep {} in the run folder {}: {}", model, out, ec.message());
+    if (!ec && fs::exists(kept) && !fs::equivalent(kept, model) &&
+        io::SentencePieceTokenizer::load(kept.string()).checksum() !=
+            io::SentencePieceTokenizer::load(model).checksum())
+      // The run's checkpoints were trained with the kept one: never overwrite it.
+      error = fmt::format(
+          "the run folder {} keeps another SentencePiece model under the name {}, the one its "
+          "checkpoints were trained with: pass --tokenizer {} to continue, or train into another "
+          "--out",
+          out, kept.filename().string(), kept.string());
+    else if (!ec && !fs::exists(kept))
+      fs::copy_file(model, kept, ec);
+    if (ec)
+      error = fmt::format("cannot keep {} in the run folder {}: {}", model, out, ec.message());
   }
   comm::throw_on_all_ranks(error, 0, MPI_COMM_WORLD);
   return fs::absolute(kept).lexically_normal().string();
@@ -97,12 +107,18 @@ void Trainer::setup() {
   data.augment = tc.augment != 0;
   if (tc.bleu_every > 0 && data.kind != DataKind::pairs)
     throw UsageError("train.bleu_every is for translation pairs (gpt with model.task=1)");
-  if (tc.bleu_every > 0 && (L.tp > 1 || L.pp > 1 || opts.device != Device::cpu ||
-                            opts.precision != DType::f32))
+  if (tc.bleu_every > 0 &&
+      (L.tp > 1 || L.pp > 1 || opts.device != Device::cpu || opts.precision != DType::f32))
     throw UsageError(
         "train.bleu_every translates with one whole fp32 model on the CPU: it runs at --tp 1 --pp "
         "1 --device cpu --precision fp32 (any --dp); elsewhere set it to 0 and run mpitron "
         "translate and mpitron bleu on the checkpoints");
+  if (tc.bleu_every > 0) {  // loaded by every rank now, so that a bad file stops them all here
+    bleu_codec.emplace();
+    bleu_codec->tokens = data.pairs.tokens;
+    if (!data.pairs.tokenizer.empty())
+      bleu_codec->spm.emplace(io::SentencePieceTokenizer::load(data.pairs.tokenizer));
+  }
   if (data.kind == DataKind::images) {
     const int64_t want = family.sample_size(cfg.model), have = data.images.pixels_per_image();
     if (want != have)

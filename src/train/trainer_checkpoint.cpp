@@ -93,15 +93,15 @@ void Trainer::load_checkpoint(const std::string& path) {
       return now;
     };
     const int64_t next = r.step + 1;
-    const double was = learning_rate(next, old("train.lr", tc.lr),
-                                     int(old("train.warmup_steps", tc.warmup_steps)),
-                                     int64_t(old("train.steps", double(tc.steps))),
-                                     old("train.min_lr_ratio", tc.min_lr_ratio));
+    const double was = learning_rate(
+        next, old("train.lr", tc.lr), int(old("train.warmup_steps", tc.warmup_steps)),
+        int64_t(old("train.steps", double(tc.steps))), old("train.min_lr_ratio", tc.min_lr_ratio));
     const double now = learning_rate(next, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
     if (is_root() && was != now)
-      spdlog::warn("the learning rate at step {} is {:.3e} under the new schedule, {:.3e} under "
-                   "the checkpoint's",
-                   next, now, was);
+      spdlog::warn(
+          "the learning rate at step {} is {:.3e} under the new schedule, {:.3e} under "
+          "the checkpoint's",
+          next, now, was);
   }
   // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
   // with the message of the first rank that failed, instead of the others waiting for it.
@@ -136,8 +136,7 @@ void Trainer::load_checkpoint(const std::string& path) {
       throw UsageError(fmt::format(
           "{} was trained on pairs encoded {}; this run encodes them {}: resume with {}", path,
           was == 0 ? "as bytes" : "with the SentencePiece model " + (name ? *name : "?"),
-          data.pairs.tokenizer.empty() ? "as bytes"
-                                       : "with another model, " + data.pairs.tokenizer,
+          data.pairs.tokenizer.empty() ? "as bytes" : "with another model, " + data.pairs.tokenizer,
           was == 0 ? "no --tokenizer" : "--tokenizer " + (name ? *name : "(that model)")));
     }
   }

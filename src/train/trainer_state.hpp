@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "src/train/loss_scale.hpp"
 #include "src/train/train_device.hpp"
 #include "src/train/trainer.hpp"
+#include "src/train/translation.hpp"
 #include "src/train/watchdog.hpp"
 
 namespace mpitron {
@@ -108,6 +110,7 @@ struct Trainer {
   // Translation pairs: corpus BLEU of the validation split (train.bleu_lines of it), greedy with
   // the KV cache on world rank 0, the score on every rank.
   double evaluate_bleu();
+  std::optional<PairCodec> bleu_codec;  // train.bleu_every: the pairs' text <-> ids
   // A sum the last stage of each DP rank holds, on every rank.
   template <class T>
   T sum_over_stages_and_dp(T v) {

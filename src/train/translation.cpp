@@ -1,6 +1,8 @@
 // Translating lines with a pair-trained GPT (src/train/translation.hpp).
 #include "src/train/translation.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +15,9 @@ namespace mpitron {
 
 namespace {
 
-int arg_max(const float* x, int V) { return int(std::max_element(x, x + V) - x); }
+int arg_max(const float* x, int V) {
+  return int(std::max_element(x, x + V) - x);
+}
 
 // log softmax of one row of logits, into out.
 void log_softmax(const float* x, int V, std::vector<double>& out) {
@@ -32,9 +36,11 @@ void greedy_cached(GptDecoder& dec, const io::PairTokens& tok, int V,
   const int R = dec.rows(), B = int(prompts.size());
   int longest = 1;
   for (const auto& p : prompts) longest = std::max(longest, int(p.size()));
-  std::vector<int32_t> feed(size_t(R) * longest, tok.pad), take(size_t(R), -1), next(static_cast<size_t>(R));
+  std::vector<int32_t> feed(size_t(R) * longest, tok.pad), take(size_t(R), -1),
+      next(static_cast<size_t>(R));
   for (int b = 0; b < B; ++b) {
-    std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(), feed.begin() + size_t(b) * longest);
+    std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(),
+              feed.begin() + size_t(b) * longest);
     take[size_t(b)] = int32_t(prompts[size_t(b)].size()) - 1;
   }
   std::vector<float> logits(size_t(R) * V);
@@ -51,7 +57,8 @@ void greedy_cached(GptDecoder& dec, const io::PairTokens& tok, int V,
       }
       out[size_t(b)].push_back(t);
       ++st.new_tokens;
-      if (prompts[size_t(b)].size() + out[size_t(b)].size() >= size_t(T)) {  // the model is full
+      // The last token fed goes to position T - 1: a longer sequence is cut here.
+      if (prompts[size_t(b)].size() + out[size_t(b)].size() > size_t(T)) {
         ++st.cut_targets;
         take[size_t(b)] = -1;
         continue;
@@ -72,13 +79,14 @@ void greedy_full(GptModel& model, const io::PairTokens& tok, int V,
                  const std::vector<std::vector<int32_t>>& prompts,
                  std::vector<std::vector<int32_t>>& out, TranslateStats& st, int T) {
   const int B = int(prompts.size());
-  MPITRON_REQUIRE(model.B >= B && model.T == T, "the model is not planned for the batch");
-  std::vector<int32_t> window(size_t(model.B) * (T + 1));
+  MPITRON_REQUIRE(model.B >= B && model.T >= T, "the model is not planned for the batch");
+  const int Tm = model.T;  // the planned rows: the window's T tokens, then padding
+  std::vector<int32_t> window(size_t(model.B) * (Tm + 1));
   std::vector<bool> active(static_cast<size_t>(B), true);
   for (;;) {
     std::fill(window.begin(), window.end(), tok.pad);
     for (int b = 0; b < B; ++b) {
-      int32_t* row = window.data() + size_t(b) * (T + 1);
+      int32_t* row = window.data() + size_t(b) * (Tm + 1);
       std::copy(prompts[size_t(b)].begin(), prompts[size_t(b)].end(), row);
       std::copy(out[size_t(b)].begin(), out[size_t(b)].end(), row + prompts[size_t(b)].size());
     }
@@ -90,14 +98,14 @@ void greedy_full(GptModel& model, const io::PairTokens& tok, int V,
     for (int b = 0; b < B; ++b) {
       if (!active[size_t(b)]) continue;
       const size_t len = prompts[size_t(b)].size() + out[size_t(b)].size();
-      const int t = arg_max(o.logits + (size_t(b) * T + len - 1) * size_t(o.classes), V);
+      const int t = arg_max(o.logits + (size_t(b) * Tm + len - 1) * size_t(o.classes), V);
       if (t == tok.end) {
         active[size_t(b)] = false;
         continue;
       }
       out[size_t(b)].push_back(t);
       ++st.new_tokens;
-      if (len + 1 >= size_t(T)) {
+      if (len + 1 > size_t(T)) {
         ++st.cut_targets;
         active[size_t(b)] = false;
         continue;
@@ -118,12 +126,15 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
     std::vector<int32_t> ids;
     double score = kNone;  // summed log-probabilities
   };
-  std::vector<std::vector<Beam>> live(static_cast<size_t>(B), std::vector<Beam>(static_cast<size_t>(k)));
-  std::vector<std::vector<std::pair<double, std::vector<int32_t>>>> finished(static_cast<size_t>(B));
+  std::vector<std::vector<Beam>> live(static_cast<size_t>(B),
+                                      std::vector<Beam>(static_cast<size_t>(k)));
+  std::vector<std::vector<std::pair<double, std::vector<int32_t>>>> finished(
+      static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), false);
   int longest = 1;
   for (const auto& p : prompts) longest = std::max(longest, int(p.size()));
-  std::vector<int32_t> feed(size_t(R) * longest, tok.pad), take(size_t(R), -1), from(static_cast<size_t>(R));
+  std::vector<int32_t> feed(size_t(R) * longest, tok.pad), take(size_t(R), -1),
+      from(static_cast<size_t>(R));
   for (int b = 0; b < B; ++b) {
     live[size_t(b)][0].score = 0;  // one beam to start from; the others join at the first step
     for (int j = 0; j < k; ++j) {
@@ -139,7 +150,8 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
   std::vector<int32_t> next(size_t(R), tok.pad);
   for (;;) {
     bool any = false;
-    for (int r = 0; r < R; ++r) from[size_t(r)] = r, take[size_t(r)] = -1, next[size_t(r)] = tok.pad;
+    for (int r = 0; r < R; ++r)
+      from[size_t(r)] = r, take[size_t(r)] = -1, next[size_t(r)] = tok.pad;
     for (int b = 0; b < B; ++b) {
       if (done[size_t(b)]) continue;
       struct Candidate {
@@ -153,8 +165,10 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
         log_softmax(logits.data() + size_t(b * k + j) * V, V, lp);
         std::vector<int> idx(static_cast<size_t>(V));
         for (int v = 0; v < V; ++v) idx[size_t(v)] = v;
-        std::partial_sort(idx.begin(), idx.begin() + std::min(k + 1, V), idx.end(),
-                          [&](int x, int y) { return lp[size_t(x)] > lp[size_t(y)] || (lp[size_t(x)] == lp[size_t(y)] && x < y); });
+        std::partial_sort(
+            idx.begin(), idx.begin() + std::min(k + 1, V), idx.end(), [&](int x, int y) {
+              return lp[size_t(x)] > lp[size_t(y)] || (lp[size_t(x)] == lp[size_t(y)] && x < y);
+            });
         for (int c = 0; c < std::min(k + 1, V); ++c)
           cands.push_back({be.score + lp[size_t(idx[size_t(c)])], j, idx[size_t(c)]});
       }
@@ -173,9 +187,8 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
         nb.ids.push_back(c.token);
         const int row = b * k + int(fresh.size());
         from[size_t(row)] = b * k + c.beam;
-        if (prompts[size_t(b)].size() + nb.ids.size() >= size_t(T)) {  // full: finished as cut
+        if (prompts[size_t(b)].size() + nb.ids.size() > size_t(T)) {  // full: finished as cut
           finished[size_t(b)].push_back({nb.score / double(nb.ids.size()), nb.ids});
-          ++st.cut_targets;
           nb.score = kNone;
         } else {
           next[size_t(row)] = c.token;
@@ -202,12 +215,17 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
   }
   for (int b = 0; b < B; ++b) {
     auto& f = finished[size_t(b)];
-    for (const Beam& be : live[size_t(b)])
-      if (be.score != kNone) f.push_back({be.score / double(std::max<size_t>(be.ids.size(), 1)), be.ids});
+    // Open beams have not paid for their [END]: only a line with no finished one falls back to
+    // them.
+    if (f.empty())
+      for (const Beam& be : live[size_t(b)])
+        if (be.score != kNone)
+          f.push_back({be.score / double(std::max<size_t>(be.ids.size(), 1)), be.ids});
     std::stable_sort(f.begin(), f.end(),
                      [](const auto& x, const auto& y) { return x.first > y.first; });
     out[size_t(b)] = f.empty() ? std::vector<int32_t>{} : f.front().second;
     st.new_tokens += int64_t(out[size_t(b)].size());
+    if (prompts[size_t(b)].size() + out[size_t(b)].size() > size_t(T)) ++st.cut_targets;
   }
 }
 
@@ -228,9 +246,9 @@ std::string PairCodec::decode(const std::vector<int32_t>& ids) const {
         kept.push_back(t);
     return spm->decode(kept);
   }
-  std::string text;
+  std::string text;  // a line break would split the line: a space instead
   for (int32_t t : ids)
-    if (t >= 0 && t < 256) text.push_back(char(t));
+    if (t >= 0 && t < 256) text.push_back(t == '\n' || t == '\r' ? ' ' : char(t));
   return text;
 }
 
@@ -241,13 +259,17 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
   if (o.beam < 1) throw UsageError("--beam must be at least 1 (1: greedy)");
   const bool beam = o.beam > 1 || o.beam_search;
   if (beam && !o.cache) throw UsageError("beam search runs with the KV cache only");
-  const int T = model.cfg.block_size, V = model.cfg.vocab_size;
+  const int T = o.window > 0 ? o.window : model.cfg.block_size, V = model.cfg.vocab_size;
+  if (T > model.cfg.block_size || T < 3)
+    throw UsageError(
+        fmt::format("a decoding window of {} tokens: it must be 3 to the block size {}", T,
+                    model.cfg.block_size));
   const size_t keep = size_t(std::max(1, (T - 1) / 2));
   TranslateStats st;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> out(sources.size());
   std::optional<GptDecoder> dec;
-  if (o.cache) dec.emplace(model, o.batch * o.beam);
+  if (o.cache) dec.emplace(model, o.batch * o.beam, T);
   for (size_t first = 0; first < sources.size(); first += size_t(o.batch)) {
     const size_t count = std::min(sources.size() - first, size_t(o.batch));
     std::vector<std::vector<int32_t>> prompts(count), got(count);
@@ -267,6 +289,7 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
     else
       greedy_full(model, tokens, V, prompts, got, st, T);
     for (size_t i = 0; i < count; ++i) out[first + i] = std::move(got[i]);
+    if (o.progress) o.progress(int64_t(first + count), int64_t(sources.size()));
   }
   st.lines = int64_t(sources.size());
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -280,7 +303,8 @@ std::vector<std::string> translate_lines(GptModel& model, const PairCodec& codec
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(sources.size());
   for (const std::string& s : sources) ids.push_back(codec.encode(s));
-  const std::vector<std::vector<int32_t>> got = translate_ids(model, codec.tokens, ids, options, stats);
+  const std::vector<std::vector<int32_t>> got =
+      translate_ids(model, codec.tokens, ids, options, stats);
   std::vector<std::string> text;
   text.reserve(got.size());
   for (const auto& g : got) text.push_back(codec.decode(g));

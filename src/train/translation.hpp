@@ -6,6 +6,7 @@
 // (log-probabilities summed, finished beams ranked by their mean per token).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,21 +26,25 @@ struct PairCodec {
 };
 
 struct TranslateOptions {
-  int batch = 32;     // lines decoded together
-  int beam = 1;       // 1: greedy
+  int batch = 32;            // lines decoded together
+  int beam = 1;              // 1: greedy
   bool beam_search = false;  // beam search even at width 1 (which must equal greedy)
-  bool cache = true;  // false: the whole prefix again each step (greedy only)
+  bool cache = true;         // false: the whole prefix again each step (greedy only)
+  // Tokens a sequence may hold, as in training (its seq_len; 0: the block size): sources longer
+  // than (window - 1) / 2 are cut to that, translations stop at the window.
+  int window = 0;
+  std::function<void(int64_t done, int64_t total)> progress;  // after each batch of lines
 };
 
 struct TranslateStats {
   int64_t lines = 0, new_tokens = 0;
-  int64_t cut_sources = 0;  // sources longer than (block_size - 1) / 2 tokens, cut to that
-  int64_t cut_targets = 0;  // translations that reached the block size before [END]
+  int64_t cut_sources = 0;  // sources longer than (window - 1) / 2 tokens, cut to that
+  int64_t cut_targets = 0;  // translations that reached the window before [END]
   double seconds = 0;
 };
 
-// The translations of the lines, in order. model: whole (tp 1, pp 1), built for at least
-// `batch x beam` rows of block_size tokens when options.cache is false.
+// The translations of the lines, in order. model: whole (tp 1, pp 1), built for at least `batch`
+// rows of the window's tokens when options.cache is false.
 std::vector<std::string> translate_lines(GptModel& model, const PairCodec& codec,
                                          const std::vector<std::string>& sources,
                                          const TranslateOptions& options, TranslateStats* stats);

@@ -77,8 +77,11 @@ check_score([perturb(x, 0.0, 4) + " " + sentence(3) for x in refs], refs, "longe
 # No 3- or 4-gram matches: smoothing at orders 3 and 4 (k = 1, 2).
 refs = ["a b c d e f", "g h i j k l"]
 check_score(["a b x c d y", "g h z i j w"], refs, "smoothed")
-# Identical corpora score 100; a disjoint one nearly 0 (sacreBLEU smooths even unigrams).
+# Identical corpora score 100; disjoint ones 0 with every precision 0 (sacreBLEU and NLTK alike).
 check_score(refs, refs, "identical")
+check_score(["x y z w v", "u t s r q"], refs, "disjoint")
+score, bp, counts = mpitron(["x y z w v", "u t s r q"], refs, "disjoint2")
+assert score == 0 and all(m == 0 for m, _ in counts), (score, counts)
 
 # Empty and short hypotheses: matches and totals against NLTK's clipped counts.
 refs = [sentence(r.randint(3, 12)) for _ in range(60)]

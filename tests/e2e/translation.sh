@@ -65,7 +65,7 @@ grep -q " 0 new tokens" translate.log && fail "the trained model translated noth
 # A source longer than half the block is cut, and said so.
 "$PYTHON" -c "print(' '.join(['uno dos tres'] * 40))" >long.txt
 "$MPITRON" translate one --in long.txt --out long_out.txt | tee long.log
-grep -q "note: 1 source line(s) longer than 31 tokens were cut to their first 31" long.log ||
+grep -q "note: 1 source line(s) longer than 15 tokens were cut to their first 15 (half the 32 tokens" long.log ||
   fail "no note on the cut source"
 
 # Bad input: one line, no partial files.
@@ -91,6 +91,11 @@ cp aa-bb/valid.aa cc-dd/valid.cc
 cp aa-bb/valid.bb cc-dd/valid.dd
 expect_error "train.cc has 20 lines but" "$MPITRON" train "${base[@]}" --data cc-dd --out bad
 expect_error "the folder's name must say the direction" "$MPITRON" train "${base[@]}" --data "$WORK" --out bad
+mkdir -p relearned
+"$MPITRON" tokenize --learn 110 --in aa-bb/train.aa --in aa-bb/train.bb --out relearned/sp.model >/dev/null
+expect_error "keeps another SentencePiece model under the name sp.model" \
+  "$MPITRON" train "${base[@]}" --data aa-bb --tokenizer relearned/sp.model --resume auto --out one
+cmp -s one/sp.model aa-bb/sp.model || fail "the run's kept model was overwritten"
 expect_error "was trained on pairs encoded with the SentencePiece model" \
   "$MPITRON" train "${run[@]}" --tokenizer other.model --resume one/ckpt_6.h5 --steps 8 --allow-changes --out one
 echo "PASS"
