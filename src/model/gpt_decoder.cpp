@@ -38,21 +38,29 @@ void GptDecoder::reset() {
 void GptDecoder::reorder(const std::vector<int32_t>& from) {
   MPITRON_REQUIRE(int(from.size()) == B_, "reorder names a source for every row");
   const size_t row = size_t(Tc_) * C_;
-  std::vector<float> k(keys_.size()), v(values_.size());
+  // Into the second pair of buffers (kept between calls: no allocation per step), then swapped;
+  // only each source row's filled positions are copied.
+  if (spare_keys_.size() != keys_.size()) {
+    spare_keys_.resize(keys_.size());
+    spare_values_.resize(values_.size());
+  }
   std::vector<int32_t> pos(pos_.size());
+  for (int r = 0; r < B_; ++r) {
+    const int32_t f = from[size_t(r)];
+    MPITRON_REQUIRE(f >= 0 && f < B_, "reorder source outside the rows");
+    pos[size_t(r)] = pos_[size_t(f)];
+  }
   for (int l = 0; l < L_; ++l)
     for (int r = 0; r < B_; ++r) {
       const int32_t f = from[size_t(r)];
-      MPITRON_REQUIRE(f >= 0 && f < B_, "reorder source outside the rows");
       const size_t src = (size_t(l) * B_ + size_t(f)) * row,
                    dst = (size_t(l) * B_ + size_t(r)) * row;
       const size_t used = size_t(pos_[size_t(f)]) * C_;
-      std::memcpy(k.data() + dst, keys_.data() + src, used * sizeof(float));
-      std::memcpy(v.data() + dst, values_.data() + src, used * sizeof(float));
-      pos[size_t(r)] = pos_[size_t(f)];
+      std::memcpy(spare_keys_.data() + dst, keys_.data() + src, used * sizeof(float));
+      std::memcpy(spare_values_.data() + dst, values_.data() + src, used * sizeof(float));
     }
-  keys_.swap(k);
-  values_.swap(v);
+  keys_.swap(spare_keys_);
+  values_.swap(spare_values_);
   pos_.swap(pos);
 }
 

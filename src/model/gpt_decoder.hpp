@@ -33,8 +33,9 @@ class GptDecoder {
  private:
   const GptModel& m_;
   int B_, Tc_, C_, NH_, V_, L_;
-  std::vector<int32_t> pos_;          // (B) next position of each row
-  std::vector<float> keys_, values_;  // (L,B,Tc,C)
+  std::vector<int32_t> pos_;                      // (B) next position of each row
+  std::vector<float> keys_, values_;              // (L,B,Tc,C)
+  std::vector<float> spare_keys_, spare_values_;  // reorder's target, then swapped in
   std::vector<float> x_, ln_, mean_, rstd_, qkv_, atty_, branch_, res_, fc_, fc_gelu_, last_;
 };
 
