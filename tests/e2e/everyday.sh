@@ -62,8 +62,9 @@ read -r n c <<<"$(echo "$threads_line" | sed -E 's/on ([0-9]+) .*\(([0-9]+) core
 expect_error "unknown key 'model.n_lyer'" "$MPITRON" train "${small[@]}" --set model.n_lyer=2
 expect_error "is not section.key=value" "$MPITRON" train "${small[@]}" --set n_layer
 expect_error "which tp 2 x pp 1 does not divide" mpiexec -n 3 "$MPITRON" train "${small[@]}" --tp 2
-"$MPITRON" train --help-config | grep -q "^  n_layer .* transformer blocks" || fail "--help-config lacks n_layer"
-[[ $("$MPITRON" train --help-config | awk '/^  [a-z_0-9]+ +[^ ]+ +/ {
+"$MPITRON" train --help-config >help_config.txt  # whole: `| grep -q` would close the pipe early
+grep -q "^  n_layer .* transformer blocks" help_config.txt || fail "--help-config lacks n_layer"
+[[ $(awk <help_config.txt '/^  [a-z_0-9]+ +[^ ]+ +/ {
   match($0, /^  [a-z_0-9]+ +[^ ]+ +/); print RLENGTH}' | sort -u | wc -l) == 1 ]] ||
   fail "--help-config's meanings do not start in one column"
 
@@ -114,7 +115,8 @@ grep -q "note: --warmup is now --warmup-steps" warm.err || fail "no note for --w
 [[ $(attr warm/trace.h5 train.warmup_steps) == 1 ]] || fail "--warmup did not set the warm-up"
 "$MPITRON" eval evaluated >folder.txt || fail "eval of a run folder failed"
 cmp folder.txt eval.txt || fail "eval of the run folder differs from eval of its latest checkpoint"
-"$MPITRON" info evaluated | grep -q "ckpt_2.h5" || fail "info of a run folder does not read its latest checkpoint"
+"$MPITRON" info evaluated >info_run.txt
+grep -q "ckpt_2.h5" info_run.txt || fail "info of a run folder does not read its latest checkpoint"
 expect_error "is a folder without checkpoints" "$MPITRON" export --ckpt warm/.. --out nowhere
 # batch takes a config's batch and sequence length, and says what it wrote.
 "$MPITRON" batch --config "$TINY" --data "$data" --steps 2 --out batch.h5 >batch.txt
