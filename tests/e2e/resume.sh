@@ -6,8 +6,8 @@
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
-args=(train --config "$TINY" --data "$data" --steps 60 --batch-size 8 --log-every 20
-  --eval-every 25 --ckpt-every 10 --trace-flush-every 1)
+args=(train --config "$TINY" --data "$data" --steps 40 --batch-size 8 --log-every 20
+  --eval-every 15 --ckpt-every 10 --trace-flush-every 1)
 "$MPITRON" "${args[@]}" --out full
 
 "$MPITRON" "${args[@]}" --out killed &
@@ -15,7 +15,7 @@ pid=$!
 for _ in $(seq 600); do [[ -e killed/ckpt_20.h5 ]] && break; sleep 0.1; done
 kill -9 $pid || true
 wait $pid || true
-[[ -e killed/ckpt_60.h5 ]] && fail "the run finished before it could be killed"
+[[ -e killed/ckpt_40.h5 ]] && fail "the run finished before it could be killed"
 "$MPITRON" "${args[@]}" --out killed --resume auto
 "$MPITRON" compare full/trace.h5 killed/trace.h5 --rtol 0 || fail "resumed run differs"
 cmp <(trace_column full/trace.h5 step) <(trace_column killed/trace.h5 step) ||
@@ -31,7 +31,7 @@ rc=0
 wait $pid || rc=$?
 [[ $rc == 3 ]] || fail "SIGUSR1 should stop with exit code 3, got $rc"
 last=$(find signalled -name 'ckpt_*.h5' | sed 's/.*ckpt_\([0-9]*\)\.h5/\1/' | sort -n | tail -n 1)
-[[ $last -lt 60 ]] || fail "the signalled run was not stopped early"
+[[ $last -lt 40 ]] || fail "the signalled run was not stopped early"
 "$MPITRON" "${args[@]}" --out signalled --resume auto
 "$MPITRON" compare full/trace.h5 signalled/trace.h5 --rtol 0 || fail "run resumed after SIGUSR1 differs"
 cmp <(trace_column full/trace.h5 step) <(trace_column signalled/trace.h5 step) ||
