@@ -51,7 +51,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OMPI_MCA_mpi_yield_when_idle := 1
 
-.PHONY: help deps build data main mt-data translate test check sanitize-build sanitize fuzz clean
+.PHONY: help deps build data main mt-data translate qa-data qa test check sanitize-build sanitize fuzz clean
 
 # When this make started: `make test` reports its whole time (set-up and builds included).
 MAKE_START := $(shell date +%s)
@@ -59,6 +59,7 @@ MAKE_START := $(shell date +%s)
 help:
 	@echo "make main   install dependencies, build, fetch the Bible, train $(CONFIG) on $(RANKS) local ranks"
 	@echo "make translate  Spanish -> English on the Bible: data, subwords, training, test BLEU"
+	@echo "make qa     knowledge QA on the Bible: span-corruption pretraining, fine-tuning, exact match"
 	@echo "make test   install dependencies, build, run every CTest test (the sanitizer build beside"
 	@echo "            it at nice 19), then sanitize and fuzz;"
 	@echo "            prints the ten slowest tests and each stage's time at the end"
@@ -128,6 +129,20 @@ translate: mt-data
 	$(BUILD)/mpitron bleu $(MT_RUN)/test.hyp.en data/es-en/test.en
 	$$(tests/find_python.sh h5py matplotlib) validate/plot_loss.py -o $(MT_RUN)/curves.png \
 	  $(MT_RUN)/trace.h5
+
+# Knowledge QA (README, "Knowledge QA"): father-of questions from the Bible's genealogies, span-
+# corruption pretraining on the verses that hold them, fine-tuning on the training people's
+# questions from that checkpoint, and exact match on the unseen people's.
+QA_RUN ?= runs/qa
+qa-data: data
+	[ -s data/kjv-qa/train.qa ] || ./io/get_kjv_qa.py data/kjv.txt data/kjv-qa
+
+qa: build qa-data
+	$(BUILD)/mpitron train --config configs/qa-pretrain.toml --data data/kjv-qa/genealogies.txt \
+	  --out $(QA_RUN)/pretrain --resume auto
+	$(BUILD)/mpitron train --config configs/qa-finetune.toml --data data/kjv-qa \
+	  --init-from $(QA_RUN)/pretrain --out $(QA_RUN)/finetune --resume auto
+	$(BUILD)/mpitron eval --ckpt $(QA_RUN)/finetune
 
 # Each stage's time goes to $(BUILD)/make-test-times.txt; at the end (pass or fail) the ten slowest
 # CTest tests (from ctest's JUnit file, tests/slowest.sh) and every stage's time. The sanitizer

@@ -23,25 +23,54 @@ uint64_t fnv1a_extend(uint64_t h, std::string_view s) {
   return h;
 }
 
+// The lines of a split: two aligned files (name.<source>, name.<target>), or one question-answer
+// file (name.qa: "question⁇answer" lines). Paths name the lines in errors.
+struct SplitLines {
+  std::vector<std::string> src, tgt;
+  std::string src_path, tgt_path;
+};
+
+SplitLines read_split(const std::string& dir, const std::string& name, const std::string& source,
+                      const std::string& target, bool qa) {
+  SplitLines l;
+  if (!qa) {
+    l.src_path = fmt::format("{}/{}.{}", dir, name, source);
+    l.tgt_path = fmt::format("{}/{}.{}", dir, name, target);
+    l.src = read_lines(l.src_path, "source");
+    l.tgt = read_lines(l.tgt_path, "target");
+    if (l.src.size() != l.tgt.size())
+      throw UsageError(
+          fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
+                      "sentence (io/get_parallel_bible.sh writes aligned files)",
+                      l.src_path, l.src.size(), l.tgt_path, l.tgt.size()));
+    return l;
+  }
+  l.src_path = l.tgt_path = fmt::format("{}/{}.qa", dir, name);
+  const std::vector<std::string> lines = read_lines(l.src_path, "question-answer");
+  for (size_t k = 0; k < lines.size(); ++k) {
+    const size_t at = lines[k].find(kQaMark);
+    if (at == std::string::npos || lines[k].find(kQaMark, at + 1) != std::string::npos)
+      throw UsageError(fmt::format(
+          "{}:{}: a question-answer line is question{}answer, with one {} (U+2047)", l.src_path,
+          k + 1, kQaMark, kQaMark));
+    l.src.push_back(lines[k].substr(0, at));
+    l.tgt.push_back(lines[k].substr(at + std::string_view(kQaMark).size()));
+  }
+  return l;
+}
+
 PairSplit load_split(const std::string& dir, const std::string& name, const std::string& source,
-                     const std::string& target, const SentencePieceTokenizer* spm,
-                     uint64_t& checksum, std::vector<std::string>* references = nullptr) {
-  const std::string src_path = fmt::format("{}/{}.{}", dir, name, source);
-  const std::string tgt_path = fmt::format("{}/{}.{}", dir, name, target);
-  const std::vector<std::string> src = read_lines(src_path, "source");
-  const std::vector<std::string> tgt = read_lines(tgt_path, "target");
-  if (src.size() != tgt.size())
-    throw UsageError(
-        fmt::format("{} has {} lines but {} has {}: line k of each must be the same "
-                    "sentence (io/get_parallel_bible.sh writes aligned files)",
-                    src_path, src.size(), tgt_path, tgt.size()));
-  if (src.empty()) throw UsageError(fmt::format("{} has no lines", src_path));
+                     const std::string& target, bool qa, const SentencePieceTokenizer* spm,
+                     uint64_t& checksum, std::vector<std::string>* sources = nullptr,
+                     std::vector<std::string>* references = nullptr) {
+  const SplitLines l = read_split(dir, name, source, target, qa);
+  if (l.src.empty()) throw UsageError(fmt::format("{} has no lines", l.src_path));
   PairSplit s;
   s.begin.push_back(0);
   auto add = [&](const std::string& line, const std::string& path, size_t k) {
     if (line.find_first_not_of(" \t") == std::string::npos)
-      throw UsageError(fmt::format("{}:{}: an empty line (every pair needs a source and a target)",
-                                   path, k + 1));
+      throw UsageError(fmt::format("{}:{}: an empty {} (every pair needs a source and a target)",
+                                   path, k + 1, qa ? "question or answer" : "line"));
     if (first_invalid_utf8(line) != line.size())
       throw UsageError(fmt::format("{}:{}: not valid UTF-8", path, k + 1));
     checksum = fnv1a_extend(fnv1a_extend(checksum, line), "\n");
@@ -53,11 +82,12 @@ PairSplit load_split(const std::string& dir, const std::string& name, const std:
     }
     s.begin.push_back(int64_t(s.ids.size()));
   };
-  for (size_t k = 0; k < src.size(); ++k) {
-    add(src[k], src_path, k);
-    add(tgt[k], tgt_path, k);
+  for (size_t k = 0; k < l.src.size(); ++k) {
+    add(l.src[k], l.src_path, k);
+    add(l.tgt[k], l.tgt_path, k);
   }
-  if (references) *references = tgt;
+  if (sources) *sources = l.src;
+  if (references) *references = l.tgt;
   return s;
 }
 
@@ -77,20 +107,27 @@ PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokeniz
         fmt::format("pair data {} is not a folder (io/get_parallel_bible.sh DIR "
                     "writes one)",
                     dir));
+  PairDataset d;
+  d.path = fs::absolute(dir).lexically_normal().string();
+  d.qa = fs::exists(fs::path(dir) / "train.qa");
   const std::string name = fs::path(dir).lexically_normal().filename().string().empty()
                                ? fs::path(dir).lexically_normal().parent_path().filename().string()
                                : fs::path(dir).lexically_normal().filename().string();
   const size_t dash = name.find('-');
-  if (dash == std::string::npos || dash == 0 || dash + 1 == name.size() ||
-      name.find('-', dash + 1) != std::string::npos)
+  if (d.qa) {
+    d.source = "question";
+    d.target = "answer";
+  } else if (dash == std::string::npos || dash == 0 || dash + 1 == name.size() ||
+             name.find('-', dash + 1) != std::string::npos) {
     throw UsageError(
         fmt::format("pair data {}: the folder's name must say the direction as "
-                    "<source>-<target> (data/es-en: train.es -> train.en)",
+                    "<source>-<target> (data/es-en: train.es -> train.en), or the folder must "
+                    "hold train.qa and valid.qa (question-answer lines)",
                     dir));
-  PairDataset d;
-  d.path = fs::absolute(dir).lexically_normal().string();
-  d.source = name.substr(0, dash);
-  d.target = name.substr(dash + 1);
+  } else {
+    d.source = name.substr(0, dash);
+    d.target = name.substr(dash + 1);
+  }
   uint64_t checksum = 14695981039346656037ull;
   if (spm) {
     d.tokenizer = spm->path();
@@ -104,8 +141,10 @@ PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokeniz
                       spm->path()));
     checksum = fnv1a_extend(checksum, fmt::format("spm {}", spm->checksum()));
   }
-  d.train = load_split(dir, "train", d.source, d.target, spm, checksum);
-  d.val = load_split(dir, "valid", d.source, d.target, spm, checksum, &d.val_references);
+  d.train = load_split(dir, "train", d.source, d.target, d.qa, spm, checksum);
+  d.val = load_split(dir, "valid", d.source, d.target, d.qa, spm, checksum, &d.val_sources,
+                     &d.val_references);
+  if (d.qa) d.train_answers = read_split(dir, "train", d.source, d.target, true).tgt;
   d.checksum = checksum;
   return d;
 }

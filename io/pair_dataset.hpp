@@ -1,6 +1,7 @@
 // Sentence pairs for a decoder trained on source -> target (translation): a folder named
 // "<s>-<t>" (data/es-en) holding train.<s>, train.<t>, valid.<s>, valid.<t>, one sentence a line,
-// line k of the two files of a split one pair. A sample is
+// line k of the two files of a split one pair. Or questions and answers: a folder holding
+// train.qa and valid.qa, one "question⁇answer" line a pair (io/get_kjv_qa.py). A sample is
 //   source [SEP] target [END] [PAD]...
 // and only the target and [END] are loss terms (its loss span). Tokens are bytes (SEP 256,
 // END 257, PAD 258) or the ids of a SentencePiece model (its bos, eos and pad). Sample i of batch
@@ -17,6 +18,9 @@ namespace mpitron::io {
 
 class SentencePieceTokenizer;
 
+// Between question and answer on a line of a .qa file: U+2047, DOUBLE QUESTION MARK.
+inline constexpr const char* kQaMark = "\u2047";
+
 struct PairTokens {
   int32_t sep = 256, end = 257, pad = 258;
 };
@@ -29,20 +33,24 @@ struct PairSplit {
 
 struct PairDataset {
   std::string path;                 // the folder
-  std::string source, target;       // the files' suffixes (languages)
+  std::string source, target;       // the files' suffixes (languages); question, answer
+  bool qa = false;                  // train.qa and valid.qa
   std::string tokenizer;            // the SentencePiece model; "" for bytes
   uint64_t tokenizer_checksum = 0;  // its file's FNV-1a (0 for bytes)
   PairTokens tokens;
   int64_t vocab_size = 259;  // every id is below it
   PairSplit train, val;
+  std::vector<std::string> val_sources;     // the validation sources' text, for BLEU and EM
   std::vector<std::string> val_references;  // the validation targets' text, for BLEU
+  std::vector<std::string> train_answers;   // qa: the training answers' text (the majority)
   uint64_t checksum = 0;                    // FNV-1a over the four files
 
   const PairSplit& split(Split s) const { return s == Split::train ? train : val; }
 };
 
-// UsageError for: a folder not named "<s>-<t>" or missing one of the four files, files of a split
-// with different line counts, an empty line (naming file and line), invalid UTF-8.
+// UsageError for: a folder not named "<s>-<t>" (without train.qa) or missing one of the files,
+// files of a split with different line counts, an empty line (naming file and line), invalid
+// UTF-8, a .qa line without exactly one ⁇.
 // spm: encode with it (else bytes).
 PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokenizer* spm = nullptr);
 

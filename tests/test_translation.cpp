@@ -169,6 +169,50 @@ TEST(PairRows, BadFoldersGetClearErrors) {
             std::string::npos);
 }
 
+// A question-answer folder: train.qa and valid.qa lines "question⁇answer" are pairs whose loss
+// span covers the answer and [END] alone.
+TEST(QuestionAnswerPairs, LoadAsPairsWithTheLossOnTheAnswerOnly) {
+  const fs::path dir = pair_folder("kjv-qa");
+  write(dir / "train.qa",
+        "Who was the father of Cainan?\u2047Enos\nWho was the father of Enos?\u2047Seth\n");
+  write(dir / "valid.qa", "Who was the father of Seth?\u2047Adam\n");
+  const PairDataset d = load_pair_dataset(dir.string());
+  EXPECT_TRUE(d.qa);
+  EXPECT_EQ(d.source, "question");
+  EXPECT_EQ(d.train.pairs(), 2);
+  EXPECT_EQ(d.val_sources, std::vector<std::string>{"Who was the father of Seth?"});
+  EXPECT_EQ(d.val_references, std::vector<std::string>{"Adam"});
+  EXPECT_EQ(d.train_answers, (std::vector<std::string>{"Enos", "Seth"}));
+  const int T = 40;
+  std::vector<int32_t> row(T + 1), span(2);
+  const auto& v = d.val;
+  pair_row(v.ids.data(), v.begin[1], v.ids.data() + v.begin[1], v.begin[2] - v.begin[1], kTok, T,
+           row.data(), span.data());
+  const std::string q = "Who was the father of Seth?";
+  EXPECT_EQ(span[0], int(q.size()));  // [SEP]'s position predicts the answer's first byte
+  std::string predicted;
+  for (int t = span[0]; t < span[1]; ++t)
+    predicted += row[size_t(t) + 1] == kTok.end ? '$' : char(row[size_t(t) + 1]);
+  EXPECT_EQ(predicted, "Adam$");  // the answer and [END], nothing of the question
+  for (const char* bad : {"Who was the father of Seth? Adam\n",
+                          "Who?\u2047Adam\u2047Seth\n", "Who was the father of Seth?\u2047\n"}) {
+    write(dir / "valid.qa", bad);
+    const std::string e = error_of([&] { load_pair_dataset(dir.string()); });
+    EXPECT_NE(e.find("valid.qa:1:"), std::string::npos) << bad << " -> " << e;
+  }
+}
+
+TEST(QuestionAnswerPairs, ExactMatchAndTheMostCommonAnswer) {
+  const ExactMatch m = exact_match({"Enos", " Seth ", "Adam", ""}, {"Enos", "Seth", "Noah", "Adam"},
+                                   {"Adam", "Noah", "Adam", "Seth"});
+  EXPECT_EQ(m.correct, 2);
+  EXPECT_EQ(m.total, 4);
+  EXPECT_EQ(m.majority, "Adam");
+  EXPECT_EQ(m.majority_correct, 1);
+  EXPECT_DOUBLE_EQ(m.rate(), 0.5);
+  EXPECT_DOUBLE_EQ(m.majority_rate(), 0.25);
+}
+
 namespace {
 
 std::unique_ptr<Model> tiny_gpt(int rows, int T, DeviceAllocator& alloc) {

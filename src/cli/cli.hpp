@@ -13,6 +13,7 @@
 #include "src/pipeline/schedule.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
+#include "src/train/translation.hpp"
 
 namespace mpitron::cli {
 
@@ -97,6 +98,11 @@ std::string checkpoint_of(const std::string& path);
 // A file a checkpoint recorded by path (a run's SentencePiece model): that path, or where the run
 // folder keeps it beside the checkpoint when the folder has moved.
 std::string kept_beside(const std::string& ckpt, const std::string& recorded);
+// The text <-> ids of a translation (or question-answering) checkpoint: its bytes, or its kept
+// SentencePiece model (--tokenizer overrides it, and must be the same model); UsageError for a
+// checkpoint not trained on pairs (translate.cpp).
+PairCodec checkpoint_pair_codec(const std::string& ckpt, const CheckpointRecord& rec,
+                                const std::string& tokenizer);
 // A model's vocabulary must hold every id of the data's (or tokenizer's) vocabulary.
 void check_vocab(const std::string& what, int64_t data_vocab, const std::string& model,
                  int64_t model_vocab);

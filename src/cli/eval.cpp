@@ -16,6 +16,7 @@
 #include "src/train/batch_source.hpp"
 #include "src/train/eval_data.hpp"
 #include "src/train/grad_sync.hpp"
+#include "src/train/translation.hpp"
 
 namespace mpitron::cli {
 
@@ -110,6 +111,27 @@ int eval_token_batch(const std::string& ckpt, const std::string& tokens_path,
   return 0;
 }
 
+// Question answering: every validation question answered greedily (KV cache), scored by exact
+// match beside always giving the most common training answer.
+void print_exact_match(const std::string& ckpt, const CheckpointRecord& rec,
+                       const std::string& tokenizer, const BatchSource& data) {
+  const PairCodec codec = checkpoint_pair_codec(ckpt, rec, tokenizer);
+  TranslateOptions o;
+  o.window = rec.seq_len > 0 ? int(rec.seq_len) : int(rec.model.get("block_size"));
+  DeviceAllocator alloc{"cpu"};
+  std::unique_ptr<Model> model = load_for_inference(ckpt, rec, 1, 0, alloc);
+  auto* gpt = dynamic_cast<GptModel*>(model.get());
+  MPITRON_REQUIRE(gpt != nullptr, "a question-answering checkpoint builds a GPT");
+  TranslateStats st;
+  const std::vector<std::string> answers =
+      translate_lines(*gpt, codec, data.pairs.val_sources, o, &st);
+  const ExactMatch m = exact_match(answers, data.pairs.val_references, data.pairs.train_answers);
+  fmt::print("exact_match {:.4f} ({} of {} validation questions, greedy)\n", m.rate(), m.correct,
+             m.total);
+  fmt::print("always answering \"{}\" (the most common training answer) would score {:.4f}\n",
+             m.majority, m.majority_rate());
+}
+
 }  // namespace
 
 // Validation loss (and accuracy and confusion matrix for classifiers) of a checkpoint on data.
@@ -157,7 +179,11 @@ int cmd_eval(const EvalArgs& a) {
       if (const auto* dir = std::get_if<std::string>(&t->second))
         verse_tokenizer = kind == DataKind::pairs ? kept_beside(ckpt, *dir) : *dir;
   }
-  BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer);
+  std::string objective = "next_token";
+  if (auto o = rec.settings.find("train.objective"); o != rec.settings.end())
+    if (const auto* v = std::get_if<std::string>(&o->second)) objective = *v;
+  BatchSource data =
+      BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer, objective);
   const int K = int(family.classes(rec.model));
   if (text && !data.text.is_tokens()) {
     // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.
@@ -182,7 +208,10 @@ int cmd_eval(const EvalArgs& a) {
                sum / double(totals.loss_terms), batches, batch_size, T, data_path, seed,
                kind == DataKind::pairs
                    ? fmt::format(", over their {} target tokens", totals.loss_terms)
+               : data.span_corruption
+                   ? fmt::format(", span corruption over {} tokens", totals.loss_terms)
                    : "");
+    if (kind == DataKind::pairs && data.pairs.qa) print_exact_match(ckpt, rec, a.tokenizer, data);
     return 0;
   }
   const std::string drawn =

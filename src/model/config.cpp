@@ -182,7 +182,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"micro_batches", setter(t.micro_batches)},
               {"augment", setter(t.augment)},
               {"bleu_every", setter(t.bleu_every)},
-              {"bleu_lines", setter(t.bleu_lines)}},
+              {"bleu_lines", setter(t.bleu_lines)},
+              {"objective", setter(t.objective)}},
              source);
   t.seed = uint64_t(seed);
   return cfg;
@@ -224,6 +225,8 @@ std::string config_keys_help() {
        "translation: validation BLEU every N steps and at the end (0: never)"},
       {"bleu_lines", fmt::format("{}", d.bleu_lines),
        "translation: validation pairs BLEU translates (0: all)"},
+      {"objective", "\"" + d.objective + "\"",
+       "gpt on text: \"next_token\" or \"span_corruption\" (prefix [MASK] suffix [MASK] span)"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "
@@ -283,6 +286,9 @@ void validate_config(const RunConfig& cfg) {
   if (t.bleu_every < 0 || t.bleu_lines < 0)
     throw UsageError(fmt::format("bleu_every and bleu_lines must not be negative (got {}, {})",
                                  t.bleu_every, t.bleu_lines));
+  if (t.objective != "next_token" && t.objective != "span_corruption")
+    throw UsageError(fmt::format(
+        "train.objective is \"next_token\" or \"span_corruption\", not \"{}\"", t.objective));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

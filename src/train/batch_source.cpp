@@ -8,20 +8,38 @@
 
 #include "base/check.hpp"
 #include "io/sentencepiece_tokenizer.hpp"
+#include "io/span_corruption.hpp"
 #include "io/wordpiece_tokenizer.hpp"
 
 namespace mpitron {
 
 BatchSource BatchSource::load(const ModelConfig& model, const std::string& path, int seq_len,
                               int64_t capacity, DeviceAllocator& alloc,
-                              const std::string& tokenizer) {
+                              const std::string& tokenizer, const std::string& objective) {
   BatchSource s;
   s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
+  if (objective != "next_token" && objective != "span_corruption")
+    throw UsageError(fmt::format(
+        "train.objective is \"next_token\" or \"span_corruption\", not \"{}\"", objective));
+  if (objective == "span_corruption" && (model.type != "gpt" || s.kind != DataKind::text))
+    throw UsageError(
+        "train.objective = \"span_corruption\" is for the gpt family on text (model.task = 0)");
   if (s.kind == DataKind::text) {
     s.seq_len = seq_len;
     s.text = io::load_text_dataset(path, seq_len);
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
+    s.span_corruption = objective == "span_corruption";
+    if (s.span_corruption) {
+      const int64_t need = s.text.vocab_size + 3;
+      if (model.get("vocab_size") < need)
+        throw UsageError(fmt::format(
+            "span corruption adds [MASK], [END] and [PAD] to the data's {} tokens: set "
+            "model.vocab_size={} (or more)",
+            s.text.vocab_size, need));
+      io::check_span_fits(s.text, seq_len);
+      s.spans = Buffer<int32_t>(alloc, size_t(capacity) * 2);
+    }
   } else if (s.kind == DataKind::verses) {
     s.seq_len = seq_len;
     if (tokenizer.empty()) {
@@ -69,7 +87,10 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
 
 void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row,
                        int64_t rows) {
-  if (kind == DataKind::text)
+  if (kind == DataKind::text && span_corruption)
+    io::fill_span_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data(),
+                        spans.data());
+  else if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
   else if (kind == DataKind::pairs)
     io::fill_pair_batch(pairs, split, seed, index, first_row, rows, seq_len, tokens.data(),
@@ -91,7 +112,7 @@ SampleView BatchSource::view(int64_t local_row, int rows) const {
   if (kind == DataKind::images)
     v.features = features.data() + local_row * images.pixels_per_image();
   if (is_labelled_data(kind)) v.labels = labels.data() + local_row;
-  if (kind == DataKind::pairs) v.loss_spans = spans.data() + local_row * 2;
+  if (kind == DataKind::pairs || span_corruption) v.loss_spans = spans.data() + local_row * 2;
   return v;
 }
 
@@ -99,6 +120,8 @@ int64_t BatchSource::loss_terms(io::Split split, uint64_t seed, int64_t index, i
                                 int64_t per_sample) const {
   if (kind == DataKind::pairs)
     return io::pair_batch_loss_terms(pairs, split, seed, index, rows_global, seq_len);
+  if (span_corruption)
+    return io::span_batch_loss_terms(text, split, seed, index, rows_global, seq_len);
   return rows_global * per_sample;
 }
 
@@ -136,11 +159,12 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
+  const char* objective = span_corruption ? ", span corruption" : "";
   if (kind == DataKind::text && text.is_tokens())
-    return fmt::format("data {} ({} tokens, vocabulary {})", text.path, text.size(),
-                       text.vocab_size);
+    return fmt::format("data {} ({} tokens, vocabulary {}{})", text.path, text.size(),
+                       text.vocab_size, objective);
   if (kind == DataKind::text)
-    return fmt::format("data {} ({} bytes)", text.path, text.bytes.size());
+    return fmt::format("data {} ({} bytes{})", text.path, text.bytes.size(), objective);
   if (kind == DataKind::verses)
     return fmt::format("data {} ({} training and {} validation verses, task {}, {})", verses.path,
                        verses.train.size(), verses.val.size(),

@@ -30,19 +30,23 @@ struct BatchSource {
       tokens;  // text: (capacity, seq_len + 1); verses: (capacity, seq_len + 1) ids, label
   Buffer<float> features;  // images: (capacity, pixels)
   Buffer<int32_t> labels;  // images and verses: (capacity)
-  Buffer<int32_t> spans;   // pairs: (capacity, 2) loss spans
+  Buffer<int32_t> spans;   // pairs and span corruption: (capacity, 2) loss spans
+  bool span_corruption = false;  // text: io/span_corruption.hpp's samples instead of windows
   bool augment = false;    // images: crop and flip training batches (io::augment_images)
 
   // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
   // verses, a BERT WordPiece vocabulary to encode them with ("": bytes), whose special ids must be
-  // the model's; pairs, a SentencePiece model ("": bytes).
+  // the model's; pairs, a SentencePiece model ("": bytes). objective: train.objective
+  // ("next_token"; "span_corruption": gpt on text, vocab_size the data's + 3 special tokens).
   static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
                           int64_t capacity, DeviceAllocator& alloc,
-                          const std::string& tokenizer = "");
+                          const std::string& tokenizer = "",
+                          const std::string& objective = "next_token");
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows).
   void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows);
   // The loss terms of the whole batch `index` of a split (rows_global rows): per_sample each, or
-  // (pairs) the sum of the rows' spans, which every rank computes alike without a message.
+  // (pairs, span corruption) the sum of the rows' spans, which every rank computes alike without
+  // a message.
   int64_t loss_terms(io::Split split, uint64_t seed, int64_t index, int64_t rows_global,
                      int64_t per_sample) const;
   // Buffer rows [local_row, local_row + rows).

@@ -48,7 +48,7 @@ EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const Ev
     MicroBatch mb;
     mb.samples = data.view(0, rows);
     t.loss_sum += model.forward(mb);
-    if (kind == DataKind::pairs) {
+    if (mb.samples.loss_spans) {  // pairs, span corruption
       for (int r = 0; r < rows; ++r)
         t.loss_terms += mb.samples.loss_spans[2 * r + 1] - mb.samples.loss_spans[2 * r];
     } else {

@@ -33,7 +33,8 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.batch_size", int64_t(t.batch_size)},
           {"train.seq_len", int64_t(t.seq_len)},
           {"train.dropout", t.dropout},
-          {"train.augment", int64_t(t.augment)}};
+          {"train.augment", int64_t(t.augment)},
+          {"train.objective", t.objective}};
 }
 
 std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now) {

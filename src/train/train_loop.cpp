@@ -127,6 +127,7 @@ io::Attributes Trainer::run_attributes() const {
   a["train.dropout"] = tc.dropout;
   a["train.micro_batches"] = int64_t(tc.micro_batches);
   a["train.augment"] = int64_t(tc.augment);
+  a["train.objective"] = tc.objective;
   a["layout.world"] = int64_t(grid.shape.world);
   a["layout.dp"] = int64_t(L.dp);
   a["layout.tp"] = int64_t(L.tp);

@@ -103,7 +103,7 @@ void Trainer::setup() {
   micro_rows =
       int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
   data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
-                           opts.tokenizer);
+                           opts.tokenizer, tc.objective);
   data.augment = tc.augment != 0;
   if (tc.bleu_every > 0 && data.kind != DataKind::pairs)
     throw UsageError("train.bleu_every is for translation pairs (gpt with model.task=1)");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -309,6 +310,29 @@ std::vector<std::string> translate_lines(GptModel& model, const PairCodec& codec
   text.reserve(got.size());
   for (const auto& g : got) text.push_back(codec.decode(g));
   return text;
+}
+
+ExactMatch exact_match(const std::vector<std::string>& predictions,
+                       const std::vector<std::string>& answers,
+                       const std::vector<std::string>& train_answers) {
+  MPITRON_REQUIRE(predictions.size() == answers.size(), "one prediction per answer");
+  auto trim = [](const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  ExactMatch m;
+  std::map<std::string, int64_t> counts;
+  for (const std::string& a : train_answers) ++counts[trim(a)];
+  int64_t most = 0;
+  for (const auto& [answer, n] : counts)
+    if (n > most) most = n, m.majority = answer;
+  for (size_t k = 0; k < answers.size(); ++k) {
+    const std::string want = trim(answers[k]);
+    m.correct += trim(predictions[k]) == want;
+    m.majority_correct += !m.majority.empty() && m.majority == want;
+  }
+  m.total = int64_t(answers.size());
+  return m;
 }
 
 }  // namespace mpitron

@@ -56,4 +56,18 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
                                                 const TranslateOptions& options,
                                                 TranslateStats* stats);
 
+// Question answering scored by exact match: a prediction counts when it equals its answer (both
+// without surrounding spaces). The baseline always answers the most common training answer
+// (ties: the first in sorted order).
+struct ExactMatch {
+  int64_t correct = 0, total = 0;
+  std::string majority;          // the most common training answer
+  int64_t majority_correct = 0;  // how many answers it matches
+  double rate() const { return total > 0 ? double(correct) / double(total) : 0.0; }
+  double majority_rate() const { return total > 0 ? double(majority_correct) / double(total) : 0.0; }
+};
+ExactMatch exact_match(const std::vector<std::string>& predictions,
+                       const std::vector<std::string>& answers,
+                       const std::vector<std::string>& train_answers);
+
 }  // namespace mpitron

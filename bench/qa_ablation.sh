@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# What pretraining gives question answering: the same fine-tuning (configs/qa-finetune.toml on
+# data/kjv-qa, the loss on the answer) from no pretraining, from plain next-token pretraining and
+# from span-corruption pretraining (configs/qa-pretrain.toml on data/kjv-qa/genealogies.txt), and
+# from span corruption stopped halfway: the component chosen, to see how much of the pretraining
+# budget the knowledge needs (a user with half the time: the halfway checkpoint of the same
+# schedule, so it costs no extra run). Each over three seeds; prints the dev exact match per run,
+# a table of means beside the most-common-answer baseline, and draws OUT/qa_ablation.png.
+# Runs -j at a time with -t threads each (2 x 1 on a 2-core machine).
+# Usage: bench/qa_ablation.sh [-b BUILD] [-p PRETRAIN_STEPS] [-f FINETUNE_STEPS] [-s "SEEDS"]
+#                             [-j JOBS] [-t THREADS] [-o OUT]
+set -euo pipefail
+build=build pre_steps="" ft_steps="" seeds="1 2 3" jobs=2 threads=1 out=runs/qa_ablation
+while getopts "b:p:f:s:j:t:o:" opt; do
+  case $opt in
+    b) build=$OPTARG ;;
+    p) pre_steps=$OPTARG ;;
+    f) ft_steps=$OPTARG ;;
+    s) seeds=$OPTARG ;;
+    j) jobs=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) exit 1 ;;
+  esac
+done
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mpitron=$(realpath "$build")/mpitron
+python=$("$repo/tests/find_python.sh" matplotlib numpy) || {
+  echo "error: no python with matplotlib and numpy" >&2
+  exit 1
+}
+"$repo/io/get_bible.sh" "$repo/data/kjv.txt" >/dev/null
+qa=$repo/data/kjv-qa
+[[ -s $qa/train.qa ]] || "$python" "$repo/io/get_kjv_qa.py" "$repo/data/kjv.txt" "$qa"
+steps_of() { sed -n 's/^steps *= *\([0-9]*\).*/\1/p' "$1"; }
+pre_steps=${pre_steps:-$(steps_of "$repo/configs/qa-pretrain.toml")}
+ft_steps=${ft_steps:-$(steps_of "$repo/configs/qa-finetune.toml")}
+half=$((pre_steps / 2))
+mkdir -p "$out"
+export OMP_NUM_THREADS=$threads
+wait_slot() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done; }
+started=$(date +%s)
+
+for seed in $seeds; do
+  for objective in next_token span_corruption; do
+    run=$out/pre_${objective}_$seed
+    [[ -e $run/ckpt_$pre_steps.h5 ]] && continue
+    wait_slot
+    echo "[$(date +%T)] pretraining: $objective, seed $seed, $pre_steps steps"
+    "$mpitron" train --config "$repo/configs/qa-pretrain.toml" --data "$qa/genealogies.txt" \
+      --set train.objective="$objective" --seed "$seed" --steps "$pre_steps" \
+      --ckpt-every "$half" --log-every 200 --threads "$threads" --out "$run" \
+      >"$run.log" 2>&1 &
+  done
+done
+wait
+for seed in $seeds; do
+  for objective in next_token span_corruption; do
+    [[ -e $out/pre_${objective}_$seed/ckpt_$pre_steps.h5 ]] ||
+      { echo "error: pretraining $objective seed $seed failed: $(tail -3 "$out/pre_${objective}_$seed.log")" >&2; exit 1; }
+  done
+done
+
+conditions=(none next_token span_half span_corruption)
+init_of() { # condition seed
+  case $1 in
+    none) ;;
+    next_token) echo "$out/pre_next_token_$2/ckpt_$pre_steps.h5" ;;
+    span_half) echo "$out/pre_span_corruption_$2/ckpt_$half.h5" ;;
+    span_corruption) echo "$out/pre_span_corruption_$2/ckpt_$pre_steps.h5" ;;
+  esac
+}
+for seed in $seeds; do
+  for c in "${conditions[@]}"; do
+    run=$out/ft_${c}_$seed
+    [[ -s $run/eval.txt ]] && continue
+    wait_slot
+    init=$(init_of "$c" "$seed")
+    echo "[$(date +%T)] fine-tuning: from $c, seed $seed, $ft_steps steps"
+    (
+      rm -rf "$run"
+      "$mpitron" train --config "$repo/configs/qa-finetune.toml" --data "$qa" --seed "$seed" \
+        --steps "$ft_steps" --log-every 100 --threads "$threads" --out "$run" \
+        ${init:+--init-from "$init"} >"$run.log" 2>&1
+      "$mpitron" eval --ckpt "$run" >"$run/eval.tmp" && mv "$run/eval.tmp" "$run/eval.txt"
+    ) &
+  done
+done
+wait
+echo "all runs: $(($(date +%s) - started)) s"
+
+"$python" - "$out" "$seeds" "${conditions[@]}" <<'PY'
+import re, sys
+import numpy as np
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+out, seeds, conds = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+names = {"none": "no pretraining", "next_token": "next-token pretraining",
+         "span_half": "span corruption, halfway", "span_corruption": "span-corruption pretraining"}
+em, base = {}, None
+for c in conds:
+    em[c] = []
+    for s in seeds:
+        text = open(f"{out}/ft_{c}_{s}/eval.txt").read()
+        em[c].append(float(re.search(r"^exact_match ([0-9.]+)", text, re.M).group(1)))
+        base = float(re.search(r"would score ([0-9.]+)", text).group(1))
+print(f"\ndev exact match, seeds {' '.join(seeds)} (most common answer alone: {100 * base:.1f}%)")
+print(f"{'fine-tuned from':<30} {'mean':>7} {'min':>7} {'max':>7}   per seed")
+for c in conds:
+    v = np.array(em[c]) * 100
+    print(f"{names[c]:<30} {v.mean():6.1f}% {v.min():6.1f}% {v.max():6.1f}%   "
+          + " ".join(f"{x:.1f}" for x in v))
+fig, ax = plt.subplots(figsize=(7.5, 4))
+for k, c in enumerate(conds):
+    v = np.array(em[c]) * 100
+    ax.bar(k, v.mean(), color="C%d" % k, alpha=0.6)
+    ax.scatter([k] * len(v), v, color="black", zorder=3, s=14)
+ax.axhline(100 * base, color="gray", ls="--", lw=1, label="most common answer")
+ax.set_xticks(range(len(conds)), [names[c].replace(", ", ",\n").replace(" pretraining", "\npretraining") for c in conds])
+ax.set_ylabel("dev exact match (%)")
+ax.set_title(f"Father-of questions on unseen people ({len(seeds)} seeds; dots: runs)")
+ax.legend(loc="upper left")
+fig.tight_layout()
+fig.savefig(f"{out}/qa_ablation.png", dpi=120)
+print(f"wrote {out}/qa_ablation.png")
+PY

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Knowledge QA end to end: io/get_kjv_qa.py's rules on a fixed stretch of text (every rule, an
+# ambiguous son dropped, a mother skipped, the split by son); span-corruption pretraining and
+# answer-only fine-tuning --init-from it, each at dp 2 equal to one rank within 1e-5 (dropout
+# on), pp 2 too for the pretraining; `eval` printing exact match beside the most common answer;
+# and bad input refused with one clear line.
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "$0")/common.sh"
+cat >verses.txt <<'TEXT'
+And Seth lived an hundred and five years, and begat Enos:
+And Enos lived ninety years, and begat Cainan:
+And Noah begat Shem, Ham, and Japheth.
+The sons of Japheth; Gomer, and Magog, and Madai, and Javan.
+And Jesus himself began to be about thirty years of age, being (as was supposed) the son of Joseph, which was the son of Heli,
+Which was the son of Cainan, which was the son of Enos,
+Which was the son of Seth, which was the son of Adam, which was the son of God.
+And Joshua the son of Nun was full of the spirit of wisdom.
+Then stood up Joshua the son of Josedech, and his brethren the priests.
+These were the sons of Esau; Eliphaz the son of Adah the wife of Esau.
+Gershom; Libni his son, Jahath his son, Zimmah his son,
+And the LORD spake unto Moses, saying,
+TEXT
+"$PYTHON" "$REPO/io/get_kjv_qa.py" verses.txt qa | tee extract.log
+q() { printf 'Who was the father of %s?\u2047%s\n' "$1" "$2"; }
+{
+  q Cainan Enos; q Eliphaz Esau; q Enos Seth; q Gomer Japheth; q Ham Noah; q Heli Cainan
+  q Jahath Libni; q Japheth Noah; q Javan Japheth; q Joseph Heli; q Madai Japheth
+  q Magog Japheth; q Seth Adam; q Shem Noah; q Zimmah Jahath
+} >expected.qa
+cmp <(sort qa/train.qa qa/valid.qa) expected.qa || fail "extracted: $(sort qa/train.qa qa/valid.qa)"
+grep -q "^1 ambiguous (two or more fathers; dropped)" extract.log || fail "Joshua is ambiguous"
+grep -q "^15 question-answer pairs: 13 train, 2 valid" extract.log || fail "the counts"
+grep -q "^most common father in train: Japheth (3 sons)" extract.log || fail "the most common father"
+[[ $(wc -l <qa/genealogies.txt) == 11 ]] && ! grep -q Moses qa/genealogies.txt ||
+  fail "genealogies.txt holds other verses than the 11 with a father"
+[[ -z $(comm -12 <(cut -d? -f1 qa/train.qa | sort) <(cut -d? -f1 qa/valid.qa | sort)) ]] ||
+  fail "a son is asked about in both splits"
+echo "And the LORD spake unto Moses." >none.txt
+if "$PYTHON" "$REPO/io/get_kjv_qa.py" none.txt none 2>err.txt; then fail "no genealogy accepted"; fi
+grep -q "no genealogy found" err.txt || fail "no genealogy: $(cat err.txt)"
+
+# Span corruption: dp 2 and pp 2 equal one rank.
+data=$(corpus)
+pre=(--config "$TINY" --data "$data" --set train.objective=span_corruption
+  --set model.vocab_size=259 --steps 6 --batch-size 8 --seq-len 32 --eval-every 3
+  --eval-batches 1 --dropout 0.1 --threads 1)
+"$MPITRON" train "${pre[@]}" --out pre1 | tee pre1.log
+grep -q "bytes, span corruption)" pre1.log || fail "the start line names the objective"
+for layout in dp pp; do
+  mpiexec -n 2 "$MPITRON" train "${pre[@]}" "--$layout" 2 --out "pre_$layout" >"pre_$layout.log" 2>&1 ||
+    fail "--$layout 2: $(tail -3 "pre_$layout.log")"
+  "$MPITRON" compare pre1/trace.h5 "pre_$layout/trace.h5" --rtol 1e-5 || fail "--$layout 2 differs"
+done
+"$MPITRON" eval --ckpt pre1 | tee pre_eval.log
+grep -q "span corruption over [0-9]* tokens" pre_eval.log || fail "eval of a span checkpoint"
+
+# Fine-tuning on the questions from it, the loss on the answers: dp 2 equals one rank.
+ft=(--config "$TINY" --data qa --set model.task=1 --set model.vocab_size=259 --steps 6
+  --batch-size 8 --seq-len 48 --eval-every 3 --eval-batches 1 --dropout 0.1 --threads 1
+  --init-from pre1/ckpt_6.h5)
+"$MPITRON" train "${ft[@]}" --out ft1 | tee ft1.log
+grep -q "parameters from pre1/ckpt_6.h5" ft1.log || fail "--init-from not used"
+grep -q "pairs question -> answer, bytes" ft1.log || fail "the start line names the questions"
+mpiexec -n 2 "$MPITRON" train "${ft[@]}" --dp 2 --out ft_dp >ft_dp.log 2>&1 ||
+  fail "fine-tuning at dp 2: $(tail -3 ft_dp.log)"
+"$MPITRON" compare ft1/trace.h5 ft_dp/trace.h5 --rtol 1e-5 || fail "fine-tuning at dp 2 differs"
+"$MPITRON" eval --ckpt ft1 | tee ft_eval.log
+grep -qE "^exact_match [01]\.[0-9]{4} \([0-9]+ of 2 validation questions, greedy\)" ft_eval.log ||
+  fail "no exact match line"
+grep -q '^always answering "Japheth" (the most common training answer) would score' ft_eval.log ||
+  fail "no most-common-answer baseline"
+
+# Bad input, one line each.
+expect_error "set model.vocab_size=259" "$MPITRON" train "${pre[@]}" --set model.vocab_size=256 --out e1
+expect_error 'train.objective is "next_token" or "span_corruption", not "spans"' \
+  "$MPITRON" train "${pre[@]}" --set train.objective=spans --out e2
+expect_error "span_corruption\" is for the gpt family on text" \
+  "$MPITRON" train "${ft[@]}" --set train.objective=span_corruption --out e3
+printf 'Who was the father of Enos? Seth\n' >qa/valid.qa
+expect_error "valid.qa:1: a question-answer line is question" "$MPITRON" train "${ft[@]}" --out e4
+echo "knowledge qa ok"

@@ -1,0 +1,158 @@
+// Span corruption (io/span_corruption.hpp) against a reference written here from the definition:
+// a document truncated to L, a span of m cut out at s, the row prefix [MASK] suffix [MASK] span
+// [END] then [PAD]; prefix + span + suffix is the truncated document, the markers sit where the
+// definition puts them, and every position before [END]'s is a loss term. Also: the lengths'
+// ranges, any rank's slice is the batch's rows, loss terms sum the spans, documents start at
+// words and stay inside their split, and token data's special ids follow its vocabulary.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/check.hpp"
+#include "io/dataset.hpp"
+#include "io/span_corruption.hpp"
+
+using namespace mpitron;
+using namespace mpitron::io;
+
+namespace {
+
+constexpr int32_t kMask = 256, kEnd = 257, kPad = 258;
+
+// The definition, spelled out on strings of ids.
+std::vector<int32_t> reference_row(const std::vector<int32_t>& doc, int s, int m, int T) {
+  const std::vector<int32_t> prefix(doc.begin(), doc.begin() + s),
+      span(doc.begin() + s, doc.begin() + s + m), suffix(doc.begin() + s + m, doc.end());
+  std::vector<int32_t> row = prefix;
+  row.push_back(kMask);
+  row.insert(row.end(), suffix.begin(), suffix.end());
+  row.push_back(kMask);
+  row.insert(row.end(), span.begin(), span.end());
+  row.push_back(kEnd);
+  row.resize(size_t(T) + 1, kPad);
+  return row;
+}
+
+TextDataset text_of(const std::string& s) {
+  TextDataset d;
+  d.path = "test";
+  d.bytes.assign(s.begin(), s.end());
+  d.train_end = s.size() * 9 / 10;
+  return d;
+}
+
+std::string words(int n, uint32_t seed) {
+  std::mt19937 g(seed);
+  const char* w[] = {"and", "the", "begat", "Enos", "Cainan", "lived", "years", "son", "of"};
+  std::string s;
+  for (int k = 0; k < n; ++k) s += std::string(w[g() % 9]) + (g() % 7 == 0 ? "\n" : " ");
+  return s;
+}
+
+}  // namespace
+
+TEST(SpanCorruption, RowsMatchTheDefinition) {
+  std::mt19937 g(3);
+  const SpanTokens tok;
+  for (int T : {8, 16, 64}) {
+    for (int trial = 0; trial < 300; ++trial) {
+      const uint32_t v[4] = {uint32_t(g()), uint32_t(g()), uint32_t(g()), uint32_t(g())};
+      const SpanDraw d = span_draw(v, 10000, T);
+      ASSERT_GE(d.length, 4);
+      ASSERT_LE(d.length, std::min(7 * T / 8, T - 2));
+      ASSERT_GE(d.span_length, 1);
+      ASSERT_LE(d.span_length, d.length / 2);
+      ASSERT_LE(d.span_begin + d.span_length, d.length);
+      std::vector<int32_t> doc(size_t(d.length));
+      for (auto& x : doc) x = int32_t(g() % 256);
+      std::vector<int32_t> row(size_t(T) + 1, -7), span(2, -7);
+      span_row(doc.data(), d, tok, T, row.data(), span.data());
+      ASSERT_EQ(row, reference_row(doc, d.span_begin, d.span_length, T));
+      // Loss terms: positions 0 .. L + 1, whose next tokens are everything up to [END].
+      ASSERT_EQ(span[0], 0);
+      ASSERT_EQ(span[1], d.length + 2);
+      ASSERT_EQ(row[size_t(span[1])], kEnd);
+      // The two markers: after the prefix, and after prefix + suffix + 1.
+      ASSERT_EQ(row[size_t(d.span_begin)], kMask);
+      ASSERT_EQ(row[size_t(d.length - d.span_length + 1)], kMask);
+      ASSERT_EQ(std::count(row.begin(), row.end(), kMask), 2);
+      // prefix + span + suffix gives the document back.
+      const auto second = row.begin() + (d.length - d.span_length + 1);
+      std::vector<int32_t> back(row.begin(), row.begin() + d.span_begin);
+      back.insert(back.end(), second + 1, second + 1 + d.span_length);
+      back.insert(back.end(), row.begin() + d.span_begin + 1, second);
+      ASSERT_EQ(back, doc);
+    }
+  }
+}
+
+TEST(SpanCorruption, BatchesAreSlicesOfOneBatchAndDocumentsComeFromTheirSplit) {
+  const std::string text = words(4000, 1);
+  const TextDataset d = text_of(text);
+  const int T = 32, rows = 12;
+  std::vector<int32_t> all(size_t(rows) * (T + 1)), spans(size_t(rows) * 2);
+  fill_span_batch(d, Split::train, 5, 9, 0, rows, T, all.data(), spans.data());
+  int64_t terms = 0;
+  for (int r = 0; r < rows; ++r) {
+    terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+    const int32_t* row = all.data() + size_t(r) * (T + 1);
+    const int L = spans[size_t(2 * r + 1)] - 2;
+    const int first = int(std::find(row, row + T + 1, kMask) - row);
+    const int second = int(std::find(row + first + 1, row + T + 1, kMask) - row);
+    ASSERT_LT(second, T + 1);
+    const int m = L - (second - 1);  // L = prefix + suffix + m, second = prefix + suffix + 1
+    std::string doc(row, row + first);
+    for (int k = second + 1; k < second + 1 + m; ++k) doc += char(row[k]);
+    for (int k = first + 1; k < second; ++k) doc += char(row[k]);
+    ASSERT_EQ(int(doc.size()), L);
+    const size_t at = text.find(doc);
+    ASSERT_NE(at, std::string::npos) << "row " << r << " is not a stretch of the text";
+    ASSERT_LE(at + doc.size(), d.train_end) << "a training document reaches validation text";
+    ASSERT_TRUE(at == 0 || text[at - 1] == ' ' || text[at - 1] == '\n')
+        << "document does not start at a word: " << doc;
+  }
+  EXPECT_EQ(span_batch_loss_terms(d, Split::train, 5, 9, rows, T), terms);
+  for (int first : {0, 5, 9}) {
+    const int n = std::min(3, rows - first);
+    std::vector<int32_t> part(size_t(n) * (T + 1)), pspans(size_t(n) * 2);
+    fill_span_batch(d, Split::train, 5, 9, first, n, T, part.data(), pspans.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * (T + 1)));
+    EXPECT_TRUE(std::equal(pspans.begin(), pspans.end(), spans.begin() + 2 * first));
+  }
+  std::vector<int32_t> val(all.size()), vspans(spans.size());
+  fill_span_batch(d, Split::val, 5, 9, 0, rows, T, val.data(), vspans.data());
+  EXPECT_NE(val, all);
+  for (int r = 0; r < rows; ++r) {  // validation documents lie in the last 10%
+    const int32_t* row = val.data() + size_t(r) * (T + 1);
+    const std::string prefix(row, std::find(row, row + T + 1, kMask));
+    if (prefix.size() >= 8) {
+      EXPECT_GE(text.rfind(prefix), d.train_end - T) << prefix;
+    }
+  }
+}
+
+TEST(SpanCorruption, TokenDataGetsSpecialIdsAfterItsVocabularyAndShortDataIsRefused) {
+  TextDataset d;
+  d.path = "tokens";
+  for (int k = 0; k < 3000; ++k) d.tokens.push_back(k % 1000);
+  d.vocab_size = 1000;
+  d.train_end = 2700;
+  const SpanTokens tok = span_tokens(d);
+  EXPECT_EQ(tok.mask, 1000);
+  EXPECT_EQ(tok.end, 1001);
+  EXPECT_EQ(tok.pad, 1002);
+  const int T = 16;
+  std::vector<int32_t> rows(4 * (T + 1)), spans(8);
+  fill_span_batch(d, Split::train, 1, 0, 0, 4, T, rows.data(), spans.data());
+  for (int r = 0; r < 4; ++r) {
+    const int32_t* row = rows.data() + r * (T + 1);
+    EXPECT_EQ(std::count(row, row + T + 1, 1000), 2);
+    EXPECT_EQ(row[spans[size_t(2 * r + 1)]], 1001);
+  }
+  d.train_end = 60;  // a validation split of 2940, a training split too short for T = 16
+  EXPECT_THROW(check_span_fits(d, T), UsageError);
+  EXPECT_THROW(check_span_fits(text_of(words(4000, 2)), 6), UsageError);
+}
