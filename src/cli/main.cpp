@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
     // ---- eval
     auto* eval = app.add_subcommand("eval",
                                     "loss of a checkpoint: on a token batch (with --dump: logits "
-                                    "and gradients), or validation loss on --data");
+                                    "and gradients), or validation loss on --data (classifiers: "
+                                    "accuracy; question answering: exact match)");
     cli::EvalArgs ea;
     eval->add_option("ckpt,--ckpt", ea.ckpt, "checkpoint, or a run folder (its latest)")
         ->required();
