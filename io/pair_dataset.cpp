@@ -50,9 +50,9 @@ SplitLines read_split(const std::string& dir, const std::string& name, const std
   for (size_t k = 0; k < lines.size(); ++k) {
     const size_t at = lines[k].find(kQaMark);
     if (at == std::string::npos || lines[k].find(kQaMark, at + 1) != std::string::npos)
-      throw UsageError(fmt::format(
-          "{}:{}: a question-answer line is question{}answer, with one {} (U+2047)", l.src_path,
-          k + 1, kQaMark, kQaMark));
+      throw UsageError(
+          fmt::format("{}:{}: a question-answer line is question{}answer, with one {} (U+2047)",
+                      l.src_path, k + 1, kQaMark, kQaMark));
     l.src.push_back(lines[k].substr(0, at));
     l.tgt.push_back(lines[k].substr(at + std::string_view(kQaMark).size()));
   }
@@ -141,10 +141,10 @@ PairDataset load_pair_dataset(const std::string& dir, const SentencePieceTokeniz
                       spm->path()));
     checksum = fnv1a_extend(checksum, fmt::format("spm {}", spm->checksum()));
   }
-  d.train = load_split(dir, "train", d.source, d.target, d.qa, spm, checksum);
+  d.train = load_split(dir, "train", d.source, d.target, d.qa, spm, checksum, nullptr,
+                       d.qa ? &d.train_answers : nullptr);
   d.val = load_split(dir, "valid", d.source, d.target, d.qa, spm, checksum, &d.val_sources,
                      &d.val_references);
-  if (d.qa) d.train_answers = read_split(dir, "train", d.source, d.target, true).tgt;
   d.checksum = checksum;
   return d;
 }

@@ -24,14 +24,13 @@ int64_t split_tokens(const TextDataset& data, Split split) {
 }
 
 void check_split_fits(const TextDataset& data, Split split, int T) {
-  if (T < 8)
-    throw UsageError(fmt::format("span corruption needs seq_len >= 8 (got {})", T));
+  if (T < 8) throw UsageError(fmt::format("span corruption needs seq_len >= 8 (got {})", T));
   const int64_t need = 2 * (span_max_length(T) + kWordSearch);
   if (split_tokens(data, split) < need)
     throw UsageError(fmt::format(
         "{}: the {} split holds {} tokens, span corruption at seq_len {} needs at least {}",
-        data.path, split == Split::train ? "training" : "validation", split_tokens(data, split),
-        T, need));
+        data.path, split == Split::train ? "training" : "validation", split_tokens(data, split), T,
+        need));
 }
 
 // The document of sample `d` from the split's start: bytes move forward to the next word start.

@@ -24,10 +24,10 @@ SpanTokens span_tokens(const TextDataset& data);
 
 // The random choices of one sample, from four 32-bit draws.
 struct SpanDraw {
-  int64_t offset;  // where the document starts, from the split's start
-  int length;      // L, the truncated document's length
-  int span_begin;  // where the cut span starts in the document
-  int span_length; // m
+  int64_t offset;   // where the document starts, from the split's start
+  int length;       // L, the truncated document's length
+  int span_begin;   // where the cut span starts in the document
+  int span_length;  // m
 };
 // The longest document a T-token sample holds.
 int span_max_length(int T);

@@ -194,8 +194,8 @@ TEST(QuestionAnswerPairs, LoadAsPairsWithTheLossOnTheAnswerOnly) {
   for (int t = span[0]; t < span[1]; ++t)
     predicted += row[size_t(t) + 1] == kTok.end ? '$' : char(row[size_t(t) + 1]);
   EXPECT_EQ(predicted, "Adam$");  // the answer and [END], nothing of the question
-  for (const char* bad : {"Who was the father of Seth? Adam\n",
-                          "Who?\u2047Adam\u2047Seth\n", "Who was the father of Seth?\u2047\n"}) {
+  for (const char* bad : {"Who was the father of Seth? Adam\n", "Who?\u2047Adam\u2047Seth\n",
+                          "Who was the father of Seth?\u2047\n"}) {
     write(dir / "valid.qa", bad);
     const std::string e = error_of([&] { load_pair_dataset(dir.string()); });
     EXPECT_NE(e.find("valid.qa:1:"), std::string::npos) << bad << " -> " << e;

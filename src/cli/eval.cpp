@@ -204,13 +204,12 @@ int cmd_eval(const EvalArgs& a) {
   const int64_t samples = totals.samples, correct = totals.correct, images = totals.split_samples;
   const std::vector<int64_t>& confusion = totals.confusion;  // (label, prediction)
   if (text || kind == DataKind::pairs) {
-    fmt::print("val_loss {:.6f} ({} batches of {}x{} from {}, seed {}{})\n",
-               sum / double(totals.loss_terms), batches, batch_size, T, data_path, seed,
-               kind == DataKind::pairs
-                   ? fmt::format(", over their {} target tokens", totals.loss_terms)
-               : data.span_corruption
-                   ? fmt::format(", span corruption over {} tokens", totals.loss_terms)
-                   : "");
+    fmt::print(
+        "val_loss {:.6f} ({} batches of {}x{} from {}, seed {}{})\n",
+        sum / double(totals.loss_terms), batches, batch_size, T, data_path, seed,
+        kind == DataKind::pairs ? fmt::format(", over their {} target tokens", totals.loss_terms)
+        : data.span_corruption  ? fmt::format(", span corruption over {} tokens", totals.loss_terms)
+                                : "");
     if (kind == DataKind::pairs && data.pairs.qa) print_exact_match(ckpt, rec, a.tokenizer, data);
     return 0;
   }

@@ -286,9 +286,6 @@ void validate_config(const RunConfig& cfg) {
   if (t.bleu_every < 0 || t.bleu_lines < 0)
     throw UsageError(fmt::format("bleu_every and bleu_lines must not be negative (got {}, {})",
                                  t.bleu_every, t.bleu_lines));
-  if (t.objective != "next_token" && t.objective != "span_corruption")
-    throw UsageError(fmt::format(
-        "train.objective is \"next_token\" or \"span_corruption\", not \"{}\"", t.objective));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

@@ -33,10 +33,10 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
     if (s.span_corruption) {
       const int64_t need = s.text.vocab_size + 3;
       if (model.get("vocab_size") < need)
-        throw UsageError(fmt::format(
-            "span corruption adds [MASK], [END] and [PAD] to the data's {} tokens: set "
-            "model.vocab_size={} (or more)",
-            s.text.vocab_size, need));
+        throw UsageError(
+            fmt::format("span corruption adds [MASK], [END] and [PAD] to the data's {} tokens: set "
+                        "model.vocab_size={} (or more)",
+                        s.text.vocab_size, need));
       io::check_span_fits(s.text, seq_len);
       s.spans = Buffer<int32_t>(alloc, size_t(capacity) * 2);
     }

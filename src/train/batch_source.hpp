@@ -28,11 +28,11 @@ struct BatchSource {
   int64_t capacity = 0;  // rows the buffers hold
   Buffer<int32_t>
       tokens;  // text: (capacity, seq_len + 1); verses: (capacity, seq_len + 1) ids, label
-  Buffer<float> features;  // images: (capacity, pixels)
-  Buffer<int32_t> labels;  // images and verses: (capacity)
-  Buffer<int32_t> spans;   // pairs and span corruption: (capacity, 2) loss spans
+  Buffer<float> features;        // images: (capacity, pixels)
+  Buffer<int32_t> labels;        // images and verses: (capacity)
+  Buffer<int32_t> spans;         // pairs and span corruption: (capacity, 2) loss spans
   bool span_corruption = false;  // text: io/span_corruption.hpp's samples instead of windows
-  bool augment = false;    // images: crop and flip training batches (io::augment_images)
+  bool augment = false;          // images: crop and flip training batches (io::augment_images)
 
   // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
   // verses, a BERT WordPiece vocabulary to encode them with ("": bytes), whose special ids must be

@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "base/check.hpp"
 #include "src/model/gpt_decoder.hpp"

@@ -64,7 +64,9 @@ struct ExactMatch {
   std::string majority;          // the most common training answer
   int64_t majority_correct = 0;  // how many answers it matches
   double rate() const { return total > 0 ? double(correct) / double(total) : 0.0; }
-  double majority_rate() const { return total > 0 ? double(majority_correct) / double(total) : 0.0; }
+  double majority_rate() const {
+    return total > 0 ? double(majority_correct) / double(total) : 0.0;
+  }
 };
 ExactMatch exact_match(const std::vector<std::string>& predictions,
                        const std::vector<std::string>& answers,
