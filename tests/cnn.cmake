@@ -1,8 +1,8 @@
 # cnn tests
 # The CNN families through the same trainer: each has a 1x1x1 baseline (a CTest fixture) that its
 # layouts reproduce to 1e-5 relative on every step, augmentation and batch norm on. alexnet covers
-# DP (every reduction, ZeRO 1 and 2, buckets), micro-batches and channel TP; resnet the pipeline
-# schedules over its blocks.
+# DP (every reduction, ZeRO 1 and 2, buckets), micro-batches, channel TP and a pipeline of its
+# convolutions (TP shards crossing stage boundaries); resnet the pipeline schedules over its blocks.
 foreach(family alexnet resnet)
   set(dir ${CMAKE_BINARY_DIR}/e2e/equivalence_${family}_baseline)
   add_test(NAME equivalence_${family}_baseline
@@ -38,7 +38,8 @@ mpitron_cnn_layout_test(alexnet dp2_gather_scatter 2 --dp 2 --dp-reduce gather-s
 mpitron_cnn_layout_test(alexnet dp2_zero1 2 --dp 2 --zero 1)
 mpitron_cnn_layout_test(alexnet dp4_zero2_bucketed 4 --dp 4 --zero 2 --bucket-mb 0.01)
 mpitron_cnn_layout_test(alexnet micro2 1 --micro-batches 2)
-mpitron_cnn_layout_test(alexnet tp2 2 --tp 2)
+mpitron_cnn_layout_test(alexnet tp2_pp2 4 --tp 2 --pp 2 --micro-batches 2)
+mpitron_cnn_layout_test(alexnet pp4_1f1b 4 --pp 4 --schedule 1f1b --micro-batches 4)
 mpitron_cnn_layout_test(alexnet dp2_tp2 4 --dp 2 --tp 2)
 mpitron_cnn_layout_test(resnet dp2 2 --dp 2)
 mpitron_cnn_layout_test(resnet dp2_zero1_micro2 2 --dp 2 --zero 1 --micro-batches 2)

@@ -47,11 +47,17 @@ CnnSpec cnn_spec(CnnKind kind, const ModelConfig& m) {
   const int W = key(m, "width"), n = s.image;
   if (kind == CnnKind::alexnet) {
     using enum ChannelSplit;
-    s.convs = {conv_bn("conv1", "bn1", s.channels, W, n, 3, 1, 1, column, true, true),
-               conv_bn("conv2", "bn2", W, 2 * W, n / 2, 3, 1, 1, row, true, true),
-               conv_bn("conv3", "bn3", 2 * W, 4 * W, n / 4, 3, 1, 1, column, true, false),
-               conv_bn("conv4", "bn4", 4 * W, 4 * W, n / 4, 3, 1, 1, row, true, true)};
-    const int side = s.convs.back().out_h();
+    for (const ConvBnSpec& c :
+         {conv_bn("conv1", "bn1", s.channels, W, n, 3, 1, 1, column, true, true),
+          conv_bn("conv2", "bn2", W, 2 * W, n / 2, 3, 1, 1, row, true, true),
+          conv_bn("conv3", "bn3", 2 * W, 4 * W, n / 4, 3, 1, 1, column, true, false),
+          conv_bn("conv4", "bn4", 4 * W, 4 * W, n / 4, 3, 1, 1, row, true, true)}) {
+      CnnBlockSpec b;
+      b.c1 = c;
+      b.residual = false;
+      s.blocks.push_back(std::move(b));
+    }
+    const int side = s.blocks.back().c1.out_h();
     s.features = 4 * W * side * side;
     s.hidden = key(m, "hidden");
     return s;
@@ -101,21 +107,22 @@ void register_conv_bn(ParamRegistry& r, const ConvBnSpec& u, StageOwner owner, i
 ParamRegistry cnn_registry(const CnnSpec& s, const RegistrySlice& slice) {
   ParamRegistry r(slice);
   const bool alexnet = s.kind == CnnKind::alexnet;
-  for (const ConvBnSpec& u : s.convs)
-    register_conv_bn(r, u, alexnet ? StageOwner::every : StageOwner::first, -1);
+  for (const ConvBnSpec& u : s.convs) register_conv_bn(r, u, StageOwner::first, -1);
   for (size_t l = 0; l < s.blocks.size(); ++l) {
     const CnnBlockSpec& b = s.blocks[l];
     register_conv_bn(r, b.c1, StageOwner::block, int(l));
-    register_conv_bn(r, b.c2, StageOwner::block, int(l));
+    if (b.residual) register_conv_bn(r, b.c2, StageOwner::block, int(l));
     if (b.projection) register_conv_bn(r, b.down, StageOwner::block, int(l));
   }
   const int64_t F = s.features, K = s.classes;
   if (alexnet) {
     const int64_t H = s.hidden;
-    r.add("fc1.weight", {H, F}, InitKind::normal, std::sqrt(2.0f / float(F)), true, {0});
-    r.add("fc1.bias", {H}, InitKind::zeros, 0, false, {0});
-    r.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
-    r.add("fc2.bias", {K}, InitKind::zeros, 0, false);
+    r.add("fc1.weight", {H, F}, InitKind::normal, std::sqrt(2.0f / float(F)), true,
+          {0, 1, StageOwner::last});
+    r.add("fc1.bias", {H}, InitKind::zeros, 0, false, {0, 1, StageOwner::last});
+    r.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true,
+          {1, 1, StageOwner::last});
+    r.add("fc2.bias", {K}, InitKind::zeros, 0, false, {-1, 1, StageOwner::last});
   } else {
     r.add("fc.weight", {K, F}, InitKind::normal, std::sqrt(1.0f / float(F)), true,
           {-1, 1, StageOwner::last});
@@ -152,11 +159,12 @@ void validate_resnet_layout(const ModelConfig&, int tp) {
 
 namespace {
 
-size_t per_sample_in(const ConvBnSpec& u) {
-  return size_t(u.IC) * u.H * u.W;
+// Per sample at this rank's sizes: a split convolution's input or output is its TP shard.
+size_t per_sample_in(const ConvBn& u) {
+  return size_t(u.shape.IC) * u.shape.H * u.shape.W;
 }
-size_t per_sample_out(const ConvBnSpec& u) {
-  return size_t(u.OC) * u.out_h() * u.out_w();
+size_t per_sample_out(const ConvBn& u) {
+  return size_t(u.C) * u.spec.out_h() * u.spec.out_w();
 }
 
 size_t pooled(const ConvBn& u) {  // pool outputs of a planned micro-batch
@@ -186,7 +194,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     ch.first = slice.stage == 0 && k == 0;
     ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
     const int begin = slice.chunks[k].begin, end = std::min(slice.chunks[k].end, nblocks);
-    MPITRON_REQUIRE(s.kind == CnnKind::alexnet || end > begin, "a chunk without blocks");
+    MPITRON_REQUIRE(end > begin, "a chunk without blocks");
     for (int l = begin; l < end; ++l) ch.blocks.emplace_back().index = l;
     chunks.push_back(std::move(ch));
   }
@@ -209,17 +217,17 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     for (Block& b : ch.blocks) {
       const CnnBlockSpec& bs = s.blocks[b.index];
       b.c1 = local(bs.c1);
-      b.c2 = local(bs.c2);
+      b.residual = bs.residual;
+      if (b.residual) b.c2 = local(bs.c2);
       b.projection = bs.projection;
       if (b.projection) b.down = local(bs.down);
     }
   for (Chunk& ch : chunks) {
-    const bool alexnet = s.kind == CnnKind::alexnet;
-    ch.in_elements = ch.first ? size_t(s.channels) * s.image * s.image
-                              : per_sample_in(s.blocks[ch.blocks.front().index].c1);
-    ch.out_elements = ch.last   ? size_t(s.classes)
-                      : alexnet ? 0
-                                : per_sample_out(s.blocks[ch.blocks.back().index].c2);
+    const Block& last = ch.blocks.back();
+    ch.in_elements =
+        ch.first ? size_t(s.channels) * s.image * s.image : per_sample_in(ch.blocks.front().c1);
+    ch.out_elements =
+        ch.last ? size_t(s.classes) : per_sample_out(last.residual ? last.c2 : last.c1);
   }
 
   // Parameters, buffers and running-statistics sums.
@@ -299,11 +307,15 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
         for (float*& in : ch.input) in = a.take(size_t(B) * ch.in_elements);
       for (Block& b : ch.blocks) {
         carve_unit(b.c1, a, am);
+        b.sum.assign(slot_count, nullptr);
+        b.out.assign(slot_count, nullptr);
+        if (!b.residual) {
+          for (int k = 0; k < slot_count; ++k) b.out[k] = b.c1.slots[k].out;
+          continue;
+        }
         carve_unit(b.c2, a, am);
         if (b.projection) carve_unit(b.down, a, am);
         const size_t n = size_t(B) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
-        b.sum.assign(slot_count, nullptr);
-        b.out.assign(slot_count, nullptr);
         for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take(n), b.out[k] = a.take(n);
       }
     }
@@ -402,6 +414,7 @@ const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool tr
 
 void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool training) {
   conv_bn_forward(b.c1, slot, x, rows, training);
+  if (!b.residual) return;
   conv_bn_forward(b.c2, slot, b.c1.slots[slot].out, rows, training);
   const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
   const float* shortcut = x;
@@ -418,6 +431,7 @@ void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool 
 
 void CnnModel::block_backward(Block& b, int slot, float* dout, float* dx, const float* x,
                               int rows) {
+  if (!b.residual) return conv_bn_backward(b.c1, slot, dout, dx, x, rows);
   const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
   cpu::relu_backward(dout, dout, b.out[slot], n);                      // dout now holds d(sum)
   conv_bn_backward(b.c2, slot, dout, t2, b.c1.slots[slot].out, rows);  // c2 has no ReLU
@@ -442,7 +456,7 @@ double CnnModel::forward(const MicroBatch& mb) {
   const float* x = ch.input[slot];
   if (ch.first) {
     MPITRON_REQUIRE(mb.samples.features && mb.samples.labels, "the model reads images");
-    x = trunk_forward(slot, mb.samples.features, rows, mb.training);
+    x = trunk_forward(slot, mb.samples.features, rows, mb.training);  // the image without a stem
   }
   for (Block& b : ch.blocks) {
     block_forward(b, slot, x, rows, mb.training);
@@ -497,14 +511,17 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   float *g = d0, *other = d1;
   for (int k = int(ch.blocks.size()) - 1; k >= 0; --k) {
     Block& b = ch.blocks[k];
-    const float* x = k > 0      ? ch.blocks[k - 1].out[slot]
-                     : ch.first ? trunk.back().slots[slot].out
-                                : ch.input[slot];
-    block_backward(b, slot, g, other, x, rows);
+    const bool image = ch.first && k == 0 && trunk.empty();  // no gradient for the image
+    const float* x = k > 0       ? ch.blocks[k - 1].out[slot]
+                     : !ch.first ? ch.input[slot]
+                     : image     ? mb.samples.features
+                                 : trunk.back().slots[slot].out;
+    block_backward(b, slot, g, image ? nullptr : other, x, rows);
     std::swap(g, other);
     ready(segment_of_block_[b.index]);
   }
-  if (!ch.first) return;  // g is the chunk's input gradient (boundary().input_grad)
+  // g is the chunk's input gradient (boundary().input_grad)
+  if (!ch.first || trunk.empty()) return;
   for (int i = int(trunk.size()) - 1; i >= 0; --i) {
     const float* x = i > 0 ? trunk[i - 1].slots[slot].out : mb.samples.features;
     conv_bn_backward(trunk[i], slot, g, i > 0 ? other : nullptr, x, rows);
@@ -518,7 +535,6 @@ ModelOutput CnnModel::output(int slot) const {
 }
 
 StageBoundary CnnModel::boundary(int chunk, int slot) {
-  if (spec.kind == CnnKind::alexnet) return Model::boundary(chunk, slot);
   Chunk& ch = chunks[chunk];
   StageBoundary b;
   b.input_elements = ch.in_elements;

@@ -1,10 +1,11 @@
 // The convolutional families on NCHW images: "alexnet" (conv-BN-ReLU pairs with max pooling and a
 // dropout-linear-ReLU-linear classifier, channel-parallel over TP) and "resnet" (He et al. 2016:
-// a stem, basic residual blocks in three widths, global average pooling, a linear classifier,
-// split into pipeline stages by blocks). Batch norm takes its statistics over ghost groups of
-// model.norm_group samples, so no layout changes them (layers/batchnorm.hpp).
-//   alexnet: c1 (col) c2 (row) pool c3 (col) c4 (row) pool | dropout fc1 (col) relu fc2 (row)
-//   resnet:  stem | [conv-bn-relu conv-bn (+ shortcut) relu] x 3n | avgpool fc
+// a stem, basic residual blocks in three widths, global average pooling, a linear classifier).
+// Pipeline stages divide blocks: resnet's residual blocks, alexnet's four convolutions. Batch norm
+// takes its statistics over ghost groups of model.norm_group samples, so no layout changes them
+// (layers/batchnorm.hpp).
+//   alexnet: c1 (col) | c2 (row) pool | c3 (col) | c4 (row) pool || dropout fc1 (col) relu fc2
+//   (row) resnet:  stem | [conv-bn-relu conv-bn (+ shortcut) relu] x 3n | avgpool fc
 #pragma once
 #include <memory>
 #include <string>
@@ -36,10 +37,12 @@ struct ConvBnSpec {
   int out_w() const { return pool ? OW() / 2 : OW(); }
 };
 
-// A network's units in order: alexnet's four convolutions (no blocks), or resnet's stem and then
-// one basic block per pipeline block (c1, c2 and, where the shape changes, the shortcut's 1x1).
+// One pipeline block: resnet's basic block (c1, c2 and, where the shape changes, the shortcut's
+// 1x1), or one of alexnet's convolutions alone (c1; not residual). A stage boundary after a
+// column-split convolution carries each TP rank's channels to its peer on the next stage.
 struct CnnBlockSpec {
   ConvBnSpec c1, c2;
+  bool residual = true;
   bool projection = false;
   ConvBnSpec down;  // with projection
 };
@@ -47,8 +50,8 @@ struct CnnBlockSpec {
 struct CnnSpec {
   CnnKind kind = CnnKind::resnet;
   int channels = 1, image = 28, classes = 10, group = 8;
-  std::vector<ConvBnSpec> convs;     // alexnet: all of them; resnet: the stem
-  std::vector<CnnBlockSpec> blocks;  // resnet's residual blocks (what pipeline stages divide)
+  std::vector<ConvBnSpec> convs;     // resnet's stem (first stage); alexnet: none
+  std::vector<CnnBlockSpec> blocks;  // what pipeline stages divide
   int features = 0;                  // classifier input: resnet's last width, alexnet's flattened
   int hidden = 0;                    // alexnet: fc1's width
 };
@@ -74,7 +77,7 @@ struct ConvBn {
   struct Acts {
     float *conv, *mean, *rstd, *bn, *relu, *pool;  // relu/pool null where absent
     int32_t* argmax;
-    const float* out;  // what the next unit reads
+    float* out;  // what the next unit reads
   };
   std::vector<Acts> slots;
 };
@@ -95,16 +98,17 @@ class CnnModel final : public Model {
   struct Block {
     int index = 0;
     ConvBn c1, c2, down;
-    bool projection = false;
-    std::vector<float*> sum, out;  // per slot: c2 + shortcut, then its ReLU (B,OC,H,W)
+    bool residual = true, projection = false;
+    // Per slot: c2 + shortcut and its ReLU (B,OC,H,W); not residual: out is c1's output.
+    std::vector<float*> sum, out;
   };
   struct Chunk {
-    bool first = false, last = false;  // holds the stem or the alexnet trunk / the classifier
+    bool first = false, last = false;  // holds the image (and resnet's stem) / the classifier
     std::vector<Block> blocks;
     std::vector<float*> input;  // per slot: the received input of a chunk that is not first
     size_t in_elements = 0, out_elements = 0;  // per sample, at the chunk's boundaries
   };
-  std::vector<ConvBn> trunk;  // alexnet's convolutions, or resnet's stem (first chunk's)
+  std::vector<ConvBn> trunk;  // resnet's stem (the first chunk's); alexnet: empty
   std::vector<Chunk> chunks;
   struct Head {  // resnet's fc is fc1 here
     float *fc1_w = nullptr, *fc1_b = nullptr, *fc2_w = nullptr, *fc2_b = nullptr;
@@ -138,7 +142,7 @@ class CnnModel final : public Model {
     for (Chunk& ch : chunks)
       for (Block& b : ch.blocks) {
         fn(b.c1);
-        fn(b.c2);
+        if (b.residual) fn(b.c2);
         if (b.projection) fn(b.down);
       }
   }

@@ -87,7 +87,7 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return m.get("classes"); }},
     {"alexnet",
      "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "
-     "channels split over TP",
+     "channels split over TP, the four convolutions into pipeline stages",
      [](const ModelConfig&) { return DataKind::images; },
      kFashionMnist,
      kFashionMnistHint,
@@ -102,8 +102,10 @@ const ModelFamily kFamilies[] = {
      build_alexnet,
      image_inputs,
      [](const ModelConfig& m) { return m.get("classes"); },
-     nullptr,
-     nullptr,
+     [](const ModelConfig&) { return 4; },
+     [](const ModelConfig& m, const RegistrySlice& s) {
+       return cnn_registry(cnn_spec(CnnKind::alexnet, m), s);
+     },
      [](const ModelConfig& m) { return m.get("norm_group"); }},
     {"resnet",
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "

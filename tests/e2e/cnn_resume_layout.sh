@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CNN checkpoints are global too, batch-norm running statistics included: a run in one layout
 # writes a checkpoint at step 6 that resumes in another with the baseline's losses for steps
-# 7..12 (alexnet: dp 2 x tp 2 to tp 2 and to 1x1x1; resnet: pp 4 to dp 2 and to 1x1x1).
+# 7..12 (alexnet: tp 2 x pp 2 to tp 2 and to 1x1x1; resnet: pp 4 to dp 2 and to 1x1x1).
 # Usage: cnn_resume_layout.sh MPITRON REPO WORK BASELINE_TRACE FAMILY
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -10,7 +10,7 @@ family=$5
 read -ra model <"$(dirname "$baseline")/model"
 read -ra flags <"$(dirname "$baseline")/flags"
 case $family in
-  alexnet) first=(4 --dp 2 --tp 2) targets=("2 --tp 2" "1") ;;
+  alexnet) first=(4 --tp 2 --pp 2 --micro-batches 2) targets=("2 --tp 2" "1") ;;
   resnet) first=(4 --pp 4 --micro-batches 8) targets=("2 --dp 2" "1") ;;
   *) fail "unknown family $family" ;;
 esac
