@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The same training, not the same bits: a CNN trained for EPOCHS epochs of Fashion-MNIST on one
-# rank and under a parallel layout (ResNet at pp 4, AlexNet at dp 2 x tp 2; more with -l) follows
+# rank and under a parallel layout (ResNet and AlexNet at pp 4, AlexNet at dp 2 x tp 2; more with
+# -l) follows
 # the same loss curve and reaches the same test accuracy. Per family and layout it prints the
 # largest relative difference of the windowed mean training loss (WINDOW steps, after the first
 # WINDOW) and the whole-split test accuracy of both runs, draws OUT/<family>_<layout>.png (both
@@ -9,7 +10,8 @@
 # Usage: bench/cnn_layout_curves.sh [-b BUILD] [-e EPOCHS] [-w WINDOW] [-r MAX_REL] [-a MAX_ACC]
 #                                   [-o OUT] [-l "family:ranks:flags" ...]
 #   defaults: 1 epoch (937 steps of 64), window 50, 5% and 0.5 points, OUT runs/cnn_layout_curves,
-#   layouts "resnet:4:--pp 4 --micro-batches 8" and "alexnet:4:--dp 2 --tp 2".
+#   layouts "resnet:4:--pp 4 --micro-batches 8", "alexnet:4:--pp 4 --micro-batches 8" and
+#   "alexnet:4:--dp 2 --tp 2".
 # About 1 h on a 2-core machine with the defaults (each run is a full epoch; the 4-rank runs share
 # the two cores).
 set -euo pipefail
@@ -27,7 +29,9 @@ while getopts "b:e:w:r:a:o:l:" opt; do
     *) exit 1 ;;
   esac
 done
-[[ ${#layouts[@]} -gt 0 ]] || layouts=("resnet:4:--pp 4 --micro-batches 8" "alexnet:4:--dp 2 --tp 2")
+[[ ${#layouts[@]} -gt 0 ]] ||
+  layouts=("resnet:4:--pp 4 --micro-batches 8" "alexnet:4:--pp 4 --micro-batches 8"
+    "alexnet:4:--dp 2 --tp 2")
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mpitron=$(realpath "$build")/mpitron
 python=${PYTHON:-$("$repo/tests/find_python.sh" h5py numpy matplotlib)}

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "base/check.hpp"
 #include "base/philox.hpp"
@@ -13,41 +12,17 @@ namespace mpitron::io {
 
 namespace {
 
-constexpr int64_t kWordSearch = 32;  // bytes a document start may move forward to a word start
+constexpr int kShortestDocument = 4;
 
 PhiloxStream span_stream(uint64_t seed, Split split) {
   return {seed, fnv1a64(split == Split::train ? "span.train" : "span.val")};
 }
 
-int64_t split_tokens(const TextDataset& data, Split split) {
-  return int64_t(data.split_end(split) - data.split_begin(split));
-}
-
-void check_split_fits(const TextDataset& data, Split split, int T) {
-  if (T < 8) throw UsageError(fmt::format("span corruption needs seq_len >= 8 (got {})", T));
-  const int64_t need = 2 * (span_max_length(T) + kWordSearch);
-  if (split_tokens(data, split) < need)
-    throw UsageError(fmt::format(
-        "{}: the {} split holds {} tokens, span corruption at seq_len {} needs at least {}",
-        data.path, split == Split::train ? "training" : "validation", split_tokens(data, split), T,
-        need));
-}
-
-// The document of sample `d` from the split's start: bytes move forward to the next word start.
-int64_t document_start(const TextDataset& data, Split split, const SpanDraw& d) {
-  const size_t begin = data.split_begin(split) + size_t(d.offset);
-  if (data.is_tokens()) return int64_t(begin);
-  for (size_t k = begin; k < begin + kWordSearch; ++k)
-    if (data.bytes[k] == ' ' || data.bytes[k] == '\n') return int64_t(k + 1);
-  return int64_t(begin);
+const char* split_name(Split split) {
+  return split == Split::train ? "training" : "validation";
 }
 
 }  // namespace
-
-void check_span_fits(const TextDataset& data, int T) {
-  check_split_fits(data, Split::train, T);
-  check_split_fits(data, Split::val, T);
-}
 
 SpanTokens span_tokens(const TextDataset& data) {
   const int32_t v = int32_t(data.vocab_size);
@@ -58,11 +33,58 @@ int span_max_length(int T) {
   return std::min(7 * T / 8, T - 2);
 }
 
-SpanDraw span_draw(const uint32_t v[4], int64_t split_tokens, int T) {
+SpanDocuments span_documents(const TextDataset& data, Split split, int T) {
+  if (T < 8) throw UsageError(fmt::format("span corruption needs seq_len >= 8 (got {})", T));
+  const int64_t begin = int64_t(data.split_begin(split)), end = int64_t(data.split_end(split));
+  SpanDocuments docs;
+  if (data.is_tokens()) {
+    docs.window_length = span_max_length(T);
+    docs.window_begin = begin;
+    docs.windows = std::max<int64_t>(0, end - begin - docs.window_length + 1);
+    if (docs.windows < 2)
+      throw UsageError(fmt::format(
+          "{}: the {} split holds {} tokens, span corruption at seq_len {} needs at least {}",
+          data.path, split_name(split), end - begin, T, docs.window_length + 1));
+    return docs;
+  }
+  // A line starts at the data's start or after a newline; one cut by the split's start is not
+  // whole (it belongs to the other split), one cut by its end keeps what lies inside.
+  int64_t at = begin;
+  if (at > 0 && data.bytes[size_t(at - 1)] != '\n')
+    while (at < end && data.bytes[size_t(at)] != '\n') ++at;
+  while (at < end) {
+    if (data.bytes[size_t(at)] == '\n') {
+      ++at;
+      continue;
+    }
+    int64_t stop = at;
+    while (stop < end && data.bytes[size_t(stop)] != '\n') ++stop;
+    if (stop - at >= kShortestDocument) {
+      docs.start.push_back(at);
+      docs.length.push_back(int32_t(std::min<int64_t>(stop - at, INT32_MAX)));
+    }
+    at = stop;
+  }
+  if (docs.start.size() < 2)
+    throw UsageError(fmt::format(
+        "{}: the {} split holds {} lines of {} bytes or more; span corruption reads a document "
+        "a line and needs at least 2",
+        data.path, split_name(split), docs.start.size(), kShortestDocument));
+  return docs;
+}
+
+SpanDraw span_draw(const uint32_t v[4], const SpanDocuments& docs, int T) {
   const int max_length = span_max_length(T);
   SpanDraw d;
-  d.offset = int64_t(v[0] % uint64_t(split_tokens - max_length - kWordSearch));
-  d.length = 4 + int(v[1] % uint32_t(max_length - 3));
+  const int64_t k = int64_t(v[0] % uint64_t(docs.count()));
+  const int drawn = kShortestDocument + int(v[1] % uint32_t(max_length - kShortestDocument + 1));
+  if (docs.windows > 0) {
+    d.start = docs.window_begin + k;
+    d.length = std::min(drawn, docs.window_length);
+  } else {
+    d.start = docs.start[size_t(k)];
+    d.length = std::min(drawn, int(docs.length[size_t(k)]));
+  }
   d.span_length = 1 + int(v[2] % uint32_t(d.length / 2));
   d.span_begin = int(v[3] % uint32_t(d.length - d.span_length + 1));
   return d;
@@ -83,31 +105,29 @@ void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int 
   while (n < T + 1) row[n++] = tok.pad;
 }
 
-void fill_span_batch(const TextDataset& data, Split split, uint64_t seed, int64_t index,
-                     int64_t sample_begin, int64_t count, int T, int32_t* out, int32_t* spans) {
-  check_split_fits(data, split, T);
+void fill_span_batch(const TextDataset& data, const SpanDocuments& docs, Split split, uint64_t seed,
+                     int64_t index, int64_t sample_begin, int64_t count, int T, int32_t* out,
+                     int32_t* spans) {
   const PhiloxStream rng = span_stream(seed, split);
   const SpanTokens tok = span_tokens(data);
   std::vector<int32_t> doc(size_t(span_max_length(T)));
   for (int64_t r = 0; r < count; ++r) {
     const Philox4x32 b = rng.block((uint64_t(index) << 32) | uint64_t(sample_begin + r));
-    const SpanDraw d = span_draw(b.v, split_tokens(data, split), T);
-    const int64_t start = document_start(data, split, d);
+    const SpanDraw d = span_draw(b.v, docs, T);
     for (int k = 0; k < d.length; ++k)
-      doc[size_t(k)] = data.is_tokens() ? data.tokens[size_t(start + k)]
-                                        : int32_t(data.bytes[size_t(start + k)]);
+      doc[size_t(k)] = data.is_tokens() ? data.tokens[size_t(d.start + k)]
+                                        : int32_t(data.bytes[size_t(d.start + k)]);
     span_row(doc.data(), d, tok, T, out + r * (T + 1), spans + 2 * r);
   }
 }
 
-int64_t span_batch_loss_terms(const TextDataset& data, Split split, uint64_t seed, int64_t index,
+int64_t span_batch_loss_terms(const SpanDocuments& docs, Split split, uint64_t seed, int64_t index,
                               int64_t count, int T) {
-  check_split_fits(data, split, T);
   const PhiloxStream rng = span_stream(seed, split);
   int64_t terms = 0;
   for (int64_t r = 0; r < count; ++r) {
     const Philox4x32 b = rng.block((uint64_t(index) << 32) | uint64_t(r));
-    terms += span_draw(b.v, split_tokens(data, split), T).length + 2;
+    terms += span_draw(b.v, docs, T).length + 2;
   }
   return terms;
 }

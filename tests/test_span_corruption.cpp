@@ -2,8 +2,9 @@
 // a document truncated to L, a span of m cut out at s, the row prefix [MASK] suffix [MASK] span
 // [END] then [PAD]; prefix + span + suffix is the truncated document, the markers sit where the
 // definition puts them, and every position before [END]'s is a loss term. Also: the lengths'
-// ranges, any rank's slice is the batch's rows, loss terms sum the spans, documents start at
-// words and stay inside their split, and token data's special ids follow its vocabulary.
+// ranges, documents are lines (of 4 bytes or more, whole within their split) read from their
+// start, any rank's slice is the batch's rows, loss terms sum the spans, and token data (no lines)
+// gets windows and special ids after its vocabulary.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,89 +53,138 @@ std::string words(int n, uint32_t seed) {
   return s;
 }
 
+// The line of `text` that holds position `at`: [its start, its end).
+std::pair<size_t, size_t> line_at(const std::string& text, size_t at) {
+  const size_t begin = at == 0 ? 0 : text.rfind('\n', at - 1) + 1;  // npos + 1 == 0
+  const size_t end = text.find('\n', at);
+  return {begin, end == std::string::npos ? text.size() : end};
+}
+
 }  // namespace
 
 TEST(SpanCorruption, RowsMatchTheDefinition) {
   std::mt19937 g(3);
   const SpanTokens tok;
   for (int T : {8, 16, 64}) {
-    for (int trial = 0; trial < 300; ++trial) {
-      const uint32_t v[4] = {uint32_t(g()), uint32_t(g()), uint32_t(g()), uint32_t(g())};
-      const SpanDraw d = span_draw(v, 10000, T);
-      ASSERT_GE(d.length, 4);
-      ASSERT_LE(d.length, std::min(7 * T / 8, T - 2));
-      ASSERT_GE(d.span_length, 1);
-      ASSERT_LE(d.span_length, d.length / 2);
-      ASSERT_LE(d.span_begin + d.span_length, d.length);
-      std::vector<int32_t> doc(size_t(d.length));
-      for (auto& x : doc) x = int32_t(g() % 256);
-      std::vector<int32_t> row(size_t(T) + 1, -7), span(2, -7);
-      span_row(doc.data(), d, tok, T, row.data(), span.data());
-      ASSERT_EQ(row, reference_row(doc, d.span_begin, d.span_length, T));
-      // Loss terms: positions 0 .. L + 1, whose next tokens are everything up to [END].
-      ASSERT_EQ(span[0], 0);
-      ASSERT_EQ(span[1], d.length + 2);
-      ASSERT_EQ(row[size_t(span[1])], kEnd);
-      // The two markers: after the prefix, and after prefix + suffix + 1.
-      ASSERT_EQ(row[size_t(d.span_begin)], kMask);
-      ASSERT_EQ(row[size_t(d.length - d.span_length + 1)], kMask);
-      ASSERT_EQ(std::count(row.begin(), row.end(), kMask), 2);
-      // prefix + span + suffix gives the document back.
-      const auto second = row.begin() + (d.length - d.span_length + 1);
-      std::vector<int32_t> back(row.begin(), row.begin() + d.span_begin);
-      back.insert(back.end(), second + 1, second + 1 + d.span_length);
-      back.insert(back.end(), row.begin() + d.span_begin + 1, second);
-      ASSERT_EQ(back, doc);
+    const int max_length = std::min(7 * T / 8, T - 2);
+    SpanDocuments windows;  // token data: any window of the longest length
+    windows.windows = 10000;
+    windows.window_length = max_length;
+    SpanDocuments lines;  // lines of 4 to 100 tokens
+    for (int k = 0; k < 50; ++k) {
+      lines.start.push_back(1000 * k);
+      lines.length.push_back(4 + int32_t(g() % 97));
+    }
+    for (const SpanDocuments* docs : {&windows, &lines}) {
+      for (int trial = 0; trial < 300; ++trial) {
+        const uint32_t v[4] = {uint32_t(g()), uint32_t(g()), uint32_t(g()), uint32_t(g())};
+        const SpanDraw d = span_draw(v, *docs, T);
+        // The document: v[0] picks it; v[1] a length in [4, max_length], cut to the document's.
+        const int64_t k = int64_t(v[0] % uint64_t(docs->count()));
+        const int drawn = 4 + int(v[1] % uint32_t(max_length - 3));
+        ASSERT_EQ(d.start, docs == &windows ? k : lines.start[size_t(k)]);
+        ASSERT_EQ(d.length, docs == &windows ? drawn : std::min(drawn, lines.length[size_t(k)]));
+        ASSERT_GE(d.length, 4);
+        ASSERT_LE(d.length, max_length);
+        ASSERT_GE(d.span_length, 1);
+        ASSERT_LE(d.span_length, d.length / 2);
+        ASSERT_LE(d.span_begin + d.span_length, d.length);
+        std::vector<int32_t> doc(size_t(d.length));
+        for (auto& x : doc) x = int32_t(g() % 256);
+        std::vector<int32_t> row(size_t(T) + 1, -7), span(2, -7);
+        span_row(doc.data(), d, tok, T, row.data(), span.data());
+        ASSERT_EQ(row, reference_row(doc, d.span_begin, d.span_length, T));
+        // Loss terms: positions 0 .. L + 1, whose next tokens are everything up to [END].
+        ASSERT_EQ(span[0], 0);
+        ASSERT_EQ(span[1], d.length + 2);
+        ASSERT_EQ(row[size_t(span[1])], kEnd);
+        // The two markers: after the prefix, and after prefix + suffix + 1.
+        ASSERT_EQ(row[size_t(d.span_begin)], kMask);
+        ASSERT_EQ(row[size_t(d.length - d.span_length + 1)], kMask);
+        ASSERT_EQ(std::count(row.begin(), row.end(), kMask), 2);
+        // prefix + span + suffix gives the document back.
+        const auto second = row.begin() + (d.length - d.span_length + 1);
+        std::vector<int32_t> back(row.begin(), row.begin() + d.span_begin);
+        back.insert(back.end(), second + 1, second + 1 + d.span_length);
+        back.insert(back.end(), row.begin() + d.span_begin + 1, second);
+        ASSERT_EQ(back, doc);
+      }
     }
   }
+}
+
+TEST(SpanCorruption, DocumentsAreTheWholeLinesOfTheirSplit) {
+  // Lines: "ab" (too short), "abcd", "" , "efghij", then the split cuts "klmnop" after "klmn".
+  const std::string text = "ab\nabcd\n\nefghij\nklmnop\nqrst\nuv\nwxyz1";
+  TextDataset d = text_of(text);
+  d.train_end = text.find("op");
+  const SpanDocuments train = span_documents(d, Split::train, 16);
+  const std::vector<int64_t> train_starts = {3, 9, 16};
+  const std::vector<int32_t> train_lengths = {4, 6, 4};
+  EXPECT_EQ(train.start, train_starts);
+  EXPECT_EQ(train.length, train_lengths);  // "klmn": what lies inside the split
+  const SpanDocuments val = span_documents(d, Split::val, 16);
+  const std::vector<int64_t> val_starts = {int64_t(text.find("qrst")), int64_t(text.find("wxyz1"))};
+  const std::vector<int32_t> val_lengths = {4, 5};
+  EXPECT_EQ(val.start, val_starts) << "the rest of a line the split cut belongs to training";
+  EXPECT_EQ(val.length, val_lengths);
 }
 
 TEST(SpanCorruption, BatchesAreSlicesOfOneBatchAndDocumentsComeFromTheirSplit) {
   const std::string text = words(4000, 1);
   const TextDataset d = text_of(text);
   const int T = 32, rows = 12;
+  const SpanDocuments docs = span_documents(d, Split::train, T),
+                      vdocs = span_documents(d, Split::val, T);
   std::vector<int32_t> all(size_t(rows) * (T + 1)), spans(size_t(rows) * 2);
-  fill_span_batch(d, Split::train, 5, 9, 0, rows, T, all.data(), spans.data());
+  fill_span_batch(d, docs, Split::train, 5, 9, 0, rows, T, all.data(), spans.data());
   int64_t terms = 0;
-  for (int r = 0; r < rows; ++r) {
-    terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
-    const int32_t* row = all.data() + size_t(r) * (T + 1);
-    const int L = spans[size_t(2 * r + 1)] - 2;
+  auto document_of = [&](const int32_t* row, int L) {
     const int first = int(std::find(row, row + T + 1, kMask) - row);
     const int second = int(std::find(row + first + 1, row + T + 1, kMask) - row);
-    ASSERT_LT(second, T + 1);
+    EXPECT_LT(second, T + 1);
     const int m = L - (second - 1);  // L = prefix + suffix + m, second = prefix + suffix + 1
     std::string doc(row, row + first);
     for (int k = second + 1; k < second + 1 + m; ++k) doc += char(row[k]);
     for (int k = first + 1; k < second; ++k) doc += char(row[k]);
-    ASSERT_EQ(int(doc.size()), L);
-    const size_t at = text.find(doc);
-    ASSERT_NE(at, std::string::npos) << "row " << r << " is not a stretch of the text";
-    ASSERT_LE(at + doc.size(), d.train_end) << "a training document reaches validation text";
-    ASSERT_TRUE(at == 0 || text[at - 1] == ' ' || text[at - 1] == '\n')
-        << "document does not start at a word: " << doc;
+    EXPECT_EQ(int(doc.size()), L);
+    return doc;
+  };
+  // The document is the start of a line: at a line's start, and at most the whole line.
+  auto expect_line_start = [&](const std::string& doc, size_t from, size_t to) {
+    size_t at = text.find(doc, from);
+    while (at != std::string::npos && at > 0 && text[at - 1] != '\n') at = text.find(doc, at + 1);
+    ASSERT_NE(at, std::string::npos) << doc << " does not start a line";
+    ASSERT_LE(at + doc.size(), to) << doc << " reaches the other split";
+    const auto [begin, end] = line_at(text, at);
+    ASSERT_EQ(begin, at);
+    ASSERT_LE(at + doc.size(), end) << doc << " runs past its line";
+  };
+  for (int r = 0; r < rows; ++r) {
+    terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+    const std::string doc =
+        document_of(all.data() + size_t(r) * (T + 1), spans[size_t(2 * r + 1)] - 2);
+    expect_line_start(doc, 0, d.train_end);
   }
-  EXPECT_EQ(span_batch_loss_terms(d, Split::train, 5, 9, rows, T), terms);
+  EXPECT_EQ(span_batch_loss_terms(docs, Split::train, 5, 9, rows, T), terms);
   for (int first : {0, 5, 9}) {
     const int n = std::min(3, rows - first);
     std::vector<int32_t> part(size_t(n) * (T + 1)), pspans(size_t(n) * 2);
-    fill_span_batch(d, Split::train, 5, 9, first, n, T, part.data(), pspans.data());
+    fill_span_batch(d, docs, Split::train, 5, 9, first, n, T, part.data(), pspans.data());
     EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin() + size_t(first) * (T + 1)));
     EXPECT_TRUE(std::equal(pspans.begin(), pspans.end(), spans.begin() + 2 * first));
   }
   std::vector<int32_t> val(all.size()), vspans(spans.size());
-  fill_span_batch(d, Split::val, 5, 9, 0, rows, T, val.data(), vspans.data());
+  fill_span_batch(d, vdocs, Split::val, 5, 9, 0, rows, T, val.data(), vspans.data());
   EXPECT_NE(val, all);
   for (int r = 0; r < rows; ++r) {  // validation documents lie in the last 10%
-    const int32_t* row = val.data() + size_t(r) * (T + 1);
-    const std::string prefix(row, std::find(row, row + T + 1, kMask));
-    if (prefix.size() >= 8) {
-      EXPECT_GE(text.rfind(prefix), d.train_end - T) << prefix;
-    }
+    const std::string doc =
+        document_of(val.data() + size_t(r) * (T + 1), vspans[size_t(2 * r + 1)] - 2);
+    expect_line_start(doc, d.train_end, text.size());
   }
 }
 
-TEST(SpanCorruption, TokenDataGetsSpecialIdsAfterItsVocabularyAndShortDataIsRefused) {
+TEST(SpanCorruption, TokenDataGetsWindowsAndSpecialIdsAfterItsVocabularyAndShortDataIsRefused) {
   TextDataset d;
   d.path = "tokens";
   for (int k = 0; k < 3000; ++k) d.tokens.push_back(k % 1000);
@@ -145,14 +195,19 @@ TEST(SpanCorruption, TokenDataGetsSpecialIdsAfterItsVocabularyAndShortDataIsRefu
   EXPECT_EQ(tok.end, 1001);
   EXPECT_EQ(tok.pad, 1002);
   const int T = 16;
+  const SpanDocuments docs = span_documents(d, Split::train, T);
+  EXPECT_EQ(docs.windows, 2700 - 14 + 1);  // windows of min(7T/8, T-2) = 14 inside the split
   std::vector<int32_t> rows(4 * (T + 1)), spans(8);
-  fill_span_batch(d, Split::train, 1, 0, 0, 4, T, rows.data(), spans.data());
+  fill_span_batch(d, docs, Split::train, 1, 0, 0, 4, T, rows.data(), spans.data());
   for (int r = 0; r < 4; ++r) {
     const int32_t* row = rows.data() + r * (T + 1);
     EXPECT_EQ(std::count(row, row + T + 1, 1000), 2);
     EXPECT_EQ(row[spans[size_t(2 * r + 1)]], 1001);
   }
-  d.train_end = 60;  // a validation split of 2940, a training split too short for T = 16
-  EXPECT_THROW(check_span_fits(d, T), UsageError);
-  EXPECT_THROW(check_span_fits(text_of(words(4000, 2)), 6), UsageError);
+  d.train_end = 14;  // a training split of one window
+  EXPECT_THROW(span_documents(d, Split::train, T), UsageError);
+  EXPECT_THROW(span_documents(text_of(words(4000, 2)), Split::train, 6), UsageError);  // T < 8
+  EXPECT_THROW(span_documents(text_of("abcdef\nab\n" + std::string(20, '\n') + "xyz\nabcdefgh"),
+                              Split::train, 16),
+               UsageError);  // one line of 4 bytes or more in training
 }

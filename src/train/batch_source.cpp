@@ -37,7 +37,8 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
             fmt::format("span corruption adds [MASK], [END] and [PAD] to the data's {} tokens: set "
                         "model.vocab_size={} (or more)",
                         s.text.vocab_size, need));
-      io::check_span_fits(s.text, seq_len);
+      s.span_train = io::span_documents(s.text, io::Split::train, seq_len);
+      s.span_val = io::span_documents(s.text, io::Split::val, seq_len);
       s.spans = Buffer<int32_t>(alloc, size_t(capacity) * 2);
     }
   } else if (s.kind == DataKind::verses) {
@@ -88,8 +89,8 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
 void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row,
                        int64_t rows) {
   if (kind == DataKind::text && span_corruption)
-    io::fill_span_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data(),
-                        spans.data());
+    io::fill_span_batch(text, span_docs(split), split, seed, index, first_row, rows, seq_len,
+                        tokens.data(), spans.data());
   else if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
   else if (kind == DataKind::pairs)
@@ -121,7 +122,7 @@ int64_t BatchSource::loss_terms(io::Split split, uint64_t seed, int64_t index, i
   if (kind == DataKind::pairs)
     return io::pair_batch_loss_terms(pairs, split, seed, index, rows_global, seq_len);
   if (span_corruption)
-    return io::span_batch_loss_terms(text, split, seed, index, rows_global, seq_len);
+    return io::span_batch_loss_terms(span_docs(split), split, seed, index, rows_global, seq_len);
   return rows_global * per_sample;
 }
 

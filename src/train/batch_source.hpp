@@ -10,6 +10,7 @@
 #include "io/h5.hpp"
 #include "io/image_dataset.hpp"
 #include "io/pair_dataset.hpp"
+#include "io/span_corruption.hpp"
 #include "io/verse_dataset.hpp"
 #include "src/model/family.hpp"
 #include "src/model/model.hpp"
@@ -32,7 +33,11 @@ struct BatchSource {
   Buffer<int32_t> labels;        // images and verses: (capacity)
   Buffer<int32_t> spans;         // pairs and span corruption: (capacity, 2) loss spans
   bool span_corruption = false;  // text: io/span_corruption.hpp's samples instead of windows
-  bool augment = false;          // images: crop and flip training batches (io::augment_images)
+  io::SpanDocuments span_train, span_val;  // span corruption: each split's documents
+  const io::SpanDocuments& span_docs(io::Split s) const {
+    return s == io::Split::train ? span_train : span_val;
+  }
+  bool augment = false;  // images: crop and flip training batches (io::augment_images)
 
   // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
   // verses, a BERT WordPiece vocabulary to encode them with ("": bytes), whose special ids must be
