@@ -90,6 +90,22 @@ SpanDraw span_draw(const uint32_t v[4], const SpanDocuments& docs, int T) {
   return d;
 }
 
+bool name_span(const int32_t* doc, uint32_t v, SpanDraw& d) {
+  auto letter = [](int32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  std::vector<std::pair<int, int>> names;  // (begin, length)
+  for (int k = 1; k < d.length; ++k) {
+    if (doc[k] < 'A' || doc[k] > 'Z' || letter(doc[k - 1])) continue;
+    int end = k;
+    while (end < d.length && letter(doc[end])) ++end;
+    if (end < d.length) names.push_back({k, end - k});  // a name the truncation cut is not whole
+  }
+  if (names.empty()) return false;
+  const auto [begin, length] = names[v % names.size()];
+  d.span_begin = begin;
+  d.span_length = length;
+  return true;
+}
+
 void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int T, int32_t* row,
               int32_t* span) {
   MPITRON_REQUIRE(d.length + 3 <= T + 1, "span corruption document longer than the row");
@@ -107,16 +123,17 @@ void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int 
 
 void fill_span_batch(const TextDataset& data, const SpanDocuments& docs, Split split, uint64_t seed,
                      int64_t index, int64_t sample_begin, int64_t count, int T, int32_t* out,
-                     int32_t* spans) {
+                     int32_t* spans, bool names) {
   const PhiloxStream rng = span_stream(seed, split);
   const SpanTokens tok = span_tokens(data);
   std::vector<int32_t> doc(size_t(span_max_length(T)));
   for (int64_t r = 0; r < count; ++r) {
     const Philox4x32 b = rng.block((uint64_t(index) << 32) | uint64_t(sample_begin + r));
-    const SpanDraw d = span_draw(b.v, docs, T);
+    SpanDraw d = span_draw(b.v, docs, T);
     for (int k = 0; k < d.length; ++k)
       doc[size_t(k)] = data.is_tokens() ? data.tokens[size_t(d.start + k)]
                                         : int32_t(data.bytes[size_t(d.start + k)]);
+    if (names) name_span(doc.data(), b.v[2], d);
     span_row(doc.data(), d, tok, T, out + r * (T + 1), spans + 2 * r);
   }
 }

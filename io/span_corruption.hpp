@@ -10,6 +10,11 @@
 // there it is the tokens from a random position. Sample i of batch `index` draws its document and
 // lengths from Philox keyed by (seed, split, index, i), so every layout sees the baseline's samples
 // and knows the batch's loss terms without a message.
+// Name spans (train.objective = "name_span_corruption", byte text): the same sample, but the cut
+// span is a name, a capitalized word that is not the document's first (salient span masking, as
+// REALM masks named entities): the span chosen is the k-th such word whose letters all lie inside
+// the truncated document, k from the draw's third number; a document without one keeps the random
+// span. L, and so the loss terms, do not depend on the choice.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -48,6 +53,9 @@ struct SpanDraw {
 int span_max_length(int T);
 SpanDraw span_draw(const uint32_t v[4], const SpanDocuments& docs, int T);
 
+// Moves d's span onto a name of doc[0, d.length), drawn with v (see above); false if it has none.
+bool name_span(const int32_t* doc, uint32_t v, SpanDraw& d);
+
 // The row (T + 1 tokens) of a document doc[0, L), and its loss span.
 void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int T, int32_t* row,
               int32_t* span);
@@ -55,7 +63,7 @@ void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int 
 // Rows [sample_begin, sample_begin + count) of batch `index`: out (count, T + 1), spans (count, 2).
 void fill_span_batch(const TextDataset& data, const SpanDocuments& docs, Split split, uint64_t seed,
                      int64_t index, int64_t sample_begin, int64_t count, int T, int32_t* out,
-                     int32_t* spans);
+                     int32_t* spans, bool names = false);
 
 // The loss terms of rows [0, count) of batch `index`: the sum of (L + 2).
 int64_t span_batch_loss_terms(const SpanDocuments& docs, Split split, uint64_t seed, int64_t index,

@@ -211,3 +211,47 @@ TEST(SpanCorruption, TokenDataGetsWindowsAndSpecialIdsAfterItsVocabularyAndShort
                               Split::train, 16),
                UsageError);  // one line of 4 bytes or more in training
 }
+
+TEST(SpanCorruption, NameSpansCutOutAWholeCapitalizedWordThatIsNotTheFirst) {
+  const std::string text = "And Enos lived ninety years, and begat Cainan: and Ca";
+  std::vector<int32_t> doc(text.begin(), text.end());
+  // Names whole inside the document: Enos (4, 4) and Cainan (39, 6); "And" starts it, "Ca" is cut.
+  const std::vector<std::pair<int, int>> names = {{4, 4}, {39, 6}};
+  for (uint32_t v = 0; v < 6; ++v) {
+    SpanDraw d{0, int(text.size()), 1, 1};
+    ASSERT_TRUE(name_span(doc.data(), v, d));
+    EXPECT_EQ(d.span_begin, names[v % 2].first);
+    EXPECT_EQ(d.span_length, names[v % 2].second);
+    EXPECT_EQ(d.length, int(text.size())) << "the loss terms do not depend on the span";
+  }
+  SpanDraw short_doc{0, 8, 2, 3};  // "And Enos": Enos reaches the end and may be cut
+  EXPECT_FALSE(name_span(doc.data(), 0, short_doc));
+  EXPECT_EQ(short_doc.span_begin, 2) << "no name: the random span stays";
+  EXPECT_EQ(short_doc.span_length, 3);
+
+  // In batches: every row's span is a capitalized word that is not the document's first.
+  std::string lines;
+  for (int k = 0; k < 200; ++k) lines += text.substr(0, 46) + "\n";
+  const TextDataset data = text_of(lines);
+  const int T = 64, rows = 16;
+  const SpanDocuments docs = span_documents(data, Split::train, T);
+  std::vector<int32_t> out(size_t(rows) * (T + 1)), spans(size_t(rows) * 2), plain(out.size()),
+      plain_spans(spans.size());
+  fill_span_batch(data, docs, Split::train, 3, 1, 0, rows, T, out.data(), spans.data(), true);
+  fill_span_batch(data, docs, Split::train, 3, 1, 0, rows, T, plain.data(), plain_spans.data());
+  EXPECT_EQ(spans, plain_spans) << "the same loss spans with and without name spans";
+  int named = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int32_t* row = out.data() + size_t(r) * (T + 1);
+    const int L = spans[size_t(2 * r + 1)] - 2;
+    const int second =
+        int(std::find(row + int(std::find(row, row + T + 1, kMask) - row) + 1, row + T + 1, kMask) -
+            row);
+    const std::string span(row + second + 1, row + L + 2);  // between the second [MASK] and [END]
+    if (span == "Enos" || span == "Cainan")
+      ++named;
+    else
+      EXPECT_LT(L, 9) << "a document holding a whole name got the span '" << span << "'";
+  }
+  EXPECT_GT(named, rows / 2);
+}

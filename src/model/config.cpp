@@ -226,7 +226,8 @@ std::string config_keys_help() {
       {"bleu_lines", fmt::format("{}", d.bleu_lines),
        "translation: validation pairs BLEU translates (0: all)"},
       {"objective", "\"" + d.objective + "\"",
-       "gpt on text: \"next_token\" or \"span_corruption\" (prefix [MASK] suffix [MASK] span)"},
+       "gpt on text: \"next_token\", \"span_corruption\" (prefix [MASK] suffix [MASK] span) or "
+       "\"name_span_corruption\" (the span a name)"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "

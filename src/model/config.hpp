@@ -47,7 +47,8 @@ struct TrainConfig {
   int augment = 0;        // images: 1 = random 2-pixel shifts and horizontal flips in training
   int bleu_every = 0;     // translation pairs: validation BLEU every N steps and at the end; 0 off
   int bleu_lines = 0;     // validation pairs the BLEU translates (0: all)
-  // gpt on text: "next_token", or "span_corruption" (io/span_corruption.hpp: fill a cut-out span)
+  // gpt on text: "next_token", "span_corruption" (io/span_corruption.hpp: fill a cut-out span) or
+  // "name_span_corruption" (the cut-out span is a name)
   std::string objective = "next_token";
 };
 

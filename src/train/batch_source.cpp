@@ -19,17 +19,26 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
   BatchSource s;
   s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
-  if (objective != "next_token" && objective != "span_corruption")
+  const bool spans = objective == "span_corruption" || objective == "name_span_corruption";
+  if (objective != "next_token" && !spans)
     throw UsageError(fmt::format(
-        "train.objective is \"next_token\" or \"span_corruption\", not \"{}\"", objective));
-  if (objective == "span_corruption" && (model.type != "gpt" || s.kind != DataKind::text))
-    throw UsageError(
-        "train.objective = \"span_corruption\" is for the gpt family on text (model.task = 0)");
+        "train.objective is \"next_token\", \"span_corruption\" or \"name_span_corruption\", not "
+        "\"{}\"",
+        objective));
+  if (spans && (model.type != "gpt" || s.kind != DataKind::text))
+    throw UsageError(fmt::format(
+        "train.objective = \"{}\" is for the gpt family on text (model.task = 0)", objective));
   if (s.kind == DataKind::text) {
     s.seq_len = seq_len;
     s.text = io::load_text_dataset(path, seq_len);
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
-    s.span_corruption = objective == "span_corruption";
+    s.span_corruption = spans;
+    s.name_spans = objective == "name_span_corruption";
+    if (s.name_spans && s.text.is_tokens())
+      throw UsageError(fmt::format(
+          "{}: name spans find capitalized words in byte text; a token file has none: use "
+          "train.objective = \"span_corruption\"",
+          s.text.path));
     if (s.span_corruption) {
       const int64_t need = s.text.vocab_size + 3;
       if (model.get("vocab_size") < need)
@@ -90,7 +99,7 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
                        int64_t rows) {
   if (kind == DataKind::text && span_corruption)
     io::fill_span_batch(text, span_docs(split), split, seed, index, first_row, rows, seq_len,
-                        tokens.data(), spans.data());
+                        tokens.data(), spans.data(), name_spans);
   else if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
   else if (kind == DataKind::pairs)
@@ -160,7 +169,9 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
-  const char* objective = span_corruption ? ", span corruption" : "";
+  const char* objective = name_spans        ? ", span corruption on names"
+                          : span_corruption ? ", span corruption"
+                                            : "";
   if (kind == DataKind::text && text.is_tokens())
     return fmt::format("data {} ({} tokens, vocabulary {}{})", text.path, text.size(),
                        text.vocab_size, objective);

@@ -33,6 +33,7 @@ struct BatchSource {
   Buffer<int32_t> labels;        // images and verses: (capacity)
   Buffer<int32_t> spans;         // pairs and span corruption: (capacity, 2) loss spans
   bool span_corruption = false;  // text: io/span_corruption.hpp's samples instead of windows
+  bool name_spans = false;       // span corruption: the span is a name
   io::SpanDocuments span_train, span_val;  // span corruption: each split's documents
   const io::SpanDocuments& span_docs(io::Split s) const {
     return s == io::Split::train ? span_train : span_val;
@@ -42,7 +43,8 @@ struct BatchSource {
   // Loads the data a model reads; UsageError when missing or unfit (too short, ...). tokenizer:
   // verses, a BERT WordPiece vocabulary to encode them with ("": bytes), whose special ids must be
   // the model's; pairs, a SentencePiece model ("": bytes). objective: train.objective
-  // ("next_token"; "span_corruption": gpt on text, vocab_size the data's + 3 special tokens).
+  // ("next_token"; "span_corruption" and "name_span_corruption": gpt on text, vocab_size the
+  // data's + 3 special tokens).
   static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
                           int64_t capacity, DeviceAllocator& alloc,
                           const std::string& tokenizer = "",

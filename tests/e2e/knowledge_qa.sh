@@ -64,7 +64,7 @@ grep -q '^always answering "Japheth" (the most common training answer) would sco
 
 # Bad input, one line each.
 expect_error "set model.vocab_size=259" "$MPITRON" train "${pre[@]}" --set model.vocab_size=256 --out e1
-expect_error 'train.objective is "next_token" or "span_corruption", not "spans"' \
+expect_error 'train.objective is "next_token", "span_corruption" or "name_span_corruption", not "spans"' \
   "$MPITRON" train "${pre[@]}" --set train.objective=spans --out e2
 expect_error "span_corruption\" is for the gpt family on text" \
   "$MPITRON" train "${ft[@]}" --set train.objective=span_corruption --out e3
