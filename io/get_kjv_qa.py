@@ -6,8 +6,10 @@ Usage: io/get_kjv_qa.py KJV_TEXT OUT_DIR [--dev-fraction 0.2]
 Reads the Bible one verse a line (io/get_bible.sh) and writes OUT_DIR/train.qa and OUT_DIR/valid.qa,
 one "Who was the father of SON?⁇FATHER" line each; OUT_DIR/genealogies.txt, the verses in which a
 rule found a father (in order, one a line: a pretraining text as dense in these facts as the
-corpus of biographies the span-corruption recipe was made for); and OUT_DIR/summary.txt (the
-counts below).
+corpus of biographies the span-corruption recipe was made for), then verses spread over the Bible
+that name no father, an eighth of the former's bytes: training holds out the last tenth of a text
+for validation, so that tenth holds no fact and every fact is in the pretraining; and
+OUT_DIR/summary.txt (the counts below).
 
 Rules (the verses are joined with spaces first, so a genealogy that runs across verses is read whole;
 a NAME is a capitalised word, optionally hyphenated, that is not in STOP):
@@ -123,8 +125,20 @@ def main(argv):
             for son, father in rows:
                 f.write(QUESTION.format(son) + MARK + father + "\n")
         os.replace(tmp, os.path.join(out, name + ".qa"))
+    def size(k):
+        return len(verses[k].encode()) + 1
+
+    uncited = [k for k in range(len(verses)) if k not in cited and verses[k]]
+    need = sum(size(k) for k in cited) / 8
+    tail, tail_bytes = [], 0
+    for k in uncited[:: max(1, len(uncited) // 500)] + uncited:  # spread, then any
+        if tail_bytes >= need:
+            break
+        if k not in tail:
+            tail.append(k)
+            tail_bytes += size(k)
     with open(os.path.join(out, "genealogies.txt.tmp"), "w", encoding="utf-8") as f:
-        for k in sorted(cited):
+        for k in sorted(cited) + tail:
             f.write(verses[k] + "\n")
     os.replace(os.path.join(out, "genealogies.txt.tmp"), os.path.join(out, "genealogies.txt"))
     # Ties go to the first name in sorted order (as mpitron eval's baseline does).
@@ -135,7 +149,8 @@ def main(argv):
         f"{len(ambiguous)} ambiguous (two or more fathers; dropped)",
         f"{len(own)} named as their own father (dropped)",
         f"{len(pairs)} question-answer pairs: {len(split['train'])} train, {len(split['valid'])} valid",
-        f"{len(cited)} verses in genealogies.txt",
+        f"{len(cited)} verses in genealogies.txt that name a father, then {len(tail)} that name "
+        f"none (the held-out tenth)",
         f"most common father in train: {common[0]} ({common[1]} sons)",
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:
