@@ -456,7 +456,7 @@ double CnnModel::forward(const MicroBatch& mb) {
   const float* x = ch.input[slot];
   if (ch.first) {
     MPITRON_REQUIRE(mb.samples.features && mb.samples.labels, "the model reads images");
-    x = trunk_forward(slot, mb.samples.features, rows, mb.training);  // the image without a stem
+    x = trunk_forward(slot, mb.samples.features, rows, mb.training);
   }
   for (Block& b : ch.blocks) {
     block_forward(b, slot, x, rows, mb.training);

@@ -4,8 +4,9 @@
 // Pipeline stages divide blocks: resnet's residual blocks, alexnet's four convolutions. Batch norm
 // takes its statistics over ghost groups of model.norm_group samples, so no layout changes them
 // (layers/batchnorm.hpp).
-//   alexnet: c1 (col) | c2 (row) pool | c3 (col) | c4 (row) pool || dropout fc1 (col) relu fc2
-//   (row) resnet:  stem | [conv-bn-relu conv-bn (+ shortcut) relu] x 3n | avgpool fc
+//   alexnet: c1 col | c2 row, pool | c3 col | c4 row, pool || dropout, fc1 col, relu, fc2 row
+//   resnet:  stem | [conv-bn-relu conv-bn (+ shortcut) relu] x 3n | avgpool fc
+// ("|": where pipeline stages may split; "||": the classifier, on the last stage)
 #pragma once
 #include <memory>
 #include <string>
