@@ -138,7 +138,7 @@ translate: mt-data
 # questions from that checkpoint, and exact match on the unseen people's.
 QA_RUN ?= runs/qa
 qa-data: data
-	[ -s data/kjv-qa/train.qa ] || ./io/get_kjv_qa.py data/kjv.txt data/kjv-qa
+	grep -qs "that name none" data/kjv-qa/summary.txt || ./io/get_kjv_qa.py data/kjv.txt data/kjv-qa
 
 qa: build qa-data
 	$(BUILD)/mpitron train --config configs/qa-pretrain.toml --data data/kjv-qa/genealogies.txt \
