@@ -4,10 +4,22 @@
 #include <cstring>
 #include <new>
 
+#include "base/human_units.hpp"
+
 namespace mpitron {
 
 void* DeviceAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (limit_bytes > 0 && current_bytes + bytes > limit_bytes)
+    throw DeviceMemoryExceeded(fmt::format(
+        "rank {}: {} for {} would take {} memory to {}, past --max-device-memory {} (in use {}, "
+        "peak so far {}{}): see `mpitron plan` with the same flags for what fits",
+        rank, human_bytes(double(bytes)), purpose, device,
+        human_bytes(double(current_bytes + bytes)), human_bytes(double(limit_bytes)),
+        human_bytes(double(current_bytes)), human_bytes(double(peak_bytes)),
+        planned_bytes > 0
+            ? fmt::format("; the plan predicts a peak of {}", human_bytes(double(planned_bytes)))
+            : ""));
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = nullptr;
   if (raw_allocate) {

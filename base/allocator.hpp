@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "base/check.hpp"
+
 namespace mpitron {
 
 struct DeviceAllocator {
@@ -18,9 +20,34 @@ struct DeviceAllocator {
   size_t current_bytes = 0;
   size_t peak_bytes = 0;
   size_t allocations = 0;  // total number of allocate() calls, for "no allocation per step" checks
+  // --max-device-memory: an allocation that would take current_bytes past limit_bytes throws
+  // DeviceMemoryExceeded naming `purpose`, the rank, the peak so far and planned_bytes (0: no
+  // limit; no plan).
+  size_t limit_bytes = 0;
+  size_t planned_bytes = 0;
+  int rank = 0;
+  const char* purpose = "a buffer";  // what the next allocations are for (AllocationPurpose)
 
   void* allocate(size_t bytes);
   void release(void* ptr, size_t bytes);
+};
+
+// An allocation past DeviceAllocator::limit_bytes (a UsageError: the run's settings ask for too
+// much, and every rank stops with the first such line).
+struct DeviceMemoryExceeded : UsageError {
+  using UsageError::UsageError;
+};
+
+// Names what a DeviceAllocator's allocations are for while it lives (for the limit's error).
+struct AllocationPurpose {
+  DeviceAllocator& alloc;
+  const char* before;
+  AllocationPurpose(DeviceAllocator& a, const char* purpose) : alloc(a), before(a.purpose) {
+    a.purpose = purpose;
+  }
+  ~AllocationPurpose() { alloc.purpose = before; }
+  AllocationPurpose(const AllocationPurpose&) = delete;
+  AllocationPurpose& operator=(const AllocationPurpose&) = delete;
 };
 
 // An owning, 64-byte aligned array of T from a DeviceAllocator (zero-initialised).

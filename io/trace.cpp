@@ -53,6 +53,7 @@ constexpr MatrixColumn kMatrices[] = {
     {"rank_busy_us", &TraceRow::rank_busy_us},
     {"rank_grad_sync_us", &TraceRow::rank_grad_sync_us},
     {"rank_activation_bytes", &TraceRow::rank_activation_bytes},
+    {"rank_planned_mem_bytes", &TraceRow::rank_planned_mem_bytes},
 };
 
 // Creates an extendible 1-D column of `rows` fill values.

@@ -36,12 +36,15 @@ struct TraceRow {
   // Activation sets, backward scratch and pipeline message buffers: what grows with micro-batches
   // in flight (GPipe: m, 1F1B: at most pp), apart from parameters and optimizer state.
   std::vector<int64_t> rank_activation_bytes;
+  // The memory plan's peak per rank (-1: the family has none), beside rank_peak_mem_bytes.
+  std::vector<int64_t> rank_planned_mem_bytes;
 };
 
 // Layout: /trace/{step,comm_bytes,peak_mem_bytes,param_bytes,skipped} int64 and
 // /trace/{loss,val_loss,val_accuracy,val_bleu,lr,grad_norm,tokens_per_s,step_s,bubble,loss_scale}
 // float64, 1-D chunked with unlimited length;
-// /trace/rank_{comm_bytes,peak_mem_bytes,param_bytes,busy_us,grad_sync_us,activation_bytes} int64
+// /trace/rank_{comm_bytes,peak_mem_bytes,planned_mem_bytes,param_bytes,busy_us,grad_sync_us,
+// activation_bytes} int64
 // (steps, world), both dimensions unlimited, created at the first row that carries them (earlier
 // rows and absent ranks read -1). Steps strictly increase.
 //

@@ -28,9 +28,18 @@ struct TrainArgs {
   std::string device = "cpu", comm = "mpi", precision = "fp32";  // parsed into opts by cmd_train
   std::string dp_reduce = "allreduce", schedule = "1f1b", recompute = "none";
   std::vector<std::string> overrides;  // --set section.key=value
+  std::string max_device_memory;       // "11GiB"; parsed into opts by cmd_train
+  std::optional<int> old_warmup;       // --warmup, the old spelling of --warmup-steps
   bool help_config = false;
 };
 int cmd_train(TrainArgs a);
+// The settings of TrainArgs resolved into TrainOptions (the preset, its overrides, the flags);
+// with check_data, the data checks the command line can make before any MPI work.
+TrainOptions train_options(TrainArgs& a, bool check_data);
+
+// ---- plan (plan.cpp)
+// The memory plan of `train`'s settings on one process (--dp defaults to 1 there).
+int cmd_plan(TrainArgs a);
 
 // "presets: configs/a.toml, ..." of the presets found (configs/ under the working directory,
 // beside the executable's folder, or in the source tree this build was configured from), else a

@@ -34,7 +34,7 @@ int world_rank() {
 bool needs_mpi(int argc, char** argv) {
   if (argc < 2) return true;
   const std::string command = argv[1];
-  return command != "compare" && command != "info" && command != "bleu";
+  return command != "compare" && command != "info" && command != "bleu" && command != "plan";
 }
 
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.
@@ -52,6 +52,89 @@ std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
                          cli::suggestion(a, known));
   }
   return "";
+}
+
+// The flags of `train`, which `plan` takes too (the same settings, planned instead of run).
+void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
+  cmd->add_option("--config", ta.config_path,
+                  "model and run preset (TOML), e.g. configs/gpt-tiny.toml");
+  cmd->add_option("--set", ta.overrides,
+                  "override a config key, section.key=value (repeatable): --set "
+                  "model.n_layer=6")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--help-config", ta.help_config, "list every config key, default and meaning");
+  cmd->add_option("--data", ta.data_path,
+                  "text file (byte tokens) or image folder (default: the model family's)");
+  cmd->add_option("--device", ta.device, "cpu, cuda or cpu-staged")->capture_default_str();
+  cmd->add_option("--comm", ta.comm,
+                  "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
+                  "nccl (one GPU per rank)")
+      ->capture_default_str();
+  cmd->add_option("--precision", ta.precision,
+                  "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
+                  "with dynamic loss scaling)")
+      ->capture_default_str();
+  cmd->add_option("--steps", ta.steps, "optimizer steps");
+  cmd->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
+  cmd->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");
+  cmd->add_option("--lr", ta.lr, "peak learning rate");
+  cmd->add_option("--warmup-steps", ta.warmup, "warm-up steps (config key warmup_steps)");
+  cmd->add_option("--warmup", ta.old_warmup)->group("");  // the old spelling, still taken
+  cmd->add_option("--seed", ta.seed, "seed of initialisation, data order and dropout");
+  cmd->add_option("--dropout", ta.dropout, "dropout probability");
+  cmd->add_option("--micro-batches", ta.micro_batches, "gradient accumulation steps");
+  cmd->add_option("--out", ta.opts.out, "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
+  cmd->add_option("--ckpt-every", ta.ckpt_every, "checkpoint every N steps (0: at the end only)");
+  cmd->add_option("--eval-every", ta.eval_every, "validation loss every N steps (0: at the end)");
+  cmd->add_option("--eval-batches", ta.eval_batches, "global batches per validation");
+  cmd->add_option("--log-every", ta.log_every, "progress line every N steps");
+  cmd->add_option("--hang-timeout", ta.opts.hang_timeout_s,
+                  "seconds without progress after which a rank ends the whole job (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--keep-last", ta.opts.keep_last,
+                  "keep only the newest K checkpoints (0: all; the newest always stays)");
+  cmd->add_option("--init-from", ta.opts.init_from,
+                  "start from pretrained parameters: a Hugging Face GPT-2 or BERT folder or "
+                  ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
+  cmd->add_option("--tokenizer", ta.opts.tokenizer,
+                  "verse data (bert tasks 1, 2): encode the verses with this BERT WordPiece "
+                  "vocabulary (a folder with vocab.txt or vocab.json); translation pairs (gpt "
+                  "task 1): with this SentencePiece model (.model, kept in the run folder); "
+                  "default: bytes");
+  cmd->add_option("--resume", ta.opts.resume,
+                  "checkpoint to resume from, or 'auto' (latest in --out)");
+  cmd->add_flag("--allow-changes", ta.opts.allow_changes,
+                "resume with other settings (lr, steps, batch, ...) than the checkpoint's");
+  cmd->add_option("--dp", ta.opts.layout.dp,
+                  "data-parallel ranks (default: the job's ranks / (tp x pp))");
+  cmd->add_option("--tp", ta.opts.layout.tp, "tensor-parallel ranks");
+  cmd->add_option("--pp", ta.opts.layout.pp, "pipeline stages");
+  cmd->add_option("--schedule", ta.schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
+      ->capture_default_str();
+  cmd->add_option("--recompute", ta.recompute,
+                  "none | block: keep only each transformer block's input per micro-batch "
+                  "and recompute the block in backward (less memory, the same losses)")
+      ->check(CLI::IsMember({"none", "block"}))
+      ->capture_default_str();
+  cmd->add_option("--virtual-stages", ta.opts.layout.virtual_stages,
+                  "model chunks per pipeline rank (--schedule interleaved)");
+  cmd->add_option("--stage-layers", ta.opts.layout.stage_layers,
+                  "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
+      ->delimiter(',');
+  cmd->add_option("--zero", ta.opts.layout.zero,
+                  "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
+  cmd->add_option("--dp-reduce", ta.dp_reduce, "allreduce | ring | gather-scatter");
+  cmd->add_option("--bucket-mb", ta.opts.layout.bucket_mb,
+                  "gradient bucket size (MiB); 0: one reduction after backward");
+  cmd->add_option(
+      "--threads", ta.opts.threads,
+      "compute threads per rank (0: the cores this process may use / the ranks on its node)");
+  cmd->add_option("--trace-flush-every", ta.opts.trace_flush_every,
+                  "trace rows buffered before a flush");
+  cmd->add_option("--max-device-memory", ta.max_device_memory,
+                  "cap on each rank's device memory, e.g. 11GiB: a memory plan above it is refused "
+                  "before any work (mpitron plan says what fits), an allocation past it stops the "
+                  "run naming it");
 }
 
 }  // namespace
@@ -77,91 +160,13 @@ int main(int argc, char** argv) {
     auto* train =
         app.add_subcommand("train", "train a model (run under mpirun/srun for parallel layouts)");
     cli::TrainArgs ta;
-    train->add_option("--config", ta.config_path,
-                      "model and run preset (TOML), e.g. configs/gpt-tiny.toml");
-    train
-        ->add_option("--set", ta.overrides,
-                     "override a config key, section.key=value (repeatable): --set "
-                     "model.n_layer=6")
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    train->add_flag("--help-config", ta.help_config, "list every config key, default and meaning");
-    train->add_option("--data", ta.data_path,
-                      "text file (byte tokens) or image folder (default: the model family's)");
-    train->add_option("--device", ta.device, "cpu, cuda or cpu-staged")->capture_default_str();
-    train
-        ->add_option("--comm", ta.comm,
-                     "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
-                     "nccl (one GPU per rank)")
-        ->capture_default_str();
-    train
-        ->add_option("--precision", ta.precision,
-                     "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
-                     "with dynamic loss scaling)")
-        ->capture_default_str();
-    train->add_option("--steps", ta.steps, "optimizer steps");
-    train->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
-    train->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");
-    train->add_option("--lr", ta.lr, "peak learning rate");
-    train->add_option("--warmup-steps", ta.warmup, "warm-up steps (config key warmup_steps)");
-    std::optional<int> old_warmup;  // the old spelling, still taken
-    train->add_option("--warmup", old_warmup)->group("");
-    train->add_option("--seed", ta.seed, "seed of initialisation, data order and dropout");
-    train->add_option("--dropout", ta.dropout, "dropout probability");
-    train->add_option("--micro-batches", ta.micro_batches, "gradient accumulation steps");
-    train->add_option("--out", ta.opts.out,
-                      "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
-    train->add_option("--ckpt-every", ta.ckpt_every,
-                      "checkpoint every N steps (0: at the end only)");
-    train->add_option("--eval-every", ta.eval_every,
-                      "validation loss every N steps (0: at the end)");
-    train->add_option("--eval-batches", ta.eval_batches, "global batches per validation");
-    train->add_option("--log-every", ta.log_every, "progress line every N steps");
-    train
-        ->add_option("--hang-timeout", ta.opts.hang_timeout_s,
-                     "seconds without progress after which a rank ends the whole job (0: never)")
-        ->capture_default_str();
-    train->add_option("--keep-last", ta.opts.keep_last,
-                      "keep only the newest K checkpoints (0: all; the newest always stays)");
-    train->add_option("--init-from", ta.opts.init_from,
-                      "start from pretrained parameters: a Hugging Face GPT-2 or BERT folder or "
-                      ".safetensors file, or an mpitron checkpoint (step 0, fresh optimizer)");
-    train->add_option("--tokenizer", ta.opts.tokenizer,
-                      "verse data (bert tasks 1, 2): encode the verses with this BERT WordPiece "
-                      "vocabulary (a folder with vocab.txt or vocab.json); translation pairs (gpt "
-                      "task 1): with this SentencePiece model (.model, kept in the run folder); "
-                      "default: bytes");
-    train->add_option("--resume", ta.opts.resume,
-                      "checkpoint to resume from, or 'auto' (latest in --out)");
-    train->add_flag("--allow-changes", ta.opts.allow_changes,
-                    "resume with other settings (lr, steps, batch, ...) than the checkpoint's");
-    train->add_option("--dp", ta.opts.layout.dp,
-                      "data-parallel ranks (default: the job's ranks / (tp x pp))");
-    train->add_option("--tp", ta.opts.layout.tp, "tensor-parallel ranks");
-    train->add_option("--pp", ta.opts.layout.pp, "pipeline stages");
-    train->add_option("--schedule", ta.schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
-        ->capture_default_str();
-    train
-        ->add_option("--recompute", ta.recompute,
-                     "none | block: keep only each transformer block's input per micro-batch "
-                     "and recompute the block in backward (less memory, the same losses)")
-        ->check(CLI::IsMember({"none", "block"}))
-        ->capture_default_str();
-    train->add_option("--virtual-stages", ta.opts.layout.virtual_stages,
-                      "model chunks per pipeline rank (--schedule interleaved)");
-    train
-        ->add_option("--stage-layers", ta.opts.layout.stage_layers,
-                     "blocks per pipeline stage, e.g. 3,3,2,4 (default: balanced)")
-        ->delimiter(',');
-    train->add_option("--zero", ta.opts.layout.zero,
-                      "ZeRO stage: 0, 1 (moments sharded), 2 (+ gradients)");
-    train->add_option("--dp-reduce", ta.dp_reduce, "allreduce | ring | gather-scatter");
-    train->add_option("--bucket-mb", ta.opts.layout.bucket_mb,
-                      "gradient bucket size (MiB); 0: one reduction after backward");
-    train->add_option(
-        "--threads", ta.opts.threads,
-        "compute threads per rank (0: the cores this process may use / the ranks on its node)");
-    train->add_option("--trace-flush-every", ta.opts.trace_flush_every,
-                      "trace rows buffered before a flush");
+    add_train_options(train, ta);
+    auto* plan = app.add_subcommand(
+        "plan",
+        "the memory each rank's device would hold for these training settings (the flags of "
+        "train), by kind, and what would fit --max-device-memory");
+    cli::TrainArgs pa;
+    add_train_options(plan, pa);
 
     // ---- eval
     auto* eval = app.add_subcommand("eval",
@@ -371,10 +376,11 @@ int main(int argc, char** argv) {
     }
 
     // Old spellings still work, with a note for scripts.
-    if (old_warmup) {
-      if (rank == 0) fmt::print(stderr, "note: --warmup is now --warmup-steps (as in configs)\n");
-      if (!ta.warmup) ta.warmup = old_warmup;
-    }
+    for (cli::TrainArgs* a : {&ta, &pa})
+      if (a->old_warmup) {
+        if (rank == 0) fmt::print(stderr, "note: --warmup is now --warmup-steps (as in configs)\n");
+        if (!a->warmup) a->warmup = a->old_warmup;
+      }
     if (old_new_tokens) {
       if (rank == 0)
         fmt::print(stderr, "note: generate's --tokens is now --new-tokens (eval's is a file)\n");
@@ -382,6 +388,8 @@ int main(int argc, char** argv) {
     }
     if (train->parsed()) {
       rc = cli::cmd_train(std::move(ta));
+    } else if (plan->parsed()) {
+      rc = cli::cmd_plan(std::move(pa));
     } else if (eval->parsed()) {
       ea.ckpt = cli::checkpoint_of(ea.ckpt);
       rc = cli::cmd_eval(ea);

@@ -12,6 +12,7 @@
 #include "src/cli/cli.hpp"
 #include "src/model/family.hpp"
 #include "src/train/batch_source.hpp"
+#include "src/train/memory_plan.hpp"
 
 namespace mpitron::cli {
 
@@ -54,6 +55,10 @@ int cmd_train(TrainArgs a) {
     fmt::print("{}", config_keys_help());
     return 0;
   }
+  return run_training(train_options(a, true));
+}
+
+TrainOptions train_options(TrainArgs& a, bool check_data) {
   const std::string& config_path = a.config_path;
   std::string& data_path = a.data_path;
   TrainOptions& opts = a.opts;
@@ -76,6 +81,15 @@ int cmd_train(TrainArgs a) {
   if (a.eval_batches) t.eval_batches = *a.eval_batches;
   if (a.log_every) t.log_every = *a.log_every;
   const ModelFamily& family = model_family(opts.cfg.model.type);
+  if (!a.max_device_memory.empty())
+    opts.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
+  opts.layout.dp_reduce = parse_dp_reduce(a.dp_reduce);
+  opts.layout.schedule = pipeline::parse_schedule(a.schedule);
+  opts.layout.recompute = a.recompute == "block";
+  opts.device = parse_device(a.device);
+  opts.comm = parse_comm(a.comm);
+  opts.precision = parse_precision(a.precision);
+  if (!check_data) return opts;
   if (data_path.empty()) {
     data_path = default_data(family, opts.cfg.model);
     if (!std::filesystem::exists(data_path))
@@ -89,13 +103,7 @@ int cmd_train(TrainArgs a) {
                 family.classes(opts.cfg.model));
     check_special_tokens(info, opts.cfg.model, data_path);
   }
-  opts.layout.dp_reduce = parse_dp_reduce(a.dp_reduce);
-  opts.layout.schedule = pipeline::parse_schedule(a.schedule);
-  opts.layout.recompute = a.recompute == "block";
-  opts.device = parse_device(a.device);
-  opts.comm = parse_comm(a.comm);
-  opts.precision = parse_precision(a.precision);
-  return run_training(opts);
+  return opts;
 }
 
 }  // namespace mpitron::cli

@@ -68,6 +68,8 @@ struct ModelFamily {
   bool recomputes = false;       // builds with ModelBuild::recompute (--recompute block)
   bool on_device = false;        // builds on a device's layer table (--device cuda, cpu-staged)
   bool mixed_precision = false;  // 16-bit activations and weight copies (--precision bf16, fp16)
+  // What a build allocates, counted without building (`mpitron plan`; nullptr: no plan yet).
+  ModelMemory (*memory)(const ModelConfig& model, const ModelBuild& how) = nullptr;
 };
 
 // --data when none is given, and how to get it (pairs: data/es-en, whatever the family).

@@ -120,6 +120,98 @@ BlockDropout block_dropout(const MicroBatch& mb, int layer, uint64_t row0) {
 
 }  // namespace
 
+// The chunks a stage holds (blocks, first, last), their activation sets not yet carved.
+template <class A>
+std::vector<GptChunkT<A>> gpt_chunks(const GptConfig& cfg, const RegistrySlice& slice) {
+  std::vector<GptChunkT<A>> chunks;
+  for (size_t k = 0; k < slice.chunks.size(); ++k) {
+    GptChunkT<A> ch;
+    ch.blocks = {slice.chunks[k].begin, std::min(slice.chunks[k].end, cfg.n_layer)};
+    MPITRON_REQUIRE(ch.blocks.begin >= 0 && ch.blocks.size() >= 1, "a chunk without blocks");
+    MPITRON_REQUIRE(k == 0 || ch.blocks.begin >= chunks.back().blocks.end,
+                    "chunks out of network order");
+    ch.first = slice.stage == 0 && k == 0;
+    ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
+    chunks.push_back(std::move(ch));
+  }
+  return chunks;
+}
+
+struct GptSegments {
+  std::vector<GradSegment> segments;
+  size_t embedding = SIZE_MAX, head = SIZE_MAX;
+  std::vector<size_t> of_block;  // index into segments of global block l
+};
+
+// Gradient segments in flat order: the embeddings, each block, ln_f (those this stage holds).
+GptSegments gpt_segments(const ParamRegistry& registry, int n_layer, size_t flat_size) {
+  GptSegments out;
+  auto begin_of = [&](int l) {
+    return registry.at("h." + std::to_string(l) + ".ln_1.weight").offset;
+  };
+  auto held = [&](int l) { return registry.find("h." + std::to_string(l) + ".ln_1.weight"); };
+  int first_block = 0;
+  while (first_block < n_layer && !held(first_block)) ++first_block;
+  const size_t first_block_at = begin_of(first_block);
+  if (first_block_at > 0) {
+    out.embedding = out.segments.size();
+    out.segments.push_back({0, first_block_at, false});
+  }
+  out.of_block.assign(n_layer, SIZE_MAX);
+  const ParamInfo* ln_f = registry.find("ln_f.weight");
+  const size_t blocks_end = ln_f ? ln_f->offset : flat_size;
+  for (int l = first_block; l < n_layer; ++l) {
+    if (!held(l)) continue;
+    const bool next_held = l + 1 < n_layer && held(l + 1);
+    out.of_block[l] = out.segments.size();
+    out.segments.push_back({begin_of(l), next_held ? begin_of(l + 1) : blocks_end, true});
+  }
+  if (ln_f) {
+    out.head = out.segments.size();
+    out.segments.push_back({ln_f->offset, flat_size, false});
+  } else {
+    out.segments.back().end = flat_size;  // the flat padding joins the last block
+  }
+  return out;
+}
+
+// Every slot's activations; the head's (ln_f, logits, losses) only in the last chunk.
+template <class A>
+void carve_gpt_activations(ActivationCarver& a, std::vector<GptChunkT<A>>& chunks,
+                           BlockActsT<A>& recompute_acts, bool recompute,
+                           const BlockShapeT<A>& shape, size_t V) {
+  const size_t BT = size_t(shape.B) * shape.T, C = size_t(shape.C);
+  if (recompute) block_acts_carve(recompute_acts, a, shape);
+  for (GptChunkT<A>& ch : chunks)
+    for (GptActsT<A>& s : ch.slots) {
+      s.encoded = a.take_as<A>(BT * C);
+      s.blocks.resize(ch.blocks.size());
+      for (BlockActsT<A>& b : s.blocks) {
+        if (recompute)
+          b.res_mlp = a.take_as<A>(BT * C);
+        else
+          block_acts_carve(b, a, shape);
+      }
+      if (!ch.last) continue;
+      s.ln_f = a.take_as<A>(BT * C);
+      s.ln_f_mean = a.take(BT);
+      s.ln_f_rstd = a.take(BT);
+      s.logits = a.take_as<A>(BT * V);
+      s.lse = a.take(BT);
+      s.losses = a.take(BT);
+    }
+}
+
+// Backward's scratch, shared by every slot and block.
+template <class A>
+void carve_gpt_scratch(ActivationCarver& d, A*& dresidual, float*& ce_scratch,
+                       BlockScratchT<A>& scratch, bool any_last, const BlockShapeT<A>& shape) {
+  const size_t BT = size_t(shape.B) * shape.T, C = size_t(shape.C);
+  dresidual = d.take_as<A>(BT * C);
+  ce_scratch = any_last ? d.take(3 * BT) : nullptr;
+  block_scratch_carve(scratch, d, shape);
+}
+
 template <class A>
 GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
@@ -139,16 +231,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   DeviceAllocator& alloc = *how.alloc;
   const RegistrySlice& slice = how.slice;
-  for (size_t k = 0; k < slice.chunks.size(); ++k) {
-    GptChunkT<A> ch;
-    ch.blocks = {slice.chunks[k].begin, std::min(slice.chunks[k].end, cfg.n_layer)};
-    MPITRON_REQUIRE(ch.blocks.begin >= 0 && ch.blocks.size() >= 1, "a chunk without blocks");
-    MPITRON_REQUIRE(k == 0 || ch.blocks.begin >= chunks.back().blocks.end,
-                    "chunks out of network order");
-    ch.first = slice.stage == 0 && k == 0;
-    ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
-    chunks.push_back(std::move(ch));
-  }
+  chunks = gpt_chunks<A>(cfg, slice);
   holds_first_ = chunks.front().first;
   registry = gpt_registry(cfg, slice, vocab_align);
   allocate_tensors(how);
@@ -161,64 +244,24 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     w = gpt_weights<A>(registry, cfg, [p](size_t offset) { return p + offset; });
   }
 
-  // Gradient segments in flat order: the embeddings, each block, ln_f (those this stage holds).
-  auto begin_of = [&](int l) {
-    return registry.at("h." + std::to_string(l) + ".ln_1.weight").offset;
-  };
-  const size_t first_block_at = begin_of(chunks.front().blocks.begin);
-  if (first_block_at > 0) {
-    embedding_segment_ = segments.size();
-    segments.push_back({0, first_block_at, false});
-  }
-  segment_of_block.assign(cfg.n_layer, SIZE_MAX);
-  const ParamInfo* ln_f = registry.find("ln_f.weight");
-  const size_t blocks_end = ln_f ? ln_f->offset : flat_size;
-  for (const GptChunkT<A>& ch : chunks)
-    for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
-      const bool next_held =
-          l + 1 < cfg.n_layer && registry.find("h." + std::to_string(l + 1) + ".ln_1.weight");
-      segment_of_block[l] = segments.size();
-      segments.push_back({begin_of(l), next_held ? begin_of(l + 1) : blocks_end, true});
-    }
-  if (ln_f) {
-    head_segment_ = segments.size();
-    segments.push_back({ln_f->offset, flat_size, false});
-  } else {
-    segments.back().end = flat_size;  // the flat padding joins the last block
-  }
+  const GptSegments seg = gpt_segments(registry, cfg.n_layer, flat_size);
+  segments = seg.segments;
+  embedding_segment_ = seg.embedding;
+  head_segment_ = seg.head;
+  segment_of_block = seg.of_block;
 
   parameters_changed();
   const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
-  const size_t BT = size_t(B) * T, C = cfg.n_embd, V = size_t(Vl);
+  const size_t BT = size_t(B) * T, V = size_t(Vl);
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;
   for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   recompute = how.recompute;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
-    if (recompute) block_acts_carve(recompute_acts, a, shape);
-    for (GptChunkT<A>& ch : chunks)
-      for (GptActsT<A>& s : ch.slots) {
-        s.encoded = a.take_as<A>(BT * C);
-        s.blocks.resize(ch.blocks.size());
-        for (BlockActsT<A>& b : s.blocks) {
-          if (recompute)
-            b.res_mlp = a.take_as<A>(BT * C);
-          else
-            block_acts_carve(b, a, shape);
-        }
-        if (!ch.last) continue;
-        s.ln_f = a.take_as<A>(BT * C);
-        s.ln_f_mean = a.take(BT);
-        s.ln_f_rstd = a.take(BT);
-        s.logits = a.take_as<A>(BT * V);
-        s.lse = a.take(BT);
-        s.losses = a.take(BT);
-      }
+    carve_gpt_activations(a, chunks, recompute_acts, recompute, shape, V);
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
-    dresidual = d.take_as<A>(BT * C);
-    ce_scratch = any_last ? d.take(3 * BT) : nullptr;
-    block_scratch_carve(scratch, d, shape);
+    carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
   });
   dln_f = scratch.dln;
   tokens = Buffer<int32_t>(alloc, chunks.size() * slot_count * 2 * BT);
@@ -401,6 +444,61 @@ std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how) {
       break;
   }
   return std::make_unique<GptModel>(gpt_config(m), how);
+}
+
+namespace {
+
+template <class A>
+size_t carved_bytes(size_t n) {  // what ActivationCarver::take_as<A>(n) adds to `used`, in bytes
+  ActivationCarver c;
+  c.take_as<A>(n);
+  return c.used * sizeof(float);
+}
+
+template <class A>
+ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
+  const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
+  const int Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, L.lm_head_align));
+  const int T = how.seq_len > 0 ? how.seq_len : cfg.block_size;
+  const ParamRegistry registry = gpt_registry(cfg, how.slice, L.lm_head_align);
+  ModelMemory out;
+  out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
+  out.buffer_elements = registry.buffer_size();
+  out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
+  out.segments = gpt_segments(registry, cfg.n_layer, out.flat_size).segments;
+  std::vector<GptChunkT<A>> chunks = gpt_chunks<A>(cfg, how.slice);
+  const int slot_count = std::max(1, how.slots);
+  bool any_last = false;
+  for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
+  BlockShapeT<A> shape{how.micro_rows, T, cfg.n_embd, cfg.n_head, true, nullptr, nullptr, 1e-5, &L};
+  shape.tp_ranks = how.slice.tp;
+  ActivationCarver a, d;
+  BlockActsT<A> recompute_acts;
+  carve_gpt_activations(a, chunks, recompute_acts, how.recompute, shape, size_t(Vl));
+  A* dresidual = nullptr;
+  float* ce_scratch = nullptr;
+  BlockScratchT<A> scratch;
+  carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
+  const size_t BT = size_t(how.micro_rows) * T;
+  const size_t tokens = chunks.size() * size_t(slot_count) * 2 * BT * sizeof(int32_t);
+  out.activation_bytes = (a.used + d.used) * sizeof(float) + tokens;
+  out.logit_bytes = any_last ? size_t(slot_count) * carved_bytes<A>(BT * size_t(Vl)) : 0;
+  out.boundary_elements = how.slice.stages > 1 ? size_t(T) * cfg.n_embd : 0;
+  return out;
+}
+
+}  // namespace
+
+ModelMemory gpt_model_memory(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return gpt_memory<bf16_t>(gpt_config(m), how);
+    case DType::f16:
+      return gpt_memory<fp16_t>(gpt_config(m), how);
+    case DType::f32:
+      break;
+  }
+  return gpt_memory<float>(gpt_config(m), how);
 }
 
 }  // namespace mpitron

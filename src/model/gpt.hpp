@@ -135,5 +135,7 @@ class GptModelT final : public Model {
 using GptModel = GptModelT<float>;
 
 std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how);
+// What build_gpt(m, how) would allocate (how.alloc and how.tp unused: how.slice gives the TP size).
+ModelMemory gpt_model_memory(const ModelConfig& m, const ModelBuild& how);
 
 }  // namespace mpitron

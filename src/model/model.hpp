@@ -74,6 +74,18 @@ struct GradSegment {
   bool window = false;
 };
 
+// What a model built with a ModelBuild allocates, counted without building it (the memory plan):
+// the same registry, padding and activation carving as the build.
+struct ModelMemory {
+  size_t flat_size = 0;          // parameter elements, padded to flat_align
+  size_t buffer_elements = 0;    // non-trained buffers
+  size_t weight_copy_bytes = 0;  // the 16-bit copy of the weights the layers read
+  size_t activation_bytes = 0;   // activation sets, backward scratch and token buffers
+  size_t logit_bytes = 0;        // the part of activation_bytes that holds logits
+  size_t boundary_elements = 0;  // per sample, the largest pipeline message of a chunk (pp > 1)
+  std::vector<GradSegment> segments;  // as the model's (ZeRO 2 sizes its window from them)
+};
+
 // Called by backward with the index of each segment whose gradients are final for this
 // micro-batch, last segment first.
 struct GradReadyHook {

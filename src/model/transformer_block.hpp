@@ -37,7 +37,8 @@ struct BlockShapeT {
   // The reference the regions are tested against: every column-parallel layer all-reduces its own
   // input gradient (the encoder's q, k and v: three all-reduces where its region makes one).
   bool tp_per_layer = false;
-  int tp_size() const { return tp_group ? tp_group->size() : 1; }
+  int tp_ranks = 1;  // the TP size where no group is given (a memory plan counts, runs nothing)
+  int tp_size() const { return tp_group ? tp_group->size() : tp_ranks; }
   const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>(Device::cpu); }
 };
 using BlockShape = BlockShapeT<float>;

@@ -48,6 +48,7 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const StageWork
 size_t PipelineExecutor::free_send_buffer() {
   for (size_t i = 0; i < sends_.size(); ++i)
     if (!sends_[i].pending() || sends_[i].test()) return i;
+  AllocationPurpose purpose(alloc_, "a pipeline send buffer");
   send_buffers_.emplace_back(alloc_, message_elements_);
   sends_.emplace_back();
   return sends_.size() - 1;

@@ -82,9 +82,10 @@ struct TrainDevice {
   TrainDevice(const TrainDevice&) = delete;
   TrainDevice& operator=(const TrainDevice&) = delete;
 
-  // Where the data lives: the device's memory on the CPU, else the host's.
+  // Where the data's batches live: the host's memory on every device (the model copies its
+  // tokens in), so the device allocator's peak is the model's and optimizer's, as the plan's.
   DeviceAllocator& data_alloc() {
-    return on_host ? alloc : host_alloc;
+    return host_alloc;
   }
 
   // --comm nccl: opens NCCL over dp and returns its collectives for GradSync; nullptr for MPI.

@@ -335,9 +335,26 @@ int Trainer::run() {
               ? ""
               : fmt::format(", best validation loss {:.4f} at step {}", best_val, best_val_step),
           checkpoint_path(tc.steps));
+      spdlog::info("{}", planned_bytes >= 0
+                             ? plan_accuracy_line(row)
+                             : fmt::format("memory plan: none for the {} family yet", family.type));
     }
   }
   return 0;
+}
+
+std::string plan_accuracy_line(const io::TraceRow& row) {
+  size_t worst = 0;
+  double worst_gap = -1;
+  for (size_t r = 0; r < row.rank_peak_mem_bytes.size(); ++r) {
+    const double measured = double(row.rank_peak_mem_bytes[r]);
+    const double gap = std::abs(double(row.rank_planned_mem_bytes[r]) - measured) / measured;
+    if (gap > worst_gap) worst_gap = gap, worst = r;
+  }
+  return fmt::format(
+      "memory plan: every rank's measured peak within {:.2f}% of the plan (largest gap: rank {}, "
+      "measured {} B, planned {} B)",
+      100 * worst_gap, worst, row.rank_peak_mem_bytes[worst], row.rank_planned_mem_bytes[worst]);
 }
 
 }  // namespace mpitron

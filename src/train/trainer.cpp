@@ -16,11 +16,13 @@
 
 #include "base/check.hpp"
 #include "base/gemm.hpp"
+#include "base/human_units.hpp"
 #include "comm/grid.hpp"
 #include "comm/world.hpp"
 #include "io/sentencepiece_tokenizer.hpp"
 #include "src/model/family.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/train/memory_plan.hpp"
 #include "src/train/trainer_state.hpp"
 
 namespace mpitron {
@@ -76,8 +78,11 @@ uint64_t Trainer::comm_bytes_total() const {
 // off the host, the file copies.
 void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
   const Layout& L = opts.layout;
-  sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, dev.ops, dev.alloc,
-                                    &grid.pp, &grid.embedding);
+  {
+    AllocationPurpose purpose(dev.alloc, "the gradients");
+    sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, dev.ops, dev.alloc,
+                                      &grid.pp, &grid.embedding);
+  }
   size_t message = 0;  // the largest boundary message of any chunk
   for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
     const StageBoundary b = model->boundary(c, 0);
@@ -88,6 +93,7 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
                                                           message, dev.alloc);
   work = stage_work();
   shard = sync->owned();
+  AllocationPurpose purpose(dev.alloc, "the AdamW moments");
   m = Buffer<float>(dev.alloc, shard.size());
   v = Buffer<float>(dev.alloc, shard.size());
   adamw_tensors = mpitron::adamw_tensors(model->registry);
@@ -136,34 +142,18 @@ void Trainer::setup() {
   schedule = {L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
   train_actions = pipeline::rank_actions(schedule, stage);
   eval_actions = pipeline::forward_only_actions(schedule, stage);
-  const pipeline::SimulationResult sim = pipeline::simulate(schedule);
-  MPITRON_REQUIRE(sim.ok, "pipeline schedule failed its simulation: " + sim.error);
-  int slots = 1;
-  for (int n : sim.peak_in_flight_per_chunk[stage]) slots = std::max(slots, n);
-  model_slots = slots;
-
-  ModelBuild how;
-  how.micro_rows = micro_rows;
-  how.seq_len = is_sequence_data(data.kind) ? tc.seq_len : 0;
-  how.slots = slots;
-  how.recompute = L.recompute;
-  how.seed = tc.seed;
-  how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
-  how.slice = RegistrySlice{L.tp, grid.coords.tp_rank, stage, L.pp, {}};
-  if (family.pipeline_blocks) {
-    const auto blocks = stage_blocks(family.pipeline_blocks(cfg.model), L);
-    for (int c = 0; c < L.virtual_stages; ++c) {
-      const auto [b, e] = blocks[size_t(pipeline::virtual_stage(schedule, stage, c))];
-      how.slice.chunks.push_back({b, e});
-    }
-  } else {
-    how.slice.chunks = {BlockRange{}};
-  }
+  ModelBuild how =
+      stage_model_build(opts, data.kind, stage, grid.coords.tp_rank, grid.coords.dp_rank);
+  model_slots = how.slots;
   how.tp = &grid.tp;
   how.alloc = &dev.alloc;
   how.layers = &dev.layers;
-  how.precision = opts.precision;
+  dev.alloc.rank = grid.rank;
+  dev.alloc.limit_bytes = opts.max_device_memory;
+  if (can_plan_memory(opts)) planned_bytes = plan_stage_memory(opts, stage).total();
+  dev.alloc.planned_bytes = size_t(std::max<int64_t>(planned_bytes, 0));
   const size_t before_model = dev.alloc.current_bytes;
+  AllocationPurpose purpose(dev.alloc, "the model (parameters, 16-bit weights, activations)");
   // A GPU may run out of memory on some ranks only (ranks sharing one): every rank stops with
   // the first failing rank's line instead of the others waiting for it in a collective.
   std::string failed;
@@ -196,6 +186,40 @@ void Trainer::setup() {
   MPI_CHECK(MPI_Gather(&param_bytes, 1, MPI_INT64_T, row.rank_param_bytes.data(), 1, MPI_INT64_T, 0,
                        MPI_COMM_WORLD));
   row.param_bytes = param_bytes;
+  row.rank_planned_mem_bytes.assign(is_root() ? grid.shape.world : 0, 0);
+  MPI_CHECK(MPI_Gather(&planned_bytes, 1, MPI_INT64_T, row.rank_planned_mem_bytes.data(), 1,
+                       MPI_INT64_T, 0, MPI_COMM_WORLD));
+}
+
+ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage, int tp_rank,
+                             int dp_rank) {
+  const Layout& L = opts.layout;
+  const TrainConfig& tc = opts.cfg.train;
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  const pipeline::ScheduleSpec schedule{L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
+  const pipeline::SimulationResult sim = pipeline::simulate(schedule);
+  MPITRON_REQUIRE(sim.ok, "pipeline schedule failed its simulation: " + sim.error);
+  ModelBuild how;
+  how.slots = 1;
+  for (int n : sim.peak_in_flight_per_chunk[stage]) how.slots = std::max(how.slots, n);
+  how.micro_rows = int(batch_slice(tc.batch_size, L.dp, dp_rank, tc.micro_batches, 0).count);
+  how.seq_len = is_sequence_data(data) ? tc.seq_len : 0;
+  how.recompute = L.recompute;
+  how.seed = tc.seed;
+  how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
+  how.slice = RegistrySlice{L.tp, tp_rank, stage, L.pp, {}};
+  if (family.pipeline_blocks) {
+    const auto blocks = stage_blocks(family.pipeline_blocks(opts.cfg.model), L);
+    for (int c = 0; c < L.virtual_stages; ++c) {
+      const auto [b, e] = blocks[size_t(pipeline::virtual_stage(schedule, stage, c))];
+      how.slice.chunks.push_back({b, e});
+    }
+  } else {
+    how.slice.chunks = {BlockRange{}};
+  }
+  how.layers = &layer_ops<float>(opts.device);
+  how.precision = opts.precision;
+  return how;
 }
 
 std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
@@ -247,25 +271,11 @@ std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& L) {
   return ranges;
 }
 
-int run_training(TrainOptions opts) {
-  validate_config(opts.cfg);
-  const bool dp_inferred = opts.layout.dp == 0;
-  if (dp_inferred) {
-    int world = 1;
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-    const int64_t model_ranks = int64_t(opts.layout.tp) * opts.layout.pp;
-    if (opts.layout.tp < 1 || opts.layout.pp < 1 || world % model_ranks != 0)
-      throw UsageError(fmt::format(
-          "the job has {} ranks, which tp {} x pp {} does not divide: dp is the job's ranks / "
-          "(tp x pp); choose --tp and --pp to fit, or give --dp",
-          world, opts.layout.tp, opts.layout.pp));
-    opts.layout.dp = int(world / model_ranks);
-  }
-  opts.dp_inferred = dp_inferred;
+void check_layout(const TrainOptions& opts) {
   const Layout& L = opts.layout;
   const TrainConfig& tc = opts.cfg.train;
-  if (L.tp >= 1) model_family(opts.cfg.model.type).validate_layout(opts.cfg.model, L.tp);
   const ModelFamily& family = model_family(opts.cfg.model.type);
+  if (L.tp >= 1) family.validate_layout(opts.cfg.model, L.tp);
   if (L.pp > 1 && !family.pipeline_blocks)
     throw UsageError(fmt::format(
         "the {} family runs as one pipeline stage: use --pp 1 (got --pp {})", family.type, L.pp));
@@ -287,8 +297,6 @@ int run_training(TrainOptions opts) {
     throw UsageError(
         "--bucket-mb overlaps the gradient reduction with backward, which a pipeline cannot (the "
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
-  comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
-  check_device(opts.device, opts.comm, opts.precision, family, L);
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
@@ -303,6 +311,28 @@ int run_training(TrainOptions opts) {
           rows, tc.batch_size, L.dp, tc.micro_batches, group,
           group * int64_t(L.dp) * tc.micro_batches));
   }
+}
+
+int run_training(TrainOptions opts) {
+  validate_config(opts.cfg);
+  const bool dp_inferred = opts.layout.dp == 0;
+  if (dp_inferred) {
+    int world = 1;
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    const int64_t model_ranks = int64_t(opts.layout.tp) * opts.layout.pp;
+    if (opts.layout.tp < 1 || opts.layout.pp < 1 || world % model_ranks != 0)
+      throw UsageError(fmt::format(
+          "the job has {} ranks, which tp {} x pp {} does not divide: dp is the job's ranks / "
+          "(tp x pp); choose --tp and --pp to fit, or give --dp",
+          world, opts.layout.tp, opts.layout.pp));
+    opts.layout.dp = int(world / model_ranks);
+  }
+  opts.dp_inferred = dp_inferred;
+  check_layout(opts);
+  const Layout& L = opts.layout;
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
+  check_device(opts.device, opts.comm, opts.precision, family, L);
   if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
     throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
   if (!(opts.hang_timeout_s >= 0))
@@ -342,6 +372,13 @@ int run_training(TrainOptions opts) {
     opts.threads_why = t.why;
   }
   cpu::set_compute_threads(opts.threads);
+  if (opts.max_device_memory > 0 && can_plan_memory(opts)) {
+    const MemoryPlan plan = plan_memory(opts);
+    if (plan.peak() > opts.max_device_memory)
+      throw UsageError(fmt::format("the memory plan does not fit --max-device-memory {}:\n{}",
+                                   human_bytes(double(opts.max_device_memory)),
+                                   memory_plan_text(opts, plan, opts.max_device_memory)));
+  }
   Trainer trainer(std::move(opts), grid);
   trainer.setup();
   return trainer.run();

@@ -10,6 +10,8 @@
 
 #include "comm/dp_reduce.hpp"
 #include "src/model/config.hpp"
+#include "src/model/family.hpp"
+#include "src/model/model.hpp"
 #include "src/model/precision.hpp"
 #include "src/pipeline/schedule.hpp"
 #include "src/train/train_device.hpp"
@@ -37,6 +39,13 @@ struct Layout {
 // the blocks cannot be split so.
 std::vector<std::pair<int, int>> stage_blocks(int blocks, const Layout& layout);
 
+struct TrainOptions;
+
+// The ModelBuild of a pipeline stage's model on a TP and DP rank: its micro-batch, the schedule's
+// activation sets, its slice and chunks, precision and the device's layers (alloc and tp unset).
+ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage, int tp_rank,
+                             int dp_rank);
+
 struct TrainOptions {
   RunConfig cfg;
   Layout layout;
@@ -60,7 +69,13 @@ struct TrainOptions {
   int keep_last = 0;            // > 0: keep only the newest keep_last checkpoints (0: every one)
   bool dp_inferred = false;     // set by run_training when layout.dp was 0
   bool allow_changes = false;   // resume with other settings (run_settings) than the checkpoint's
+  // --max-device-memory in bytes (0: none): a plan above it is refused before any work, and the
+  // device allocator refuses any allocation past it.
+  size_t max_device_memory = 0;
 };
+
+// UsageError for a layout the model, schedule or batch cannot take (opts.layout.dp resolved).
+void check_layout(const TrainOptions& opts);
 
 // Runs training on MPI_COMM_WORLD. Throws UsageError for bad input (every rank agrees before any
 // collective work); returns the process exit code.

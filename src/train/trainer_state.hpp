@@ -36,6 +36,10 @@ struct RankMetrics {
   double pipeline_s = 0;         // its walk through the schedule (the slowest gives the bubble)
 };
 
+// "memory plan: every rank's measured peak within 0.12% of the plan (...)": the trace row's
+// per-rank peaks against the plan's (rank 0).
+std::string plan_accuracy_line(const io::TraceRow& row);
+
 struct StepResult {
   double loss, grad_norm, lr;
   double busy_s;      // this rank's forward and backward
@@ -65,6 +69,7 @@ struct Trainer {
   std::unique_ptr<pipeline::PipelineExecutor> executor;
   pipeline::StageWork work;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
+  int64_t planned_bytes = -1;         // the memory plan's peak for this rank (-1: no plan)
   int model_slots = 1;                // activation sets per chunk
   int micro_rows = 0;                 // samples per micro-batch on this rank
   int64_t first_row = 0;              // this rank's first sample of the global batch

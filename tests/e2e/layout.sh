@@ -15,5 +15,7 @@ else
   model=(--config "$TINY" --data "$(corpus)")
 fi
 # shellcheck disable=SC2046  # the flags are words
-mpiexec -n "$ranks" "$MPITRON" train "${model[@]}" $(cat "$(dirname "$baseline")/flags") --out run "$@"
+mpiexec -n "$ranks" "$MPITRON" train "${model[@]}" $(cat "$(dirname "$baseline")/flags") --out run "$@" |
+  tee train.log
 "$MPITRON" compare "$baseline" run/trace.h5 --rtol 1e-5
+check_memory_plan train.log

@@ -1,0 +1,24 @@
+// mpitron plan: the memory plan of `train`'s settings, on one process (src/train/memory_plan.hpp).
+#include <fmt/format.h>
+
+#include "src/cli/cli.hpp"
+#include "src/model/config.hpp"
+#include "src/train/memory_plan.hpp"
+
+namespace mpitron::cli {
+
+int cmd_plan(TrainArgs a) {
+  if (a.help_config) {
+    fmt::print("{}", config_keys_help());
+    return 0;
+  }
+  TrainOptions opts = train_options(a, false);
+  validate_config(opts.cfg);
+  if (opts.layout.dp == 0) opts.layout.dp = 1;  // no job to infer it from
+  check_layout(opts);
+  const MemoryPlan plan = plan_memory(opts);
+  fmt::print("{}", memory_plan_text(opts, plan, opts.max_device_memory));
+  return opts.max_device_memory > 0 && plan.peak() > opts.max_device_memory ? 1 : 0;
+}
+
+}  // namespace mpitron::cli

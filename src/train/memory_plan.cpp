@@ -1,0 +1,192 @@
+#include "src/train/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "base/check.hpp"
+#include "base/human_units.hpp"
+#include "src/model/family.hpp"
+#include "src/train/batch_slice.hpp"
+
+namespace mpitron {
+
+size_t StageMemoryPlan::total() const {
+  size_t t = 0;
+  for (const MemoryPlanItem& i : items) t += i.bytes;
+  return t;
+}
+
+size_t MemoryPlan::peak() const {
+  size_t p = 0;
+  for (const StageMemoryPlan& s : stages) p = std::max(p, s.total());
+  return p;
+}
+
+bool can_plan_memory(const TrainOptions& opts) {
+  return model_family(opts.cfg.model.type).memory != nullptr;
+}
+
+StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  if (!family.memory) {
+    std::string planned;
+    for (const ModelFamily& f : model_families())
+      if (f.memory) planned += (planned.empty() ? "" : ", ") + std::string(f.type);
+    throw UsageError(fmt::format(
+        "the memory plan (mpitron plan, --max-device-memory's check before any work) covers the "
+        "{} family so far, not {}",
+        planned, family.type));
+  }
+  const Layout& L = opts.layout;
+  MPITRON_REQUIRE(L.dp > 0, "plan_stage_memory needs the layout's dp");
+  const ModelBuild how = stage_model_build(opts, family.data(opts.cfg.model), stage, 0, 0);
+  const ModelMemory m = family.memory(opts.cfg.model, how);
+  const size_t f = sizeof(float), flat = m.flat_size;
+  const size_t shard = L.zero > 0 ? flat / size_t(L.dp) : flat;
+  size_t grads = flat;
+  if (L.zero == 2) {  // GradStorage::windowed: the window segments share the largest one's place
+    size_t window = 0, others = 0;
+    for (const GradSegment& g : m.segments)
+      g.window ? window = std::max(window, g.end - g.begin) : others += g.end - g.begin;
+    grads = others + window;
+  }
+  StageMemoryPlan p;
+  p.stage = stage;
+  auto add = [&](const char* kind, size_t bytes) {
+    if (bytes > 0) p.items.push_back({kind, bytes});
+  };
+  add("fp32 parameters", flat * f);
+  add("buffers", m.buffer_elements * f);
+  add("16-bit weights", m.weight_copy_bytes);
+  add("gradients", grads * f);
+  add("ZeRO shard scratch", (L.zero >= 1 ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
+  add("optimizer state", 2 * shard * f);
+  add("activations", m.activation_bytes - m.logit_bytes);
+  add("logits", m.logit_bytes);
+  // One send buffer each way: a stage sends its output on and its input's gradient back.
+  add("pipeline send buffers", 2 * size_t(how.micro_rows) * m.boundary_elements * f);
+  return p;
+}
+
+MemoryPlan plan_memory(const TrainOptions& opts) {
+  MemoryPlan plan;
+  for (int s = 0; s < opts.layout.pp; ++s) plan.stages.push_back(plan_stage_memory(opts, s));
+  return plan;
+}
+
+namespace {
+
+// Settings that fit `cap`: for recompute as given or on, ZeRO as given or 1, the fewest
+// micro-batches (from the given count up) whose plan fits.
+std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) {
+  const ModelFamily& family = model_family(opts.cfg.model.type);
+  const TrainConfig& tc = opts.cfg.train;
+  std::vector<std::string> out;
+  for (const bool recompute : {opts.layout.recompute, true}) {
+    if (recompute && !family.recomputes) continue;
+    for (const int zero : {opts.layout.zero, 1}) {
+      if (zero != opts.layout.zero && (opts.layout.dp == 1 || opts.layout.zero > 0)) continue;
+      for (int mb = tc.micro_batches; mb <= tc.batch_size; ++mb) {
+        if (!check_batch_split(tc.batch_size, opts.layout.dp, mb).empty()) continue;
+        TrainOptions o = opts;
+        o.layout.recompute = recompute;
+        o.layout.zero = zero;
+        o.cfg.train.micro_batches = mb;
+        if (!pipeline::check_schedule({o.layout.schedule, o.layout.pp, mb, o.layout.virtual_stages})
+                 .empty())
+          continue;
+        const size_t peak = plan_memory(o).peak();
+        if (peak > cap) continue;
+        std::string flags;
+        if (mb != tc.micro_batches) flags += fmt::format(" --micro-batches {}", mb);
+        if (recompute != opts.layout.recompute) flags += " --recompute block";
+        if (zero != opts.layout.zero) flags += fmt::format(" --zero {}", zero);
+        const std::string line =
+            fmt::format("  fits:{} ({} per rank)", flags.empty() ? " as given" : flags,
+                        human_bytes(double(peak)));
+        if (std::find(out.begin(), out.end(), line) == out.end()) out.push_back(line);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, size_t cap) {
+  const Layout& L = opts.layout;
+  std::string s = fmt::format(
+      "memory plan: {} on {}, dp {} x tp {} x pp {}, zero {}, batch {} in {} micro-batches, "
+      "seq {}, {}, recompute {}\n",
+      opts.cfg.name, device_name(opts.device), L.dp, L.tp, L.pp, L.zero, opts.cfg.train.batch_size,
+      opts.cfg.train.micro_batches, opts.cfg.train.seq_len, precision_name(opts.precision),
+      L.recompute ? "block" : "none");
+  std::vector<std::string> kinds;
+  for (const StageMemoryPlan& st : plan.stages)
+    for (const MemoryPlanItem& i : st.items)
+      if (std::find(kinds.begin(), kinds.end(), i.kind) == kinds.end()) kinds.push_back(i.kind);
+  s += fmt::format("{:<24}", "bytes per rank");
+  for (const StageMemoryPlan& st : plan.stages)
+    s += fmt::format("{:>14}", fmt::format("stage {}", st.stage));
+  s += "\n";
+  for (const std::string& k : kinds) {
+    s += fmt::format("{:<24}", k);
+    for (const StageMemoryPlan& st : plan.stages) {
+      size_t b = 0;
+      for (const MemoryPlanItem& i : st.items)
+        if (i.kind == k) b = i.bytes;
+      s += fmt::format("{:>14}", b ? human_bytes(double(b)) : "-");
+    }
+    s += "\n";
+  }
+  s += fmt::format("{:<24}", "total");
+  for (const StageMemoryPlan& st : plan.stages)
+    s += fmt::format("{:>14}", human_bytes(double(st.total())));
+  s += fmt::format("\npeak per rank: {} ({} bytes)\n", human_bytes(double(plan.peak())),
+                   plan.peak());
+  if (cap > 0) {
+    if (plan.peak() <= cap) {
+      s += fmt::format("fits --max-device-memory {}\n", human_bytes(double(cap)));
+    } else {
+      s += fmt::format("does not fit --max-device-memory {}", human_bytes(double(cap)));
+      const std::vector<std::string> fits = fitting_settings(opts, cap);
+      s += fits.empty() ? ": no micro-batch count, recompute or ZeRO setting fits; more ranks "
+                          "(--tp, --pp, --dp with --zero) share the model\n"
+                        : "; these would:\n";
+      for (const std::string& f : fits) s += f + "\n";
+    }
+  }
+  return s;
+}
+
+size_t parse_byte_size(const std::string& text, const std::string& flag) {
+  const auto bad = [&] {
+    return UsageError(fmt::format(
+        "{} {}: give a size such as 11GiB, 512MiB, 1.5GB or a number of bytes", flag, text));
+  };
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double value = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(value) || value < 0) throw bad();
+  std::string unit(end);
+  unit.erase(
+      std::remove_if(unit.begin(), unit.end(), [](unsigned char c) { return std::isspace(c); }),
+      unit.end());
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  const std::pair<const char*, double> units[] = {{"", 1},          {"b", 1},
+                                                  {"kib", 1024.0},  {"mib", 1048576.0},
+                                                  {"gib", 1 << 30}, {"tib", 1099511627776.0},
+                                                  {"kb", 1e3},      {"mb", 1e6},
+                                                  {"gb", 1e9},      {"tb", 1e12}};
+  for (const auto& [name, scale] : units)
+    if (unit == name) return size_t(std::llround(value * scale));
+  throw bad();
+}
+
+}  // namespace mpitron

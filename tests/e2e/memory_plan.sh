@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The memory plan and --max-device-memory: `mpitron plan` answers for GPT-2 Large on an 11 GiB GPU
+# without allocating it (and names settings that fit); a run whose plan is above the cap is refused
+# before any work; a family without a plan is stopped by the allocator itself, naming what it was
+# allocating; a run under the cap trains and its measured peak matches the plan.
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "$0")/common.sh"
+data=$(corpus)
+
+# GPT-2 Large at batch 64 x 1024 does not fit 11 GiB as given; the plan says so (exit 1) and lists
+# what would, each of which must itself plan under the cap.
+set +e
+"$MPITRON" plan --config "$REPO/configs/gpt2-large.toml" --batch-size 64 --seq-len 1024 \
+  --precision bf16 --max-device-memory 11GiB >large.txt
+rc=$?
+set -e
+cat large.txt
+[[ $rc == 1 ]] || fail "plan of gpt2-large at 11 GiB exited $rc, not 1 (does not fit)"
+grep -q "^fp32 parameters .*2.9 GiB" large.txt || fail "gpt2-large's fp32 parameters are not 2.9 GiB"
+grep -q "does not fit --max-device-memory 11.0 GiB" large.txt || fail "no 'does not fit' line"
+
+# gpt-tiny: the plan's peak in bytes, then a cap a little below it is refused before any work.
+"$MPITRON" plan --config "$TINY" --batch-size 8 --seq-len 32 >tiny.txt
+peak=$(sed -n 's/^peak per rank: .* (\([0-9]*\) bytes)$/\1/p' tiny.txt)
+[[ $peak -gt 0 ]] || fail "no peak in the plan: $(cat tiny.txt)"
+set +e
+"$MPITRON" train --config "$TINY" --data "$data" --steps 2 --batch-size 8 --seq-len 32 \
+  --max-device-memory $((peak - 1)) --out refused >refused.txt 2>&1
+rc=$?
+set -e
+cat refused.txt
+[[ $rc == 1 ]] || fail "a cap below the plan exited $rc, not 1"
+grep -q "the memory plan does not fit --max-device-memory" refused.txt || fail "no plan refusal"
+grep -q "fits: --micro-batches" refused.txt || fail "the refusal names no settings that fit"
+[[ ! -e refused/trace.h5 ]] || fail "the refused run started (it wrote a trace)"
+
+# At the plan's own peak the run trains, and its measured peak is the plan's.
+"$MPITRON" train --config "$TINY" --data "$data" --steps 2 --batch-size 8 --seq-len 32 \
+  --max-device-memory "$peak" --out fits | tee fits.txt
+check_memory_plan fits.txt
+grep -q "within 0.00% of the plan" fits.txt || fail "one rank's peak is not exactly the plan"
+
+# The mlp family has no plan: the allocator's own cap stops it while it allocates the model.
+fmnist=/usr/share/datasets/fashion-mnist
+if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
+  expect_error "rank 0: .* for the model (parameters, 16-bit weights, activations) would take cpu memory to .*, past --max-device-memory 100.0 KiB (in use .*, peak so far" \
+    "$MPITRON" train --config "$REPO/configs/mlp-fmnist.toml" --data "$fmnist" --steps 1 \
+    --max-device-memory 100KiB --out mlp
+else
+  echo "the allocator's cap on a family without a plan not tried: $fmnist is missing"
+fi
+
+# Sizes the flag does not take.
+expect_error "give a size such as 11GiB" "$MPITRON" plan --config "$TINY" --max-device-memory 11XB
+echo "memory plan: ok"
