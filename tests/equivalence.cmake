@@ -52,6 +52,8 @@ mpitron_layout_test(dp2_tp2_zero2_ring 4 --dp 2 --tp 2 --zero 2 --dp-reduce ring
 mpitron_layout_test(dp2_tp2_zero1_gather_scatter 4 --dp 2 --tp 2 --zero 1 --dp-reduce gather-scatter)
 mpitron_layout_test(dp2_tp2_bucketed 4 --dp 2 --tp 2 --bucket-mb 0.1)
 mpitron_layout_test(tp2_micro2 2 --tp 2 --micro-batches 2)
+# The chunked LM head (--lm-head-chunk, 50 of 24 x 64 rows at a time): the same losses, less memory.
+mpitron_layout_test(tp2_pp2_lm_head_chunk 4 --tp 2 --pp 2 --micro-batches 2 --lm-head-chunk 50)
 
 # Pipeline parallelism, against the same baseline (gpt-tiny: 4 blocks, global batch 24): GPipe and
 # 1F1B at pp 2 and pp 4 with 1 (plain model parallelism), 2, 4 and 8 micro-batches; interleaved

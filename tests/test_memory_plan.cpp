@@ -2,7 +2,9 @@
 // and a GPT stage's counted bytes against what building that stage allocates.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "base/allocator.hpp"
 #include "src/model/config.hpp"
@@ -63,12 +65,13 @@ TEST(GptModelMemory, EqualsTheBuildsAllocation) {
   struct Case {
     DType precision;
     bool recompute;
-    int slots, stage, stages;
+    int slots, stage, stages, head_chunk_rows = 0;
   };
-  for (const Case c : {Case{DType::f32, false, 1, 0, 1}, Case{DType::bf16, false, 2, 0, 1},
-                       Case{DType::f32, true, 3, 0, 1}, Case{DType::f32, false, 2, 0, 2},
-                       Case{DType::f32, false, 2, 1, 2}, Case{DType::f16, true, 1, 0, 1}}) {
-    if (c.stages > 1 && c.precision != DType::f32) continue;
+  for (const Case c :
+       {Case{DType::f32, false, 1, 0, 1}, Case{DType::bf16, false, 2, 0, 1},
+        Case{DType::f32, true, 3, 0, 1}, Case{DType::f32, false, 2, 0, 2},
+        Case{DType::f32, false, 2, 1, 2}, Case{DType::f16, true, 1, 0, 1},
+        Case{DType::f32, false, 2, 0, 1, 17}, Case{DType::bf16, true, 2, 1, 2, 40}}) {
     ModelBuild how;
     how.micro_rows = 3;
     how.seq_len = 24;
@@ -76,6 +79,7 @@ TEST(GptModelMemory, EqualsTheBuildsAllocation) {
     how.recompute = c.recompute;
     how.precision = c.precision;
     how.flat_align = 48;
+    how.head_chunk_rows = c.head_chunk_rows;
     how.slice = RegistrySlice{1, 0, c.stage, c.stages, {}};
     how.slice.chunks = {c.stages == 1  ? BlockRange{0, 3}
                         : c.stage == 0 ? BlockRange{0, 2}
@@ -92,5 +96,57 @@ TEST(GptModelMemory, EqualsTheBuildsAllocation) {
         << ", slots " << c.slots << ", stage " << c.stage << " of " << c.stages;
     EXPECT_EQ(model->segments.size(), m.segments.size());
     EXPECT_EQ(m.logit_bytes > 0, c.stage == c.stages - 1);
+  }
+}
+
+// The chunked LM head computes the unchunked head's losses and gradients (the logits' rows in
+// other groupings: the same products, wte's gradient summed over chunks), and holds one chunk of
+// logits instead of a micro-batch's per slot.
+TEST(ChunkedLmHead, MatchesTheWholeHead) {
+  const ModelConfig cfg = to_model_config(GptConfig{2, 4, 64, 32, 259});
+  const int rows = 3, T = 24, N = rows * T;
+  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 13) % 259);
+  struct Run {
+    double loss = 0;
+    std::vector<float> grads;
+    size_t bytes = 0;
+  };
+  auto run = [&](int head_chunk_rows) {
+    DeviceAllocator alloc;
+    ModelBuild how;
+    how.micro_rows = rows;
+    how.seq_len = T;
+    how.seed = 5;
+    how.slots = 2;
+    how.alloc = &alloc;
+    how.head_chunk_rows = head_chunk_rows;
+    auto model = build_model(cfg, how);
+    Run r;
+    r.bytes = alloc.current_bytes;
+    r.grads.assign(model->flat_size, 0.0f);
+    float* g = r.grads.data();
+    model->bind_gradients([g](size_t offset) { return g + offset; });
+    MicroBatch mb;
+    mb.samples.tokens = tokens.data();
+    mb.samples.rows = rows;
+    mb.training = true;
+    r.loss = model->forward(mb);
+    model->backward(mb, 1.0f / N, {});
+    if (head_chunk_rows > 0 && head_chunk_rows < N) EXPECT_THROW(model->output(0), UsageError);
+    return r;
+  };
+  const Run whole = run(0);
+  for (const int chunk : {20, 1, 71, 72}) {
+    const Run part = run(chunk);
+    EXPECT_NEAR(part.loss, whole.loss, 1e-6 * std::abs(whole.loss)) << "chunk " << chunk;
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < whole.grads.size(); ++i) {
+      worst = std::max(worst, double(std::abs(part.grads[i] - whole.grads[i])));
+      scale = std::max(scale, double(std::abs(whole.grads[i])));
+    }
+    EXPECT_LT(worst, 1e-5 * scale) << "chunk " << chunk;
+    // Two slots of 72 x 259 fp32 logits held whole; one buffer of `chunk` rows chunked.
+    if (chunk < N) EXPECT_LT(part.bytes, whole.bytes) << "chunk " << chunk;
   }
 }

@@ -131,6 +131,9 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
       "compute threads per rank (0: the cores this process may use / the ranks on its node)");
   cmd->add_option("--trace-flush-every", ta.opts.trace_flush_every,
                   "trace rows buffered before a flush");
+  cmd->add_option("--lm-head-chunk", ta.opts.lm_head_chunk,
+                  "the LM head and its loss over this many token rows at a time, the logits "
+                  "recomputed in backward: B x T x V logits never held whole (0: at once)");
   cmd->add_option("--max-device-memory", ta.max_device_memory,
                   "cap on each rank's device memory, e.g. 11GiB: a memory plan above it is refused "
                   "before any work (mpitron plan says what fits), an allocation past it stops the "

@@ -70,6 +70,7 @@ struct ModelFamily {
   bool mixed_precision = false;  // 16-bit activations and weight copies (--precision bf16, fp16)
   // What a build allocates, counted without building (`mpitron plan`; nullptr: no plan yet).
   ModelMemory (*memory)(const ModelConfig& model, const ModelBuild& how) = nullptr;
+  bool chunks_head = false;  // an LM head over ModelBuild::head_chunk_rows (--lm-head-chunk)
 };
 
 // --data when none is given, and how to get it (pairs: data/es-en, whatever the family).

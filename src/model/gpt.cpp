@@ -176,12 +176,15 @@ GptSegments gpt_segments(const ParamRegistry& registry, int n_layer, size_t flat
 }
 
 // Every slot's activations; the head's (ln_f, logits, losses) only in the last chunk.
+// head_rows > 0: one (head_rows, V) logits buffer every slot shares (the chunked LM head).
 template <class A>
 void carve_gpt_activations(ActivationCarver& a, std::vector<GptChunkT<A>>& chunks,
                            BlockActsT<A>& recompute_acts, bool recompute,
-                           const BlockShapeT<A>& shape, size_t V) {
+                           const BlockShapeT<A>& shape, size_t V, size_t head_rows) {
   const size_t BT = size_t(shape.B) * shape.T, C = size_t(shape.C);
   if (recompute) block_acts_carve(recompute_acts, a, shape);
+  const bool any_last = std::any_of(chunks.begin(), chunks.end(), [](auto& ch) { return ch.last; });
+  A* shared_logits = head_rows > 0 && any_last ? a.take_as<A>(head_rows * V) : nullptr;
   for (GptChunkT<A>& ch : chunks)
     for (GptActsT<A>& s : ch.slots) {
       s.encoded = a.take_as<A>(BT * C);
@@ -196,7 +199,7 @@ void carve_gpt_activations(ActivationCarver& a, std::vector<GptChunkT<A>>& chunk
       s.ln_f = a.take_as<A>(BT * C);
       s.ln_f_mean = a.take(BT);
       s.ln_f_rstd = a.take(BT);
-      s.logits = a.take_as<A>(BT * V);
+      s.logits = head_rows > 0 ? shared_logits : a.take_as<A>(BT * V);
       s.lse = a.take(BT);
       s.losses = a.take(BT);
     }
@@ -257,8 +260,9 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   bool any_last = false;
   for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   recompute = how.recompute;
+  head_rows = how.head_chunk_rows > 0 && size_t(how.head_chunk_rows) < BT ? how.head_chunk_rows : 0;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
-    carve_gpt_activations(a, chunks, recompute_acts, recompute, shape, V);
+    carve_gpt_activations(a, chunks, recompute_acts, recompute, shape, V, size_t(head_rows));
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
     carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
@@ -303,7 +307,7 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
       mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 && mb.slot < int(ch.slots.size()),
       "micro-batch larger than planned, or not tokens");
   GptActsT<A>& a = ch.slots[mb.slot];
-  const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
+  const int rows = mb.samples.rows, C = cfg.n_embd;
   const int N = rows * T;
   const LayerOpsT<A>& L = *layers_;
   const int32_t* tok = mb.samples.tokens;
@@ -334,15 +338,9 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   }
   if (!ch.last) return 0.0;
   L.layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C, 1e-5);
-  tp::column_parallel_linear_forward(tp, a.logits, a.ln_f, w.wte, nullptr, N, C, Vl, L);
-  a.dlogits_ready = mb.training && fused_classifier();
-  if (a.dlogits_ready)
-    L.crossentropy_fused(a.losses, a.lse, a.logits, a.targets, N, V, Vl);
-  else if (device_padded())
-    L.crossentropy_padded_forward(a.losses, a.lse, a.logits, a.targets, N, V, Vl);
-  else
-    tp::vocab_parallel_crossentropy_forward(tp, a.losses, a.lse, ce_scratch, a.logits, a.targets, N,
-                                            Vl, v0, V, L);
+  a.dlogits_ready = mb.training && fused_classifier() && head_rows == 0;
+  const int rows_at_once = head_rows > 0 ? head_rows : N;
+  for (int r0 = 0; r0 < N; r0 += rows_at_once) head_forward(a, r0, std::min(rows_at_once, N - r0));
   L.download(host_losses_.data(), a.losses, size_t(N));
   double sum = 0.0;
   for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
@@ -350,10 +348,47 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
 }
 
 template <class A>
+void GptModelT<A>::head_forward(GptActsT<A>& a, int r0, int n) {
+  const LayerOpsT<A>& L = *layers_;
+  const int C = cfg.n_embd, V = cfg.vocab_size;
+  float* losses = a.losses + r0;
+  float* lse = a.lse + r0;
+  const int32_t* targets = a.targets + r0;
+  tp::column_parallel_linear_forward(*tp_, a.logits, a.ln_f + size_t(r0) * C, w.wte, nullptr, n, C,
+                                     Vl, L);
+  if (a.dlogits_ready)
+    L.crossentropy_fused(losses, lse, a.logits, targets, n, V, Vl);
+  else if (device_padded())
+    L.crossentropy_padded_forward(losses, lse, a.logits, targets, n, V, Vl);
+  else
+    tp::vocab_parallel_crossentropy_forward(*tp_, losses, lse, ce_scratch, a.logits, targets, n, Vl,
+                                            v0, V, L);
+}
+
+template <class A>
+void GptModelT<A>::head_backward(GptActsT<A>& a, float dloss, int r0, int n) {
+  const LayerOpsT<A>& L = *layers_;
+  const int C = cfg.n_embd, V = cfg.vocab_size;
+  const A* x = a.ln_f + size_t(r0) * C;
+  const float* lse = a.lse + r0;
+  const int32_t* targets = a.targets + r0;
+  // The chunked head kept no logits: this chunk's again, as forward computed them.
+  if (head_rows > 0)
+    tp::column_parallel_linear_forward(*tp_, a.logits, x, w.wte, nullptr, n, C, Vl, L);
+  if (device_padded())
+    L.crossentropy_padded_backward(a.logits, a.logits, lse, targets, dloss, n, V, Vl);
+  else
+    tp::vocab_parallel_crossentropy_backward(*tp_, a.logits, a.logits, lse, targets, dloss, n, Vl,
+                                             v0, V, L);
+  tp::column_parallel_linear_backward(*tp_, dln_f + size_t(r0) * C, dw.wte, nullptr, a.logits, x,
+                                      w.wte, n, C, Vl, L);
+}
+
+template <class A>
 void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
   GptChunkT<A>& ch = chunks[mb.chunk];
   GptActsT<A>& a = ch.slots[mb.slot];
-  const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size;
+  const int rows = mb.samples.rows, C = cfg.n_embd;
   const int N = rows * T;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   comm::Group& tp = *tp_;
@@ -362,13 +397,9 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
     if (a.dlogits_ready) {  // the fused classifier left softmax - onehot: dloss scales the products
       L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, dloss, N, C, Vl);
     } else {
-      if (device_padded())
-        L.crossentropy_padded_backward(a.logits, a.logits, a.lse, a.targets, dloss, N, V, Vl);
-      else
-        tp::vocab_parallel_crossentropy_backward(tp, a.logits, a.logits, a.lse, a.targets, dloss, N,
-                                                 Vl, v0, V, L);
-      tp::column_parallel_linear_backward(tp, dln_f, dw.wte, nullptr, a.logits, a.ln_f, w.wte, N, C,
-                                          Vl, L);
+      const int rows_at_once = head_rows > 0 ? head_rows : N;
+      for (int r0 = 0; r0 < N; r0 += rows_at_once)
+        head_backward(a, dloss, r0, std::min(rows_at_once, N - r0));
     }
     a.dlogits_ready = false;
     const A* x_last = a.blocks.back().res_mlp;
@@ -399,6 +430,10 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
 
 template <class A>
 ModelOutput GptModelT<A>::output(int slot) const {
+  if (head_rows > 0)
+    throw UsageError(
+        "the chunked LM head (--lm-head-chunk) keeps no micro-batch's logits whole: build the "
+        "model without it to read them");
   if constexpr (std::is_same_v<A, float>) {
     return {chunks.back().slots[slot].logits, T, Vl};
   } else {
@@ -474,15 +509,19 @@ ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   shape.tp_ranks = how.slice.tp;
   ActivationCarver a, d;
   BlockActsT<A> recompute_acts;
-  carve_gpt_activations(a, chunks, recompute_acts, how.recompute, shape, size_t(Vl));
+  const size_t BT = size_t(how.micro_rows) * T;
+  const size_t head_rows =
+      how.head_chunk_rows > 0 && size_t(how.head_chunk_rows) < BT ? size_t(how.head_chunk_rows) : 0;
+  carve_gpt_activations(a, chunks, recompute_acts, how.recompute, shape, size_t(Vl), head_rows);
   A* dresidual = nullptr;
   float* ce_scratch = nullptr;
   BlockScratchT<A> scratch;
   carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
-  const size_t BT = size_t(how.micro_rows) * T;
   const size_t tokens = chunks.size() * size_t(slot_count) * 2 * BT * sizeof(int32_t);
   out.activation_bytes = (a.used + d.used) * sizeof(float) + tokens;
-  out.logit_bytes = any_last ? size_t(slot_count) * carved_bytes<A>(BT * size_t(Vl)) : 0;
+  out.logit_bytes = !any_last       ? 0
+                    : head_rows > 0 ? carved_bytes<A>(head_rows * size_t(Vl))
+                                    : size_t(slot_count) * carved_bytes<A>(BT * size_t(Vl));
   out.boundary_elements = how.slice.stages > 1 ? size_t(T) * cfg.n_embd : 0;
   return out;
 }

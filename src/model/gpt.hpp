@@ -114,8 +114,16 @@ class GptModelT final : public Model {
   // goes to the slot's own res_mlp), recomputed in backward from the block's input.
   bool recompute = false;
   BlockActsT<A> recompute_acts;
+  // ModelBuild::head_chunk_rows below a micro-batch's rows: the LM head and loss this many rows at
+  // a time through one shared logits buffer (0: the whole micro-batch, logits kept per slot).
+  int head_rows = 0;
 
  private:
+  // The LM head and loss over rows [r0, r0 + n) of a slot: logits into a.logits (the whole slot's,
+  // or the shared chunk buffer), losses and lse at their rows; backward recomputes a chunk's
+  // logits first, overwrites them with dlogits, writes dln_f's rows and accumulates dw.wte.
+  void head_forward(GptActsT<A>& a, int r0, int n);
+  void head_backward(GptActsT<A>& a, float dloss, int r0, int n);
   // The activations block k of a slot forwards into and backward reads.
   BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
   // tp 1 with logits rows of Vl > V (the device's alignment): the padded cross-entropy.

@@ -55,6 +55,10 @@ struct ModelBuild {
   // in backward from its input (one shared set of block activations): less memory, one more
   // forward per block. Families without blocks refuse it (ModelFamily::recomputes).
   bool recompute = false;
+  // > 0: the LM head and its loss over at most this many token rows at a time, through one shared
+  // logits buffer recomputed in backward (the B x T x V logits are never held whole); families
+  // without an LM head refuse it (ModelFamily::chunks_head).
+  int head_chunk_rows = 0;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   DeviceAllocator* alloc = nullptr;

@@ -219,6 +219,7 @@ ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage,
   }
   how.layers = &layer_ops<float>(opts.device);
   how.precision = opts.precision;
+  how.head_chunk_rows = opts.lm_head_chunk;
   return how;
 }
 
@@ -299,6 +300,14 @@ void check_layout(const TrainOptions& opts) {
         "tied embedding's gradient is complete only after the flush): drop it with --pp > 1");
   if (L.zero < 0 || L.zero > 2)
     throw UsageError(fmt::format("--zero {} is not a ZeRO stage (0, 1 or 2)", L.zero));
+  if (opts.lm_head_chunk < 0)
+    throw UsageError(fmt::format(
+        "--lm-head-chunk {} must be 0 (the whole micro-batch) or a number of token rows",
+        opts.lm_head_chunk));
+  if (opts.lm_head_chunk > 0 && !family.chunks_head)
+    throw UsageError(
+        fmt::format("--lm-head-chunk is for the LM head of the {} family; the {} family has none",
+                    family_types_with(&ModelFamily::chunks_head), family.type));
   if (std::string e = check_batch_split(tc.batch_size, L.dp, tc.micro_batches); !e.empty())
     throw UsageError(e);
   if (family.sample_group) {

@@ -72,6 +72,7 @@ struct TrainOptions {
   // --max-device-memory in bytes (0: none): a plan above it is refused before any work, and the
   // device allocator refuses any allocation past it.
   size_t max_device_memory = 0;
+  int lm_head_chunk = 0;  // --lm-head-chunk: ModelBuild::head_chunk_rows (0: the whole micro-batch)
 };
 
 // UsageError for a layout the model, schedule or batch cannot take (opts.layout.dp resolved).
