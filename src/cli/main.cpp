@@ -98,6 +98,12 @@ int main(int argc, char** argv) {
                      "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
                      "with dynamic loss scaling)")
         ->capture_default_str();
+    train
+        ->add_option("--optimizer", ta.optimizer,
+                     "adamw (fp32 moments) or adamw8bit (moments as 8-bit codes, one fp32 scale "
+                     "per block of 256 flat parameters: bitsandbytes' blockwise 8-bit Adam; "
+                     "--device cpu; the bits change with --tp and --pp, not with --dp or --zero)")
+        ->capture_default_str();
     train->add_option("--steps", ta.steps, "optimizer steps");
     train->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
     train->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");

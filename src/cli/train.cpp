@@ -95,6 +95,7 @@ int cmd_train(TrainArgs a) {
   opts.device = parse_device(a.device);
   opts.comm = parse_comm(a.comm);
   opts.precision = parse_precision(a.precision);
+  opts.optimizer = parse_optimizer(a.optimizer);
   return run_training(opts);
 }
 
