@@ -7,6 +7,7 @@
 #   already shows at 1e-6 and the 8-bit codes amplify);
 # - resuming a checkpoint continues bit-identically: one rank from step 10, and dp 2 --zero 0
 #   from the --zero 1 run's step 10 (the state read back from other shards);
+# - the MLP (fashion-mnist, where installed) resumes bit-identically too;
 # - a checkpoint holds its optimizer: resuming with the other --optimizer, or an 8-bit one at
 #   another tp, is refused; so is --device cuda.
 # shellcheck source=tests/e2e/common.sh
@@ -61,4 +62,16 @@ expect_error "resume it at --tp 1 --pp 1" \
   mpiexec -n 2 "$MPITRON" "${args[@]}" --tp 2 --out refused --resume one/ckpt_10.h5
 expect_error "--optimizer adamw8bit runs on --device cpu only, not --device cuda" \
   "$MPITRON" "${args[@]}" --device cuda --out refused
+# Another family through the same trainer: the MLP resumes bit-identically too.
+fmnist=/usr/share/datasets/fashion-mnist
+if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
+  mlp=(train --config "$REPO/configs/mlp-fmnist.toml" --data "$fmnist" --batch-size 48 --steps 6
+    --eval-every 3 --eval-batches 1 --log-every 0 --warmup-steps 2 --ckpt-every 3
+    --optimizer adamw8bit)
+  "$MPITRON" "${mlp[@]}" --out mlp
+  mkdir -p mlp_resumed
+  cp mlp/trace.h5 mlp/ckpt_3.h5 mlp_resumed/
+  "$MPITRON" "${mlp[@]}" --out mlp_resumed --resume mlp_resumed/ckpt_3.h5
+  "$MPITRON" compare mlp/trace.h5 mlp_resumed/trace.h5 --rtol 0 || fail "the MLP's resume differs"
+fi
 echo "adamw8bit layouts ok"
