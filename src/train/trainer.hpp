@@ -55,7 +55,7 @@ struct TrainOptions {
   // master weights, gradients and moments whatever it is).
   DType precision = DType::f32;
   // adamw: fp32 moments; adamw8bit: 8-bit moments in blocks of the stage's flat positions (the
-  // CPU only; tp and pp change its blocks and bits, the ZeRO stage does not).
+  // CPU only; tp and pp change its blocks, dp and the ZeRO stage do not).
   Optimizer optimizer = Optimizer::adamw;
   int threads = 0;          // compute threads per rank; 0: the cores shared by the node's ranks
   std::string threads_why;  // how run_training chose them, for the layout line
