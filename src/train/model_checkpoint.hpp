@@ -35,6 +35,9 @@ struct CheckpointRecord {
   double loss_scale = 0;
   int64_t loss_scale_clean_steps = 0;
   std::string optimizer = "adamw";  // --optimizer (older checkpoints: adamw)
+  // adamw8bit: the blocks of each virtual stage ("2,2"; "" without pipeline blocks), which with
+  // tp and pp fix every parameter's flat position, hence its 8-bit block.
+  std::string adamw8bit_stage_blocks;
 };
 
 // The settings a resumed run must keep to continue the same run: the preset's name, the

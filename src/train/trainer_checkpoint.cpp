@@ -97,6 +97,7 @@ void Trainer::save_checkpoint() {
   r.loss_scale = loss_scale.scale;
   r.loss_scale_clean_steps = loss_scale.clean_steps;
   r.optimizer = optimizer_name(opts.optimizer);
+  if (opts.optimizer == Optimizer::adamw8bit) r.adamw8bit_stage_blocks = stage_layers_text();
   const std::string path = checkpoint_path(step);
   dev.download_state(*model, m, v);
   io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
@@ -125,6 +126,11 @@ void Trainer::load_checkpoint(const std::string& path) {
         "flat positions: resume it at --tp {} --pp {} (any --dp and --zero), or start afresh from "
         "its parameters with --init-from",
         path, r.tp, r.pp, r.tp, r.pp));
+  if (opts.optimizer == Optimizer::adamw8bit && r.adamw8bit_stage_blocks != stage_layers_text())
+    throw UsageError(fmt::format(
+        "{} holds 8-bit AdamW state of stages of {} blocks, this run's stages hold {}: resume it "
+        "with the same --stage-layers, --schedule and --virtual-stages",
+        path, r.adamw8bit_stage_blocks, stage_layers_text()));
   const std::vector<std::string> changes = setting_changes(r.settings, run_settings(cfg));
   if (!changes.empty()) {
     const std::string list = fmt::format("{}", fmt::join(changes, ", "));
