@@ -26,6 +26,23 @@ int64_t block_numel(const Block& b) {
   return numel(b.count);
 }
 
+bool is_u8(const TensorPiece& t) {
+  return t.type == ElementType::u8;
+}
+
+size_t element_bytes(const TensorPiece& t) {
+  return is_u8(t) ? sizeof(uint8_t) : sizeof(float);
+}
+
+// The piece's elements as bytes (data, or codes for a u8 piece).
+char* piece_bytes(const TensorPiece& t) {
+  return is_u8(t) ? reinterpret_cast<char*>(t.codes) : reinterpret_cast<char*>(t.data);
+}
+
+hid_t memory_type(const TensorPiece& t) {
+  return is_u8(t) ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT;
+}
+
 // Appends blocks for [begin, end) of the sub-tensor of `shape` from dimension d on, under the
 // fixed leading indices `prefix` (one per dimension before d).
 void range_blocks(const std::vector<int64_t>& shape, size_t d, std::vector<int64_t>& prefix,
@@ -87,7 +104,7 @@ void check_blocks(const TensorPiece& t) {
           "tensor " + t.dataset + ": block outside shape " + shape_string(t.global_shape));
   }
   MPITRON_REQUIRE(
-      t.blocks.empty() || t.data != nullptr ||
+      t.blocks.empty() || piece_bytes(t) != nullptr ||
           [&] {
             for (const Block& b : t.blocks)
               if (block_numel(b) > 0) return false;
@@ -160,6 +177,7 @@ std::vector<int64_t> agree_on_tensors(const std::vector<TensorPiece>& tensors, M
     const int64_t rank = static_cast<int64_t>(t.global_shape.size());
     h = fnv1a(h, &rank, sizeof rank);
     h = fnv1a(h, t.global_shape.data(), t.global_shape.size() * sizeof(int64_t));
+    h = fnv1a(h, &t.type, sizeof t.type);
   }
   std::vector<uint64_t> v(2 + tensors.size());
   v[0] = h;
@@ -235,15 +253,17 @@ Handle create_tensor(hid_t file, const TensorPiece& t) {
     H5_CHECK(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()));
     H5_CHECK(H5Pset_fletcher32(dcpl));
   }
-  return Handle(H5_CHECK(
-      H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT)));
+  return Handle(
+      H5_CHECK(H5Dcreate2(file, t.dataset.c_str(), is_u8(t) ? H5T_STD_U8LE : H5T_IEEE_F32LE, space,
+                          lcpl, dcpl, H5P_DEFAULT)));
 }
 
-// "" when the folder of path has room for the checkpoint (its float32 tensors, 4 KiB of
-// metadata each, and 256 KiB besides), else the message.
+// "" when the folder of path has room for the checkpoint (its tensors, 4 KiB of metadata each,
+// and 256 KiB besides), else the message.
 std::string check_room_for(const std::string& path, const std::vector<TensorPiece>& tensors) {
   uint64_t need = uint64_t(256) << 10;
-  for (const TensorPiece& t : tensors) need += uint64_t(numel(t.global_shape)) * 4 + 4096;
+  for (const TensorPiece& t : tensors)
+    need += uint64_t(numel(t.global_shape)) * element_bytes(t) + 4096;
   const fs::path dir =
       fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   std::error_code ec;
@@ -284,7 +304,7 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
     Handle dset = create_tensor(file, t);
     Handle fspace(H5_CHECK(H5Dget_space(dset)));
     const auto runs = ordered_runs(t);
-    float* p = t.data;
+    char* p = piece_bytes(t);
     for (int64_t w = 0; w < writes[i]; ++w) {  // same number of collective calls on every rank
       static const std::vector<const Block*> none;
       const auto& run = w < static_cast<int64_t>(runs.size()) ? runs[w] : none;
@@ -292,8 +312,9 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
       for (const Block* b : run) n += block_numel(*b);
       select_blocks(fspace, run);
       Handle mspace = memory_space(n);
-      H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, n > 0 ? p : &dummy));
-      p += n;
+      H5_CHECK(H5Dwrite(dset, memory_type(t), mspace, fspace, dxpl,
+                        n > 0 ? static_cast<void*>(p) : &dummy));
+      p += n * int64_t(element_bytes(t));
     }
   }
   file.close();
@@ -329,6 +350,7 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
       ++mine[0];
       mine[1] += block_numel(b);
     }
+    const int64_t bytes = int64_t(element_bytes(t));
     std::vector<int64_t> all(rank == 0 ? 2 * size : 0);
     MPI_CHECK(MPI_Gather(mine, 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, 0, comm));
     std::vector<int> ccount(size), cdispl(size), dcount(size), ddispl(size);
@@ -336,29 +358,29 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
     if (rank == 0) {
       for (int r = 0; r < size; ++r) {
         const int64_t c = all[2 * r] * 2 * static_cast<int64_t>(std::max<size_t>(nd, 1));
-        MPITRON_REQUIRE(ctotal + c <= INT_MAX && dtotal + all[2 * r + 1] <= INT_MAX,
+        MPITRON_REQUIRE(ctotal + c <= INT_MAX && dtotal + all[2 * r + 1] * bytes <= INT_MAX,
                         "tensor " + t.dataset +
                             " is too large to gather to rank 0 (over 2^31 elements); use a "
                             "parallel HDF5 build");
         ccount[r] = static_cast<int>(nd == 0 ? 0 : c);
         cdispl[r] = static_cast<int>(ctotal);
-        dcount[r] = static_cast<int>(all[2 * r + 1]);
+        dcount[r] = static_cast<int>(all[2 * r + 1] * bytes);
         ddispl[r] = static_cast<int>(dtotal);
         ctotal += ccount[r];
         dtotal += dcount[r];
       }
     }
     std::vector<int64_t> gcoords(ctotal);
-    std::vector<float> gdata(dtotal);
+    std::vector<char> gdata(dtotal);
     MPI_CHECK(MPI_Gatherv(coords.data(), static_cast<int>(coords.size()), MPI_INT64_T,
                           gcoords.data(), ccount.data(), cdispl.data(), MPI_INT64_T, 0, comm));
-    MPI_CHECK(MPI_Gatherv(t.data, static_cast<int>(mine[1]), MPI_FLOAT, gdata.data(), dcount.data(),
-                          ddispl.data(), MPI_FLOAT, 0, comm));
+    MPI_CHECK(MPI_Gatherv(piece_bytes(t), static_cast<int>(mine[1] * bytes), MPI_BYTE, gdata.data(),
+                          dcount.data(), ddispl.data(), MPI_BYTE, 0, comm));
     if (rank != 0) continue;
     Handle dset = create_tensor(file, t);
     Handle fspace(H5_CHECK(H5Dget_space(dset)));
     const int64_t* c = gcoords.data();
-    const float* p = gdata.data();
+    const char* p = gdata.data();
     for (int r = 0; r < size; ++r) {
       for (int64_t k = 0; k < all[2 * r]; ++k) {
         Block b;
@@ -368,8 +390,8 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
         select_blocks(fspace, {&b});
         const int64_t n = block_numel(b);
         Handle mspace = memory_space(n);
-        H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p));
-        p += n;
+        H5_CHECK(H5Dwrite(dset, memory_type(t), mspace, fspace, H5P_DEFAULT, p));
+        p += n * bytes;
       }
     }
   }
@@ -495,15 +517,17 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
                        " (was it written for another model config?)");
     Handle type(H5_CHECK(H5Dget_type(d)));
     require_sound_numeric_type(type, t.dataset);
-    if (H5Tget_class(type) != H5T_FLOAT)
+    if (is_u8(t) ? H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 ||
+                       H5Tget_sign(type) != H5T_SGN_NONE
+                 : H5Tget_class(type) != H5T_FLOAT)
       throw UsageError("checkpoint " + path + " has " + t.dataset + " of type " + dtype_name(type) +
-                       "; expected floating point");
+                       (is_u8(t) ? "; expected uint8" : "; expected floating point"));
     dsets.push_back(std::move(d));
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorPiece& t = tensors[i];
     Handle fspace(H5_CHECK(H5Dget_space(dsets[i])));
-    float* p = t.data;
+    char* p = piece_bytes(t);
     for (const Block& b : t.blocks) {
       const int64_t n = block_numel(b);
       if (n == 0) continue;
@@ -512,13 +536,13 @@ void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPi
       herr_t read = 0;
       {
         QuietErrors quiet;
-        read = H5Dread(dsets[i], H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p);
+        read = H5Dread(dsets[i], memory_type(t), mspace, fspace, H5P_DEFAULT, p);
       }
       if (read < 0)
         throw UsageError("checkpoint " + path + ": " + t.dataset +
                          " fails its checksum or cannot be read (the file is corrupt; resume "
                          "from another checkpoint)");
-      p += n;
+      p += n * int64_t(element_bytes(t));
     }
   }
 }
@@ -542,9 +566,13 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     }
     Handle type(H5_CHECK(H5Dget_type(d)));
     require_sound_numeric_type(type, "tensor " + o.path);
-    if (H5Tget_class(type) != H5T_FLOAT) continue;
-    // Stored uncompressed, a tensor cannot hold more floats than the file has bytes / 4.
-    if (numel(o.shape) < 0 || uintmax_t(numel(o.shape)) > std::filesystem::file_size(path) / 4)
+    // Float tensors, and the uint8 codes of an 8-bit optimizer.
+    const bool codes = H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 1;
+    if (H5Tget_class(type) != H5T_FLOAT && !codes) continue;
+    const uintmax_t element = codes ? 1 : 4;
+    // Stored uncompressed, a tensor cannot hold more elements than the file has bytes / element.
+    if (numel(o.shape) < 0 ||
+        uintmax_t(numel(o.shape)) > std::filesystem::file_size(path) / element)
       throw UsageError(
           fmt::format("{}: tensor {} claims shape {}, more than the file can hold "
                       "(a damaged file?)",
@@ -553,7 +581,8 @@ CheckpointVerification verify_checkpoint(const std::string& path) {
     herr_t read = 0;
     {
       QuietErrors quiet;
-      read = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, scratch.data());
+      read = H5Dread(d, codes ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                     scratch.data());
     }
     ++v.tensors;
     if (read < 0) v.failed.push_back(o.path);

@@ -20,6 +20,9 @@ struct Block {
   std::vector<int64_t> start, count;
 };
 
+// What a dataset stores: float32 (parameters, moments), or uint8 (8-bit optimizer codes).
+enum class ElementType { f32, u8 };
+
 struct TensorPiece {
   std::string dataset;  // e.g. "params/h.0.attn.c_attn.weight" or "optim/wte.weight/m"
   std::vector<int64_t> global_shape;
@@ -27,6 +30,8 @@ struct TensorPiece {
   // The blocks' elements one block after another, each block in row-major order (for blocks in
   // increasing flat order, e.g. from flat_range_blocks, that is the global row-major order).
   float* data = nullptr;
+  ElementType type = ElementType::f32;
+  uint8_t* codes = nullptr;  // a u8 piece's elements, laid out as data's (data unused)
 };
 
 // Blocks covering elements [begin, end) of the row-major flattening of a tensor of `shape`,
@@ -42,7 +47,8 @@ enum class CheckpointIo { collective, gather };
 // Collective over comm: every rank passes every dataset, in the same order and with the same
 // shapes (blocks empty where it owns none; checked, a mismatch aborts). Writes path + ".tmp" and
 // renames it to path when complete (rank 0 renames, all ranks return after), so a crash never
-// leaves a half-written checkpoint under the real name. Datasets are float32 at global shape.
+// leaves a half-written checkpoint under the real name. Datasets are float32 (uint8 for u8
+// pieces) at global shape.
 // root_attrs become root attributes; group_attrs maps a group path ("rng", "data") to the
 // attributes of that group (created). Attribute values must be equal on every rank.
 // Creates the folder when missing. Throws UsageError on every rank when the file cannot be
@@ -69,14 +75,15 @@ CheckpointHeader read_checkpoint_header(const std::string& path);
 // Each rank reads its own blocks into data (independent I/O; not collective). Every dataset is
 // checked before any is read: UsageError naming the dataset when it is missing or its shape
 // differs from global_shape, or when a chunk fails its Fletcher-32 checksum (tensors are written
-// chunked with one). Stored values of any float type are converted to float32.
+// chunked with one). Stored values of any float type are converted to float32; u8 pieces read
+// unsigned 8-bit integer datasets.
 void read_checkpoint_tensors(const std::string& path, const std::vector<TensorPiece>& tensors);
 
 // Path of ckpt_<step>.h5 with the largest step in dir, or "" when there is none or dir does not
 // exist (*.tmp and other names are ignored).
 std::string latest_checkpoint(const std::string& dir);
 
-// Every float dataset read whole, so HDF5 checks each chunk's Fletcher-32 checksum.
+// Every float (and uint8) dataset read whole, so HDF5 checks each chunk's Fletcher-32 checksum.
 struct CheckpointVerification {
   int64_t tensors = 0;
   std::vector<std::string> failed;     // fail their checksum or cannot be read

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/human_units.hpp"
 #include "io/h5.hpp"
 #include "io/trace.hpp"
-#include "base/human_units.hpp"
 
 namespace mpitron::io {
 
@@ -331,7 +331,7 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
   if (stop == 0) stop = 12;
   for (const auto& [g, cells] : rows) print_grid(g, cells, stop, out);
 
-  std::vector<Tensor> params, buffers, moments;
+  std::vector<Tensor> params, buffers, moments, codes;  // codes: 8-bit AdamW's /optim8bit
   std::map<std::string, int64_t> dtypes;
   size_t ndata = 0, others = 0;
   for (const ObjectInfo& o : objects) {
@@ -345,6 +345,8 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
       buffers.push_back(t);
     else if (starts_with(o.path, "optim/"))
       moments.push_back(t);
+    else if (starts_with(o.path, "optim8bit/"))
+      codes.push_back(t);
     else
       ++others;
   }
@@ -356,7 +358,7 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
     first = false;
   }
   out << ")";
-  if (others) out << ", " << others << " outside /params, /optim, /buffers";
+  if (others) out << ", " << others << " outside /params, /optim, /optim8bit, /buffers";
   out << "\n";
 
   const int64_t np = total(params);
@@ -369,7 +371,16 @@ void print_checkpoint_summary(hid_t file, const std::vector<ObjectInfo>& objects
     ++per_moment[slash == std::string::npos ? std::string("?") : t.name.substr(slash + 1)];
   }
   out << label("optimizer");
-  if (moments.empty()) {
+  if (moments.empty() && !codes.empty()) {
+    // pp<s>_tp<t>/{m,v}_codes (uint8, one per flat element) and {m,v}_absmax (float32).
+    int64_t code_bytes = 0, absmax_bytes = 0;
+    for (const Tensor& t : codes)
+      (t.name.find("_codes") != std::string::npos ? code_bytes : absmax_bytes) += t.n;
+    absmax_bytes *= 4;
+    out << "8-bit AdamW state under /optim8bit in " << codes.size() / 4
+        << " (stage, TP rank) groups: " << human_bytes(double(code_bytes)) << " of codes, "
+        << human_bytes(double(absmax_bytes)) << " of block absmax values\n";
+  } else if (moments.empty()) {
     out << "no moments under /optim\n";
   } else {
     const int64_t nm = total(moments);

@@ -33,3 +33,7 @@ mpitron_e2e_test(knowledge_qa_layouts knowledge_qa_layouts.sh mpi 300)
 mpitron_e2e_test(parallel_bible parallel_bible.sh unit 120)
 mpitron_e2e_test(checkpoint_disk_fills disk_full.sh unit 120)
 mpitron_e2e_test(memory_plan memory_plan.sh unit 120)
+# 8-bit AdamW: the loss against fp32 AdamW over 200 steps (about 25 s); ZeRO shards, checkpoints
+# and resume bit for bit, refusals (about 20 s).
+mpitron_e2e_test(adamw8bit_converges adamw8bit_converges.sh unit 300)
+mpitron_e2e_test(adamw8bit_layouts adamw8bit_layouts.sh mpi 300)

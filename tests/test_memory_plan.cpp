@@ -133,7 +133,9 @@ TEST(ChunkedLmHead, MatchesTheWholeHead) {
     mb.training = true;
     r.loss = model->forward(mb);
     model->backward(mb, 1.0f / N, {});
-    if (head_chunk_rows > 0 && head_chunk_rows < N) EXPECT_THROW(model->output(0), UsageError);
+    if (head_chunk_rows > 0 && head_chunk_rows < N) {
+      EXPECT_THROW(model->output(0), UsageError);
+    }
     return r;
   };
   const Run whole = run(0);
@@ -147,6 +149,8 @@ TEST(ChunkedLmHead, MatchesTheWholeHead) {
     }
     EXPECT_LT(worst, 1e-5 * scale) << "chunk " << chunk;
     // Two slots of 72 x 259 fp32 logits held whole; one buffer of `chunk` rows chunked.
-    if (chunk < N) EXPECT_LT(part.bytes, whole.bytes) << "chunk " << chunk;
+    if (chunk < N) {
+      EXPECT_LT(part.bytes, whole.bytes) << "chunk " << chunk;
+    }
   }
 }

@@ -72,8 +72,9 @@ using namespace mpitron;
 namespace {
 
 // After the first step nothing allocates, in any storage precision (the 16-bit CPU tables' float
-// copies come from per-thread pools grown in the first step).
-void check_training_step_allocates_nothing(DType precision) {
+// copies come from per-thread pools grown in the first step) and with either optimizer.
+void check_training_step_allocates_nothing(DType precision,
+                                           Optimizer optimizer = Optimizer::adamw) {
   cpu::set_compute_threads(1);
   const int B = 4, T = 32;
   DeviceAllocator alloc;
@@ -83,11 +84,15 @@ void check_training_step_allocates_nothing(DType precision) {
   how.seed = 1;
   how.alloc = &alloc;
   how.precision = precision;
+  if (optimizer == Optimizer::adamw8bit) how.flat_align = kAdamW8bitBlock;
   std::unique_ptr<Model> m = build_model(default_model_config("gpt"), how);  // gpt-tiny's shape
   GradStorage grads = GradStorage::full(*m, alloc);
   std::vector<int32_t> tokens(B * (T + 1));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919) % 256);
   Buffer<float> mom(alloc, m->flat_size), vel(alloc, m->flat_size);
+  Buffer<uint8_t> m_codes(alloc, m->flat_size), v_codes(alloc, m->flat_size);
+  Buffer<float> m_absmax(alloc, m->flat_size / kAdamW8bitBlock),
+      v_absmax(alloc, m->flat_size / kAdamW8bitBlock);
   const std::vector<AdamWTensor> tensors = adamw_tensors(m->registry);
   auto step = [&](int64_t s) {
     MicroBatch mb;
@@ -99,10 +104,17 @@ void check_training_step_allocates_nothing(DType precision) {
     m->forward(mb);
     m->backward(mb, 1.0f / (B * T), {});
     const double norm = std::sqrt(cpu::sum_of_squares(grads.data.data(), m->flat_size));
-    cpu::adamw_update(
-        tensors,
-        {0, m->flat_size, m->params.data(), 0, grads.data.data(), 0, mom.data(), vel.data(), 0},
-        AdamWConfig{}, 1e-3, float(1.0 / std::max(1.0, norm)), s);
+    const float scale = float(1.0 / std::max(1.0, norm));
+    if (optimizer == Optimizer::adamw8bit)
+      cpu::adamw8bit_update(tensors,
+                            {0, m->flat_size, m->params.data(), 0, grads.data.data(), 0,
+                             m_codes.data(), v_codes.data(), m_absmax.data(), v_absmax.data(), 0},
+                            AdamWConfig{}, 1e-3, scale, s);
+    else
+      cpu::adamw_update(
+          tensors,
+          {0, m->flat_size, m->params.data(), 0, grads.data.data(), 0, mom.data(), vel.data(), 0},
+          AdamWConfig{}, 1e-3, scale, s);
     m->parameters_changed();
   };
   step(1);  // first touch: thread pools and library buffers come up here
@@ -122,6 +134,14 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
   GTEST_SKIP() << "malloc cannot be interposed under AddressSanitizer";
 #else
   check_training_step_allocates_nothing(DType::f32);
+#endif
+}
+
+TEST(NoAllocation, AdamW8bitTrainingStepAllocatesNothing) {
+#if !MPITRON_COUNT_MALLOC
+  GTEST_SKIP() << "malloc cannot be interposed under AddressSanitizer";
+#else
+  check_training_step_allocates_nothing(DType::f32, Optimizer::adamw8bit);
 #endif
 }
 

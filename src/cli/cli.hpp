@@ -26,6 +26,7 @@ struct TrainArgs {
   std::optional<double> lr, dropout;
   std::optional<uint64_t> seed;
   std::string device = "cpu", comm = "mpi", precision = "fp32";  // parsed into opts by cmd_train
+  std::string optimizer = "adamw";                               // likewise
   std::string dp_reduce = "allreduce", schedule = "1f1b", recompute = "none";
   std::vector<std::string> overrides;  // --set section.key=value
   std::string max_device_memory;       // "11GiB"; parsed into opts by cmd_train

@@ -74,6 +74,11 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
                   "fp32, or bf16/fp16 activations and layer weights (fp32 master weights; fp16 "
                   "with dynamic loss scaling)")
       ->capture_default_str();
+  cmd->add_option("--optimizer", ta.optimizer,
+                  "adamw (fp32 moments) or adamw8bit (moments as 8-bit codes, one fp32 scale "
+                  "per block of 256 flat parameters: bitsandbytes' blockwise 8-bit Adam; "
+                  "--device cpu; --tp and --pp change its blocks, --dp and --zero do not)")
+      ->capture_default_str();
   cmd->add_option("--steps", ta.steps, "optimizer steps");
   cmd->add_option("--batch-size", ta.batch_size, "global batch, in sequences");
   cmd->add_option("--seq-len", ta.seq_len, "tokens per sequence (<= block size)");

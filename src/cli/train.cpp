@@ -89,6 +89,7 @@ TrainOptions train_options(TrainArgs& a, bool check_data) {
   opts.device = parse_device(a.device);
   opts.comm = parse_comm(a.comm);
   opts.precision = parse_precision(a.precision);
+  opts.optimizer = parse_optimizer(a.optimizer);
   if (!check_data) return opts;
   if (data_path.empty()) {
     data_path = default_data(family, opts.cfg.model);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/check.hpp"
 
@@ -31,6 +32,142 @@ void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, con
       const float mhat = m[i] / bc1, vhat = v[i] / bc2;
       w[i] -= flr * (mhat / (std::sqrt(vhat) + eps) + decay * w[i]);
     }
+  }
+}
+
+namespace {
+
+// No heap: the maps are built at their first use, which may be inside a step.
+QuantizationMap dynamic_map(bool is_signed) {
+  std::array<double, 256> values{};  // zeros: the map's 0, and padding should it fall short
+  size_t n = 0;
+  for (int i = 0; i < 7; ++i) {
+    const int k = is_signed ? 1 << i : 1 << (i + 1);
+    const double scale = std::pow(10.0, i - 6);
+    for (int j = 0; j < k; ++j) {  // midpoint of linspace(0.1, 1, k + 1)'s j-th interval
+      const double lo = 0.1 + 0.9 * j / k, hi = 0.1 + 0.9 * (j + 1) / k;
+      values[n++] = scale * (lo + hi) / 2;
+      if (is_signed) values[n++] = -scale * (lo + hi) / 2;
+    }
+  }
+  ++n;  // 0
+  values[n++] = 1.0;
+  MPITRON_REQUIRE(n <= values.size(), "a dynamic map has at most 256 values");
+  std::sort(values.begin(), values.end());
+  QuantizationMap map;
+  for (size_t i = 0; i < map.size(); ++i) map[i] = float(values[i]);
+  return map;
+}
+
+constexpr size_t B = kAdamW8bitBlock;
+
+// The decision points between neighbouring codes, (map[k] + map[k+1]) / 2, exact in double (the
+// neighbours' exponents differ by far less than double's 29 spare bits), then +inf: the nearest
+// code of x (ties: the lower) is the number of points below x.
+using Midpoints = std::array<double, 256>;
+Midpoints midpoints(const QuantizationMap& map) {
+  Midpoints mid;
+  for (size_t k = 0; k + 1 < map.size(); ++k) mid[k] = (double(map[k]) + double(map[k + 1])) / 2;
+  mid[map.size() - 1] = std::numeric_limits<double>::infinity();
+  return mid;
+}
+
+// quantize_nearest of value / absmax for a block's values: a branch-free binary search over the
+// midpoints, each step over the whole block so that it vectorizes (gathers).
+void quantize_block(const Midpoints& mid, const float* value, float absmax, uint8_t* code) {
+  double x[B];
+  int32_t i[B];
+  for (size_t j = 0; j < B; ++j) x[j] = double(value[j] / absmax), i[j] = 0;
+  for (int32_t half = 128; half > 0; half /= 2)
+    for (size_t j = 0; j < B; ++j) i[j] += mid[size_t(i[j] + half - 1)] < x[j] ? half : 0;
+  for (size_t j = 0; j < B; ++j) code[j] = uint8_t(i[j] + (mid[size_t(i[j])] < x[j]));
+}
+
+}  // namespace
+
+const QuantizationMap& signed_dynamic_map() {
+  static const QuantizationMap map = dynamic_map(true);
+  return map;
+}
+
+const QuantizationMap& unsigned_dynamic_map() {
+  static const QuantizationMap map = dynamic_map(false);
+  return map;
+}
+
+uint8_t quantize_nearest(const QuantizationMap& map, float x) {
+  // Branch-free lower bound: every value below index i is below x.
+  size_t i = 0;
+  for (size_t half = map.size() / 2; half > 0; half /= 2) i += map[i + half - 1] < x ? half : 0;
+  i += map[i] < x;  // i: the first value >= x (map.size() when none)
+  if (i == 0) return 0;
+  if (i == map.size()) return uint8_t(map.size() - 1);
+  return uint8_t(double(x) - double(map[i - 1]) <= double(map[i]) - double(x) ? i - 1 : i);
+}
+
+void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
+                      const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
+  MPITRON_REQUIRE(r.weights == nullptr, "the CPU backend trains in fp32 only");
+  MPITRON_REQUIRE(r.begin % B == 0 && r.end % B == 0 && r.state_offset % B == 0 &&
+                      r.state_offset <= r.begin && r.begin <= r.end,
+                  "8-bit AdamW updates whole blocks of 256 flat elements");
+  for (size_t k = 1; k < tensors.size(); ++k)
+    MPITRON_REQUIRE(tensors[k].offset >= tensors[k - 1].offset + tensors[k - 1].numel,
+                    "8-bit AdamW takes tensors in flat order");
+  const float b1 = float(cfg.beta1), b2 = float(cfg.beta2), eps = float(cfg.eps);
+  const float bc1 = float(1.0 - std::pow(cfg.beta1, double(t)));
+  const float bc2 = float(1.0 - std::pow(cfg.beta2, double(t)));
+  const float flr = float(lr);
+  const QuantizationMap& m_map = signed_dynamic_map();
+  const QuantizationMap& v_map = unsigned_dynamic_map();
+  static const Midpoints m_mid = midpoints(m_map), v_mid = midpoints(v_map);
+  const uint8_t m_zero = quantize_nearest(m_map, 0.0f), v_zero = quantize_nearest(v_map, 0.0f);
+  const long blocks = long((r.end - r.begin) / B);
+#pragma omp parallel for schedule(static)
+  for (long b = 0; b < blocks; ++b) {
+    const size_t first = r.begin + size_t(b) * B;  // flat position of the block's first element
+    const size_t s = first - r.state_offset, k = s / B;
+    uint8_t* m_codes = r.m_codes + s;
+    uint8_t* v_codes = r.v_codes + s;
+    float m[B], v[B];
+    for (size_t j = 0; j < B; ++j) {
+      m[j] = m_map[m_codes[j]] * r.m_absmax[k];
+      v[j] = v_map[v_codes[j]] * r.v_absmax[k];
+    }
+    // The tensors overlapping the block, from the last one that starts at or before it.
+    auto p = std::upper_bound(tensors.begin(), tensors.end(), first,
+                              [](size_t f, const AdamWTensor& q) { return f < q.offset; });
+    if (p != tensors.begin()) --p;
+    for (; p != tensors.end() && p->offset < first + B; ++p) {
+      const size_t begin = std::max(first, p->offset);
+      const size_t end = std::min(first + B, p->offset + p->numel);
+      if (begin >= end) continue;
+      const float decay = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
+      float* w = r.params + (begin - r.p_offset);
+      const float* g = r.grads + (begin - r.g_offset);
+      for (size_t i = 0, j = begin - first; i < end - begin; ++i, ++j) {
+        const float gi = g[i] * grad_scale;
+        m[j] = b1 * m[j] + (1.0f - b1) * gi;
+        v[j] = b2 * v[j] + (1.0f - b2) * gi * gi;
+        const float mhat = m[j] / bc1, vhat = v[j] / bc2;
+        w[i] -= flr * (mhat / (std::sqrt(vhat) + eps) + decay * w[i]);
+      }
+    }
+    float m_absmax = 0.0f, v_absmax = 0.0f;
+    for (size_t j = 0; j < B; ++j) {
+      m_absmax = std::max(m_absmax, std::fabs(m[j]));
+      v_absmax = std::max(v_absmax, std::fabs(v[j]));
+    }
+    r.m_absmax[k] = m_absmax;
+    r.v_absmax[k] = v_absmax;
+    if (m_absmax > 0.0f)
+      quantize_block(m_mid, m, m_absmax, m_codes);
+    else
+      std::fill_n(m_codes, B, m_zero);
+    if (v_absmax > 0.0f)
+      quantize_block(v_mid, v, v_absmax, v_codes);
+    else
+      std::fill_n(v_codes, B, v_zero);
   }
 }
 

@@ -1,6 +1,7 @@
 // AdamW's update on the CPU (the schedule and types: src/train/adamw.hpp). Its CUDA twin, with
 // the same arguments plus a stream, is src/cuda/adamw.cuh; StepBackend picks one.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -13,5 +14,22 @@ namespace mpitron::cpu {
 // nullptr). Built without floating-point contraction: the CUDA twin rounds operation for operation.
 void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, const AdamWConfig& cfg,
                   double lr, float grad_scale, int64_t t);
+
+// bitsandbytes' dynamic quantization maps, ascending, computed in double and rounded to float:
+// for i = 0..6 the midpoints of linspace(0.1, 1, k + 1) scaled by 10^(i-6), with k = 2^i and
+// their negatives (signed, the first moment) or k = 2^(i+1) (unsigned, the second), plus 0 and 1.
+using QuantizationMap = std::array<float, 256>;
+const QuantizationMap& signed_dynamic_map();
+const QuantizationMap& unsigned_dynamic_map();
+
+// Index of the map value nearest x (ties: the lower index).
+uint8_t quantize_nearest(const QuantizationMap& map, float x);
+
+// Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
+// adamw_update's arithmetic element for element, then each moment requantized to its nearest
+// code against the block's new absmax max |value| (0: every code the map's 0). Elements in no
+// tensor (padding) keep their value. Bits do not depend on the thread count.
+void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
+                      const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
 
 }  // namespace mpitron::cpu

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "src/model/precision.hpp"
 
@@ -38,6 +39,36 @@ struct AdamWRange {
   size_t g_offset;
   float *m, *v;
   size_t m_offset;
+  void* weights = nullptr;
+  DType weight_type = DType::f32;
+};
+
+// --optimizer: adamw keeps both moments in fp32; adamw8bit stores them as 8-bit codes with one
+// fp32 scale per block of kAdamW8bitBlock elements (bitsandbytes' blockwise 8-bit Adam).
+enum class Optimizer { adamw, adamw8bit };
+// UsageError naming the valid names for anything but adamw and adamw8bit.
+Optimizer parse_optimizer(const std::string& name);
+const char* optimizer_name(Optimizer o);
+
+// 8-bit AdamW quantizes blocks of this many consecutive flat elements with one absmax each.
+inline constexpr size_t kAdamW8bitBlock = 256;
+
+// Bytes of 8-bit AdamW state for a shard of shard_elements: one code byte per element for each
+// moment, and one fp32 absmax per (started) block for each.
+size_t adamw8bit_state_bytes(size_t shard_elements);
+
+// AdamWRange's 8-bit twin. [begin, end) and state_offset are multiples of kAdamW8bitBlock, so
+// the range is whole blocks. Codes are indexed by flat position minus state_offset, absmax values
+// by that over kAdamW8bitBlock. weights as in AdamWRange.
+struct AdamW8bitRange {
+  size_t begin, end;
+  float* params;
+  size_t p_offset;
+  const float* grads;
+  size_t g_offset;
+  uint8_t *m_codes, *v_codes;  // into the signed (m) and unsigned (v) dynamic maps
+  float *m_absmax, *v_absmax;  // per block
+  size_t state_offset;
   void* weights = nullptr;
   DType weight_type = DType::f32;
 };

@@ -10,6 +10,7 @@
 #include "base/check.hpp"
 #include "base/human_units.hpp"
 #include "src/model/family.hpp"
+#include "src/train/adamw.hpp"
 #include "src/train/batch_slice.hpp"
 
 namespace mpitron {
@@ -64,7 +65,8 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   add("16-bit weights", m.weight_copy_bytes);
   add("gradients", grads * f);
   add("ZeRO shard scratch", (L.zero >= 1 ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
-  add("optimizer state", 2 * shard * f);
+  add("optimizer state",
+      opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
   // One send buffer each way: a stage sends its output on and its input's gradient back.

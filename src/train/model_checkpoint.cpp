@@ -6,6 +6,7 @@
 
 #include "base/check.hpp"
 #include "src/model/family.hpp"
+#include "src/train/adamw.hpp"
 
 namespace mpitron {
 
@@ -57,6 +58,8 @@ io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
   a["train.batch_size"] = r.batch_size;
   a["train.seq_len"] = r.seq_len;
   a["eval.batches"] = r.eval_batches;
+  a["optimizer"] = r.optimizer;
+  if (r.optimizer == "adamw8bit") a["optim8bit.stage_blocks"] = r.adamw8bit_stage_blocks;
   return a;
 }
 
@@ -119,6 +122,12 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
   if (auto it = h.root.find("train.lr");
       it != h.root.end() && std::holds_alternative<double>(it->second))
     r.lr = std::get<double>(it->second);
+  if (auto it = h.root.find("optimizer");
+      it != h.root.end() && std::holds_alternative<std::string>(it->second))
+    r.optimizer = std::get<std::string>(it->second);
+  if (auto it = h.root.find("optim8bit.stage_blocks");
+      it != h.root.end() && std::holds_alternative<std::string>(it->second))
+    r.adamw8bit_stage_blocks = std::get<std::string>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
   if (auto g = h.groups.find("loss_scale"); g != h.groups.end()) {
     auto c = g->second.find("current");
@@ -267,6 +276,32 @@ std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange 
       pieces.push_back(std::move(t));
     }
   }
+  return pieces;
+}
+
+std::string adamw8bit_group(int pp_rank, int tp_rank) {
+  return fmt::format("optim8bit/pp{}_tp{}", pp_rank, tp_rank);
+}
+
+std::vector<io::TensorPiece> adamw8bit_pieces(const std::string& group, size_t elements,
+                                              const AdamW8bitShard* mine) {
+  constexpr size_t B = kAdamW8bitBlock;
+  MPITRON_REQUIRE(elements % B == 0, "8-bit AdamW state is stored in whole blocks");
+  std::vector<io::TensorPiece> pieces;
+  // per: flat elements per dataset element (1: codes, B: absmax values).
+  auto add = [&](const char* name, size_t per, uint8_t* codes, float* absmax) {
+    io::TensorPiece t{group + "/" + name, {int64_t(elements / per)}, {}, absmax};
+    if (per == 1) t.type = io::ElementType::u8, t.codes = codes;
+    if (mine) {
+      const size_t b = mine->shard.begin / per, e = std::min(mine->shard.end, elements) / per;
+      if (b < e) t.blocks.push_back(io::Block{{int64_t(b)}, {int64_t(e - b)}});
+    }
+    pieces.push_back(std::move(t));
+  };
+  add("m_codes", 1, mine ? mine->m_codes : nullptr, nullptr);
+  add("v_codes", 1, mine ? mine->v_codes : nullptr, nullptr);
+  add("m_absmax", B, nullptr, mine ? mine->m_absmax : nullptr);
+  add("v_absmax", B, nullptr, mine ? mine->v_absmax : nullptr);
   return pieces;
 }
 

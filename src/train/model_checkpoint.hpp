@@ -1,7 +1,8 @@
 // What a checkpoint says about its run, written and parsed in this one place: the model (type and
 // shape keys), the step, the seed, the layout that wrote it and the schedule settings; and the
 // tensors: /params/<name> and /buffers/<name> at global shapes, /optim/<name>/{m,v} from each
-// rank's ZeRO shard. Used by the trainer, `eval` and `generate`.
+// rank's ZeRO shard (or, 8-bit AdamW, /optim8bit/pp<s>_tp<t>/*). Used by the trainer, `eval` and
+// `generate`.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,6 +34,10 @@ struct CheckpointRecord {
   // Dynamic loss scaling's state after `step` (0: the run does not scale).
   double loss_scale = 0;
   int64_t loss_scale_clean_steps = 0;
+  std::string optimizer = "adamw";  // --optimizer (older checkpoints: adamw)
+  // adamw8bit: the blocks of each virtual stage ("2,2"; "" without pipeline blocks), which with
+  // tp and pp fix every parameter's flat position, hence its 8-bit block.
+  std::string adamw8bit_stage_blocks;
 };
 
 // The settings a resumed run must keep to continue the same run: the preset's name, the
@@ -86,6 +91,25 @@ std::vector<io::TensorPiece> parameter_pieces(Model& model, bool with_blocks,
 std::vector<io::TensorPiece> moment_pieces(const ParamRegistry& reg, ShardRange shard, float* m,
                                            float* v, bool with_blocks,
                                            bool replicas_write_once = false);
+
+// One rank's 8-bit AdamW state: the flat range `shard` of its stage's parameter allocation, in
+// whole blocks of kAdamW8bitBlock (codes per element, absmax values per block, from shard.begin).
+struct AdamW8bitShard {
+  ShardRange shard;
+  uint8_t *m_codes, *v_codes;
+  float *m_absmax, *v_absmax;
+};
+
+// The group of the 8-bit AdamW state of pipeline stage pp_rank at TP rank tp_rank: its blocks are
+// positions of that rank's flat allocation, so the state is stored per (stage, TP rank), flat.
+std::string adamw8bit_group(int pp_rank, int tp_rank);
+
+// The datasets of one (stage, TP rank)'s 8-bit AdamW state under group: {m,v}_codes (uint8,
+// `elements`, a multiple of kAdamW8bitBlock: the registry's size in whole blocks; the flat
+// allocation's padding past it is zero state, not stored) and {m,v}_absmax (float32, one per
+// block). With `mine`, blocks and data of its shard's part below `elements`; without, none.
+std::vector<io::TensorPiece> adamw8bit_pieces(const std::string& group, size_t elements,
+                                              const AdamW8bitShard* mine);
 
 // The pieces of a checkpoint write in the order of `whole`, the registry of the whole network
 // (every stage): this rank's pieces (parameter_pieces, then moment_pieces when with_moments) where

@@ -49,17 +49,19 @@ std::vector<AdamWTensor> adamw_tensors(const ParamRegistry& reg) {
 
 const StepBackend& step_backend(Device device) {
   static constexpr StepBackend cpu_backend{
-      Device::cpu,       cpu::zero, cpu::copy, cpu::sum_of_squares,
-      cpu::adamw_update, host_copy, host_copy, false};
+      Device::cpu,         cpu::zero,         cpu::copy,
+      cpu::sum_of_squares, cpu::adamw_update, cpu::adamw8bit_update,
+      host_copy,           host_copy,         false};
   static constexpr StepBackend cpu_staged_backend{
-      Device::cpu_staged, cpu::zero, cpu::copy, cpu::sum_of_squares,
-      cpu::adamw_update,  host_copy, host_copy, true};
+      Device::cpu_staged,  cpu::zero,         cpu::copy,
+      cpu::sum_of_squares, cpu::adamw_update, cpu::adamw8bit_update,
+      host_copy,           host_copy,         true};
   if (device == Device::cpu) return cpu_backend;
   if (device == Device::cpu_staged) return cpu_staged_backend;
 #ifdef MPITRON_HAVE_CUDA
-  static constexpr StepBackend cuda_backend{
-      Device::cuda,      cuda_zero,    cuda_copy,      cuda_sum_of_squares,
-      cuda_adamw_update, cuda::upload, cuda::download, true};
+  static constexpr StepBackend cuda_backend{Device::cuda,        cuda_zero,         cuda_copy,
+                                            cuda_sum_of_squares, cuda_adamw_update, nullptr,
+                                            cuda::upload,        cuda::download,    true};
   if (device == Device::cuda) return cuda_backend;
   throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device_name(device)));
 #else

@@ -22,6 +22,9 @@ struct StepBackend {
   double (*sum_of_squares)(const float* g, size_t n);
   void (*adamw_update)(std::span<const AdamWTensor> tensors, const AdamWRange& r,
                        const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
+  // --optimizer adamw8bit; nullptr on a device without it (CUDA).
+  void (*adamw8bit_update)(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
+                           const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
   // Between the device's memory and the host's, for MPI collectives on a device that MPI cannot
   // read (Open MPI here is not CUDA-aware). download waits for the copy.
   void (*upload)(float* dst, const float* host_src, size_t n);

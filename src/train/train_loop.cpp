@@ -115,6 +115,7 @@ io::Attributes Trainer::run_attributes() const {
   a["device"] = std::string(device_name(opts.device));
   a["comm"] = std::string(comm_name(opts.comm));
   a["precision"] = std::string(precision_name(opts.precision));
+  a["optimizer"] = std::string(optimizer_name(opts.optimizer));
   a["seed"] = int64_t(tc.seed);
   a["train.batch_size"] = int64_t(tc.batch_size);
   a["train.seq_len"] = int64_t(tc.seq_len);
@@ -192,6 +193,9 @@ int Trainer::run() {
                                   opts.threads == 1 ? "" : "s", opts.threads_why)
                     : "",
         data.describe());
+    if (opts.optimizer == Optimizer::adamw8bit)
+      spdlog::info("optimizer adamw8bit: moments as 8-bit codes, {} of state on rank 0",
+                   human_bytes(double(adamw8bit_state_bytes(shard.size()))));
   }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

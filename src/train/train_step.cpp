@@ -95,10 +95,18 @@ StepResult Trainer::train_step(int64_t s) {
     // Unscaling and clipping in one factor; a power of two keeps the product exact.
     const float grad_scale = used_scale > 0 ? clip * float(1.0 / used_scale) : clip;
     const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
-    dev.ops.adamw_update(adamw_tensors,
-                         {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
-                          shard.begin, m.data(), v.data(), shard.begin},
-                         acfg, lr, grad_scale, s);
+    if (opts.optimizer == Optimizer::adamw8bit)
+      dev.ops.adamw8bit_update(
+          adamw_tensors,
+          {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(), shard.begin,
+           adamw8bit.m_codes.data(), adamw8bit.v_codes.data(), adamw8bit.m_absmax.data(),
+           adamw8bit.v_absmax.data(), shard.begin},
+          acfg, lr, grad_scale, s);
+    else
+      dev.ops.adamw_update(adamw_tensors,
+                           {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
+                            shard.begin, m.data(), v.data(), shard.begin},
+                           acfg, lr, grad_scale, s);
     progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
     model->parameters_changed();

@@ -20,6 +20,7 @@
 #include "comm/grid.hpp"
 #include "comm/world.hpp"
 #include "io/sentencepiece_tokenizer.hpp"
+#include "src/cpu/adamw.hpp"
 #include "src/model/family.hpp"
 #include "src/pipeline/schedule.hpp"
 #include "src/train/memory_plan.hpp"
@@ -93,9 +94,22 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
                                                           message, dev.alloc);
   work = stage_work();
   shard = sync->owned();
-  AllocationPurpose purpose(dev.alloc, "the AdamW moments");
-  m = Buffer<float>(dev.alloc, shard.size());
-  v = Buffer<float>(dev.alloc, shard.size());
+  AllocationPurpose purpose(dev.alloc, "the optimizer state");
+  if (opts.optimizer == Optimizer::adamw8bit) {
+    const size_t blocks = shard.size() / kAdamW8bitBlock;
+    adamw8bit.m_codes = Buffer<uint8_t>(dev.alloc, shard.size());
+    adamw8bit.v_codes = Buffer<uint8_t>(dev.alloc, shard.size());
+    adamw8bit.m_absmax = Buffer<float>(dev.alloc, blocks);
+    adamw8bit.v_absmax = Buffer<float>(dev.alloc, blocks);
+    // Zero moments: the maps' codes of 0 (with absmax 0 any code would dequantize to 0).
+    std::fill_n(adamw8bit.m_codes.data(), shard.size(),
+                cpu::quantize_nearest(cpu::signed_dynamic_map(), 0.0f));
+    std::fill_n(adamw8bit.v_codes.data(), shard.size(),
+                cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.0f));
+  } else {
+    m = Buffer<float>(dev.alloc, shard.size());
+    v = Buffer<float>(dev.alloc, shard.size());
+  }
   adamw_tensors = mpitron::adamw_tensors(model->registry);
   dev.allocate_file_copies(*model, shard.size());
 }
@@ -206,7 +220,8 @@ ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage,
   how.seq_len = is_sequence_data(data) ? tc.seq_len : 0;
   how.recompute = L.recompute;
   how.seed = tc.seed;
-  how.flat_align = 16 * size_t(L.dp);  // equal ZeRO shards
+  // Equal ZeRO shards; 8-bit AdamW: of whole blocks, so each element keeps its block at any dp.
+  how.flat_align = (opts.optimizer == Optimizer::adamw8bit ? kAdamW8bitBlock : 16) * size_t(L.dp);
   how.slice = RegistrySlice{L.tp, tp_rank, stage, L.pp, {}};
   if (family.pipeline_blocks) {
     const auto blocks = stage_blocks(family.pipeline_blocks(opts.cfg.model), L);
@@ -324,6 +339,11 @@ void check_layout(const TrainOptions& opts) {
 
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
+  if (opts.optimizer == Optimizer::adamw8bit && opts.device != Device::cpu)
+    throw UsageError(fmt::format(
+        "--optimizer adamw8bit runs on --device cpu only, not --device {} (no 8-bit AdamW kernel "
+        "there): use --optimizer adamw",
+        device_name(opts.device)));
   const bool dp_inferred = opts.layout.dp == 0;
   if (dp_inferred) {
     int world = 1;

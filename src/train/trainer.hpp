@@ -14,6 +14,7 @@
 #include "src/model/model.hpp"
 #include "src/model/precision.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/train/adamw.hpp"
 #include "src/train/train_device.hpp"
 
 namespace mpitron {
@@ -62,6 +63,9 @@ struct TrainOptions {
   // Storage of activations and layer weights: fp32, bf16 or fp16 (the GPT at tp 1 and pp 1; fp32
   // master weights, gradients and moments whatever it is).
   DType precision = DType::f32;
+  // adamw: fp32 moments; adamw8bit: 8-bit moments in blocks of the stage's flat positions (the
+  // CPU only; tp and pp change its blocks, dp and the ZeRO stage do not).
+  Optimizer optimizer = Optimizer::adamw;
   int threads = 0;          // compute threads per rank; 0: the cores shared by the node's ranks
   std::string threads_why;  // how run_training chose them, for the layout line
   int trace_flush_every = 10;

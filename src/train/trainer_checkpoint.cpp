@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "base/check.hpp"
+#include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
 #include "io/checkpoint.hpp"
 #include "src/train/adamw.hpp"
@@ -18,23 +19,56 @@
 
 namespace mpitron {
 
+AdamW8bitShard Trainer::adamw8bit_shard() {
+  return {shard, adamw8bit.m_codes.data(), adamw8bit.v_codes.data(), adamw8bit.m_absmax.data(),
+          adamw8bit.v_absmax.data()};
+}
+
 // Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner;
 // tensors replicated over TP by TP rank 0 only. For reading, every rank reads its TP shard of
-// the parameters and the moments of its own ZeRO shard.
+// the parameters and the moments of its own ZeRO shard. 8-bit AdamW state is flat per (stage,
+// TP rank): every rank names every one in a write, and reads its own.
 std::vector<io::TensorPiece> Trainer::checkpoint_pieces(bool for_writing) {
   const bool param_writer = !for_writing || grid.coords.dp_rank == 0;
   const bool moment_writer = !for_writing || opts.layout.zero > 0 || grid.coords.dp_rank == 0;
+  const bool fp32_moments = opts.optimizer == Optimizer::adamw;
   std::vector<io::TensorPiece> pieces =
       parameter_pieces(model->registry, dev.params_for_files(*model), dev.buffers_for_files(*model),
                        param_writer, for_writing);
-  for (auto& t : moment_pieces(model->registry, shard, dev.m_for_files(m), dev.v_for_files(v),
-                               moment_writer, for_writing))
-    pieces.push_back(std::move(t));
+  if (fp32_moments)
+    for (auto& t : moment_pieces(model->registry, shard, dev.m_for_files(m), dev.v_for_files(v),
+                                 moment_writer, for_writing))
+      pieces.push_back(std::move(t));
   // Every stage names every tensor of the whole network in the collective write.
   if (for_writing && opts.layout.pp > 1)
     pieces = pieces_for_every_stage(
         std::move(pieces),
-        family.registry(cfg.model, RegistrySlice{opts.layout.tp, grid.coords.tp_rank}), true);
+        family.registry(cfg.model, RegistrySlice{opts.layout.tp, grid.coords.tp_rank}),
+        fp32_moments);
+  if (opts.optimizer == Optimizer::adamw8bit) {
+    const Layout& L = opts.layout;
+    const AdamW8bitShard mine = adamw8bit_shard();
+    const int64_t B = int64_t(kAdamW8bitBlock);
+    int64_t elements = (int64_t(model->registry.size()) + B - 1) / B * B;
+    if (!for_writing) {
+      for (auto& t : adamw8bit_pieces(adamw8bit_group(grid.coords.pp_rank, grid.coords.tp_rank),
+                                      size_t(elements), &mine))
+        pieces.push_back(std::move(t));
+      return pieces;
+    }
+    // The stored length of every (stage, TP rank): world rank (pp_rank·dp + dp_rank)·tp + tp_rank.
+    std::vector<int64_t> lengths(size_t(grid.shape.world));
+    MPI_CHECK(
+        MPI_Allgather(&elements, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, MPI_COMM_WORLD));
+    for (int s = 0; s < L.pp; ++s)
+      for (int t = 0; t < L.tp; ++t) {
+        const bool own = s == grid.coords.pp_rank && t == grid.coords.tp_rank && moment_writer;
+        for (auto& p :
+             adamw8bit_pieces(adamw8bit_group(s, t), size_t(lengths[size_t(s * L.dp * L.tp + t)]),
+                              own ? &mine : nullptr))
+          pieces.push_back(std::move(p));
+      }
+  }
   return pieces;
 }
 
@@ -62,6 +96,8 @@ void Trainer::save_checkpoint() {
   r.eval_batches = tc.eval_batches;  // for `mpitron eval`'s defaults
   r.loss_scale = loss_scale.scale;
   r.loss_scale_clean_steps = loss_scale.clean_steps;
+  r.optimizer = optimizer_name(opts.optimizer);
+  if (opts.optimizer == Optimizer::adamw8bit) r.adamw8bit_stage_blocks = stage_layers_text();
   const std::string path = checkpoint_path(step);
   dev.download_state(*model, m, v);
   io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
@@ -75,6 +111,26 @@ void Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path) {
   const CheckpointRecord r = read_checkpoint_record(path);
   check_same_model(r, cfg.model, path);
+  // Neither optimizer's state converts into the other's, and 8-bit blocks are positions of each
+  // (stage, TP rank)'s flat allocation: no --allow-changes for these.
+  const std::string optimizer = optimizer_name(opts.optimizer);
+  if (r.optimizer != optimizer)
+    throw UsageError(fmt::format(
+        "{} was trained with --optimizer {}, this run asks for --optimizer {}: its optimizer "
+        "state does not convert; resume with --optimizer {}, or start afresh from its parameters "
+        "with --init-from",
+        path, r.optimizer, optimizer, r.optimizer));
+  if (opts.optimizer == Optimizer::adamw8bit && (r.tp != opts.layout.tp || r.pp != opts.layout.pp))
+    throw UsageError(fmt::format(
+        "{} holds 8-bit AdamW state written at --tp {} --pp {}, whose blocks are that layout's "
+        "flat positions: resume it at --tp {} --pp {} (any --dp and --zero), or start afresh from "
+        "its parameters with --init-from",
+        path, r.tp, r.pp, r.tp, r.pp));
+  if (opts.optimizer == Optimizer::adamw8bit && r.adamw8bit_stage_blocks != stage_layers_text())
+    throw UsageError(fmt::format(
+        "{} holds 8-bit AdamW state of stages of {} blocks, this run's stages hold {}: resume it "
+        "with the same --stage-layers, --schedule and --virtual-stages",
+        path, r.adamw8bit_stage_blocks, stage_layers_text()));
   const std::vector<std::string> changes = setting_changes(r.settings, run_settings(cfg));
   if (!changes.empty()) {
     const std::string list = fmt::format("{}", fmt::join(changes, ", "));

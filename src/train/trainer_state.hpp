@@ -19,6 +19,7 @@
 #include "src/train/batch_source.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/loss_scale.hpp"
+#include "src/train/model_checkpoint.hpp"
 #include "src/train/train_device.hpp"
 #include "src/train/trainer.hpp"
 #include "src/train/translation.hpp"
@@ -76,7 +77,13 @@ struct Trainer {
   int64_t local_rows = 0;             // samples of the global batch on this rank
   int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
-  Buffer<float> m, v;                      // AdamW moments of the shard
+  Buffer<float> m, v;  // AdamW moments of the shard (empty with --optimizer adamw8bit)
+  // --optimizer adamw8bit: the shard's moments as codes (per element) and absmax (per block).
+  struct AdamW8bitState {
+    Buffer<uint8_t> m_codes, v_codes;
+    Buffer<float> m_absmax, v_absmax;
+  } adamw8bit;
+  AdamW8bitShard adamw8bit_shard();        // a view of adamw8bit over shard
   std::vector<AdamWTensor> adamw_tensors;  // the model's parameters as AdamW sees them
   int64_t step = 0;                        // completed optimizer steps
   std::unique_ptr<io::TraceWriter> trace;

@@ -33,7 +33,7 @@ want '^model: +type="gpt" ' "model.type first"
 has model "n_layer=$n_layer"
 has model "n_embd=$n_embd"
 has model vocab_size=256
-want '^run: +config="gpt-tiny" +seed=1337$' "config and seed"
+want '^run: +config="gpt-tiny" +optimizer="adamw" +seed=1337$' "config, optimizer and seed"
 has train batch_size=8
 has train seq_len=16
 has train steps=4
