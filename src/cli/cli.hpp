@@ -30,6 +30,7 @@ struct TrainArgs {
   std::string dp_reduce = "allreduce", schedule = "1f1b", recompute = "none";
   std::vector<std::string> overrides;  // --set section.key=value
   std::string max_device_memory;       // "11GiB"; parsed into opts by cmd_train
+  std::string offload = "none";        // none | optimizer
   std::optional<int> old_warmup;       // --warmup, the old spelling of --warmup-steps
   bool help_config = false;
 };

@@ -17,7 +17,13 @@ namespace mpitron {
 
 size_t StageMemoryPlan::total() const {
   size_t t = 0;
-  for (const MemoryPlanItem& i : items) t += i.bytes;
+  for (const MemoryPlanItem& i : items) t += i.host ? 0 : i.bytes;
+  return t;
+}
+
+size_t StageMemoryPlan::host_total() const {
+  size_t t = 0;
+  for (const MemoryPlanItem& i : items) t += i.host ? i.bytes : 0;
   return t;
 }
 
@@ -57,16 +63,20 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   }
   StageMemoryPlan p;
   p.stage = stage;
-  auto add = [&](const char* kind, size_t bytes) {
-    if (bytes > 0) p.items.push_back({kind, bytes});
+  auto add = [&](const char* kind, size_t bytes, bool host = false) {
+    if (bytes > 0) p.items.push_back({kind, bytes, host});
   };
   add("fp32 parameters", flat * f);
   add("buffers", m.buffer_elements * f);
   add("16-bit weights", m.weight_copy_bytes);
   add("gradients", grads * f);
   add("ZeRO shard scratch", (L.zero >= 1 ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
-  add("optimizer state",
-      opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f);
+  const size_t state =
+      opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f;
+  add(opts.offload_optimizer ? "optimizer state (host)" : "optimizer state", state,
+      opts.offload_optimizer);
+  add("grad, param shards (host)",
+      opts.offload_optimizer && opts.device != Device::cpu ? 2 * shard * f : 0, true);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
   // One send buffer each way: a stage sends its output on and its input's gradient back.
@@ -82,39 +92,60 @@ MemoryPlan plan_memory(const TrainOptions& opts) {
 
 namespace {
 
-// Settings that fit `cap`: for recompute as given or on, ZeRO as given or 1, the fewest
-// micro-batches (from the given count up) whose plan fits.
+// Settings that fit `cap`, fewest changes first: each combination of recompute, ZeRO 1, 8-bit
+// AdamW and optimizer offload (where they apply) with the fewest micro-batches that fits.
 std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) {
   const ModelFamily& family = model_family(opts.cfg.model.type);
   const TrainConfig& tc = opts.cfg.train;
-  std::vector<std::string> out;
-  for (const bool recompute : {opts.layout.recompute, true}) {
-    if (recompute && !family.recomputes) continue;
-    for (const int zero : {opts.layout.zero, 1}) {
-      if (zero != opts.layout.zero && (opts.layout.dp == 1 || opts.layout.zero > 0)) continue;
-      for (int mb = tc.micro_batches; mb <= tc.batch_size; ++mb) {
-        if (!check_batch_split(tc.batch_size, opts.layout.dp, mb).empty()) continue;
-        TrainOptions o = opts;
-        o.layout.recompute = recompute;
-        o.layout.zero = zero;
-        o.cfg.train.micro_batches = mb;
-        if (!pipeline::check_schedule({o.layout.schedule, o.layout.pp, mb, o.layout.virtual_stages})
-                 .empty())
-          continue;
-        const size_t peak = plan_memory(o).peak();
-        if (peak > cap) continue;
-        std::string flags;
-        if (mb != tc.micro_batches) flags += fmt::format(" --micro-batches {}", mb);
-        if (recompute != opts.layout.recompute) flags += " --recompute block";
-        if (zero != opts.layout.zero) flags += fmt::format(" --zero {}", zero);
-        const std::string line =
-            fmt::format("  fits:{} ({} per rank)", flags.empty() ? " as given" : flags,
-                        human_bytes(double(peak)));
-        if (std::find(out.begin(), out.end(), line) == out.end()) out.push_back(line);
-        break;
-      }
+  struct Fit {
+    int changes;
+    std::string line;
+  };
+  std::vector<Fit> fits;
+  for (int knobs = 0; knobs < 16; ++knobs) {
+    TrainOptions o = opts;
+    if (knobs & 1) o.layout.recompute = true;
+    if (knobs & 2) o.layout.zero = 1;
+    if (knobs & 4) o.optimizer = Optimizer::adamw8bit;
+    if (knobs & 8) o.offload_optimizer = true;
+    const bool changed[4] = {o.layout.recompute != opts.layout.recompute,
+                             o.layout.zero != opts.layout.zero, o.optimizer != opts.optimizer,
+                             o.offload_optimizer != opts.offload_optimizer};
+    bool useful = true;  // each bit set changes a setting, and the result can run
+    for (int k = 0; k < 4; ++k) useful &= !(knobs >> k & 1) || changed[k];
+    useful &= !o.layout.recompute || family.recomputes;
+    useful &= o.layout.zero == opts.layout.zero || opts.layout.dp > 1;
+    useful &= o.optimizer != Optimizer::adamw8bit || o.device == Device::cpu || o.offload_optimizer;
+    if (!useful) continue;
+    for (int mb = tc.micro_batches; mb <= tc.batch_size; ++mb) {
+      if (!check_batch_split(tc.batch_size, o.layout.dp, mb).empty()) continue;
+      if (!pipeline::check_schedule({o.layout.schedule, o.layout.pp, mb, o.layout.virtual_stages})
+               .empty())
+        continue;
+      o.cfg.train.micro_batches = mb;
+      const MemoryPlan plan = plan_memory(o);
+      if (plan.peak() > cap) continue;
+      std::string flags;
+      if (mb != tc.micro_batches) flags += fmt::format(" --micro-batches {}", mb);
+      if (changed[0]) flags += " --recompute block";
+      if (changed[1]) flags += " --zero 1";
+      if (changed[2]) flags += " --optimizer adamw8bit";
+      if (changed[3]) flags += " --offload optimizer";
+      size_t host = 0;
+      for (const StageMemoryPlan& st : plan.stages) host = std::max(host, st.host_total());
+      fits.push_back(
+          {__builtin_popcount(unsigned(knobs)) + (mb != tc.micro_batches),
+           fmt::format("  fits:{} ({} per rank{})", flags.empty() ? " as given" : flags,
+                       human_bytes(double(plan.peak())),
+                       host ? fmt::format(", {} host", human_bytes(double(host))) : "")});
+      break;
     }
   }
+  std::stable_sort(fits.begin(), fits.end(),
+                   [](const Fit& a, const Fit& b) { return a.changes < b.changes; });
+  std::vector<std::string> out;
+  for (const Fit& f : fits)
+    if (out.size() < 6) out.push_back(f.line);
   return out;
 }
 
@@ -124,20 +155,21 @@ std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, s
   const Layout& L = opts.layout;
   std::string s = fmt::format(
       "memory plan: {} on {}, dp {} x tp {} x pp {}, zero {}, batch {} in {} micro-batches, "
-      "seq {}, {}, recompute {}\n",
+      "seq {}, {}, recompute {}, {}{}\n",
       opts.cfg.name, device_name(opts.device), L.dp, L.tp, L.pp, L.zero, opts.cfg.train.batch_size,
       opts.cfg.train.micro_batches, opts.cfg.train.seq_len, precision_name(opts.precision),
-      L.recompute ? "block" : "none");
+      L.recompute ? "block" : "none", optimizer_name(opts.optimizer),
+      opts.offload_optimizer ? " offloaded" : "");
   std::vector<std::string> kinds;
   for (const StageMemoryPlan& st : plan.stages)
     for (const MemoryPlanItem& i : st.items)
       if (std::find(kinds.begin(), kinds.end(), i.kind) == kinds.end()) kinds.push_back(i.kind);
-  s += fmt::format("{:<24}", "bytes per rank");
+  s += fmt::format("{:<26}", "bytes per rank");
   for (const StageMemoryPlan& st : plan.stages)
     s += fmt::format("{:>14}", fmt::format("stage {}", st.stage));
   s += "\n";
   for (const std::string& k : kinds) {
-    s += fmt::format("{:<24}", k);
+    s += fmt::format("{:<26}", k);
     for (const StageMemoryPlan& st : plan.stages) {
       size_t b = 0;
       for (const MemoryPlanItem& i : st.items)
@@ -146,7 +178,7 @@ std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, s
     }
     s += "\n";
   }
-  s += fmt::format("{:<24}", "total");
+  s += fmt::format("{:<26}", "device total");
   for (const StageMemoryPlan& st : plan.stages)
     s += fmt::format("{:>14}", human_bytes(double(st.total())));
   s += fmt::format("\npeak per rank: {} ({} bytes)\n", human_bytes(double(plan.peak())),
@@ -157,9 +189,10 @@ std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, s
     } else {
       s += fmt::format("does not fit --max-device-memory {}", human_bytes(double(cap)));
       const std::vector<std::string> fits = fitting_settings(opts, cap);
-      s += fits.empty() ? ": no micro-batch count, recompute or ZeRO setting fits; more ranks "
-                          "(--tp, --pp, --dp with --zero) share the model\n"
-                        : "; these would:\n";
+      s += fits.empty()
+               ? ": no micro-batch count, recompute, ZeRO, 8-bit AdamW or offload "
+                 "setting fits; more ranks (--tp, --pp, --dp with --zero) share the model\n"
+               : "; these would:\n";
       for (const std::string& f : fits) s += f + "\n";
     }
   }

@@ -15,6 +15,7 @@ namespace mpitron {
 struct MemoryPlanItem {
   std::string kind;
   size_t bytes = 0;
+  bool host = false;  // in the host's memory (--offload), not the device's
 };
 
 // One pipeline stage's ranks (every TP and DP rank of a stage plans alike: DP rank 0's micro-batch
@@ -22,7 +23,8 @@ struct MemoryPlanItem {
 struct StageMemoryPlan {
   int stage = 0;
   std::vector<MemoryPlanItem> items;
-  size_t total() const;
+  size_t total() const;       // the device's
+  size_t host_total() const;  // what --offload puts in the host's memory
 };
 
 struct MemoryPlan {

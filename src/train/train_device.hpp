@@ -67,7 +67,9 @@ struct TrainDevice {
   CommKind comm;
   const StepBackend& ops;
   const LayerOps& layers;
-  const bool on_host;     // --device cpu: nothing moves between host and device
+  const bool on_host;  // --device cpu: nothing moves between host and device
+  // --offload optimizer: the optimizer state lives in host_alloc (files read and write it there).
+  bool state_on_host = false;
   DeviceAllocator alloc;  // the device's memory: model, gradients, moments (peak in the trace)
   DeviceAllocator host_alloc{"cpu"};  // another device's host side: the data and file copies
   // Another device's parameters, buffers and moments pass through these on their way to and from
@@ -104,10 +106,10 @@ struct TrainDevice {
     return on_host ? model.buffers.data() : file_buffers.data();
   }
   float* m_for_files(Buffer<float>& m) {
-    return on_host ? m.data() : file_m.data();
+    return on_host || state_on_host ? m.data() : file_m.data();
   }
   float* v_for_files(Buffer<float>& v) {
-    return on_host ? v.data() : file_v.data();
+    return on_host || state_on_host ? v.data() : file_v.data();
   }
   void download_state(Model& model, Buffer<float>& m, Buffer<float>& v);
   void upload_state(Model& model, Buffer<float>& m, Buffer<float>& v);

@@ -95,18 +95,34 @@ StepResult Trainer::train_step(int64_t s) {
     // Unscaling and clipping in one factor; a power of two keeps the product exact.
     const float grad_scale = used_scale > 0 ? clip * float(1.0 / used_scale) : clip;
     const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+    // Where the update runs and what it reads: the device's own buffers, or (--offload optimizer)
+    // the host's cores on the state in host memory, through host copies of the gradient and
+    // parameter shard where the device is not the host.
+    const bool staged = opts.offload_optimizer && !dev.on_host;
+    const StepBackend& update = opts.offload_optimizer ? step_backend(Device::cpu) : dev.ops;
+    float* params = model->params.data();
+    size_t p_offset = 0;
+    const float* grads = sync->owned_grads();
+    if (staged) {
+      progress.mark("the gradient and parameter shard's download (--offload optimizer)");
+      dev.ops.download(offload_grads.data(), grads, shard.size());
+      dev.ops.download(offload_params.data(), params + shard.begin, shard.size());
+      params = offload_params.data();
+      p_offset = shard.begin;
+      grads = offload_grads.data();
+    }
     if (opts.optimizer == Optimizer::adamw8bit)
-      dev.ops.adamw8bit_update(
-          adamw_tensors,
-          {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(), shard.begin,
-           adamw8bit.m_codes.data(), adamw8bit.v_codes.data(), adamw8bit.m_absmax.data(),
-           adamw8bit.v_absmax.data(), shard.begin},
-          acfg, lr, grad_scale, s);
+      update.adamw8bit_update(adamw_tensors,
+                              {shard.begin, shard.end, params, p_offset, grads, shard.begin,
+                               adamw8bit.m_codes.data(), adamw8bit.v_codes.data(),
+                               adamw8bit.m_absmax.data(), adamw8bit.v_absmax.data(), shard.begin},
+                              acfg, lr, grad_scale, s);
     else
-      dev.ops.adamw_update(adamw_tensors,
-                           {shard.begin, shard.end, model->params.data(), 0, sync->owned_grads(),
-                            shard.begin, m.data(), v.data(), shard.begin},
-                           acfg, lr, grad_scale, s);
+      update.adamw_update(adamw_tensors,
+                          {shard.begin, shard.end, params, p_offset, grads, shard.begin, m.data(),
+                           v.data(), shard.begin},
+                          acfg, lr, grad_scale, s);
+    if (staged) dev.ops.upload(model->params.data() + shard.begin, params, shard.size());
     progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
     model->parameters_changed();

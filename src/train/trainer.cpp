@@ -94,21 +94,29 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
                                                           message, dev.alloc);
   work = stage_work();
   shard = sync->owned();
-  AllocationPurpose purpose(dev.alloc, "the optimizer state");
+  // The optimizer state: the device's, or with --offload optimizer the host's (where its update
+  // runs, on host copies of the gradient and parameter shard when the device is not the host).
+  dev.state_on_host = opts.offload_optimizer;
+  DeviceAllocator& state_alloc = opts.offload_optimizer ? dev.host_alloc : dev.alloc;
+  AllocationPurpose purpose(state_alloc, "the optimizer state");
   if (opts.optimizer == Optimizer::adamw8bit) {
     const size_t blocks = shard.size() / kAdamW8bitBlock;
-    adamw8bit.m_codes = Buffer<uint8_t>(dev.alloc, shard.size());
-    adamw8bit.v_codes = Buffer<uint8_t>(dev.alloc, shard.size());
-    adamw8bit.m_absmax = Buffer<float>(dev.alloc, blocks);
-    adamw8bit.v_absmax = Buffer<float>(dev.alloc, blocks);
+    adamw8bit.m_codes = Buffer<uint8_t>(state_alloc, shard.size());
+    adamw8bit.v_codes = Buffer<uint8_t>(state_alloc, shard.size());
+    adamw8bit.m_absmax = Buffer<float>(state_alloc, blocks);
+    adamw8bit.v_absmax = Buffer<float>(state_alloc, blocks);
     // Zero moments: the maps' codes of 0 (with absmax 0 any code would dequantize to 0).
     std::fill_n(adamw8bit.m_codes.data(), shard.size(),
                 cpu::quantize_nearest(cpu::signed_dynamic_map(), 0.0f));
     std::fill_n(adamw8bit.v_codes.data(), shard.size(),
                 cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.0f));
   } else {
-    m = Buffer<float>(dev.alloc, shard.size());
-    v = Buffer<float>(dev.alloc, shard.size());
+    m = Buffer<float>(state_alloc, shard.size());
+    v = Buffer<float>(state_alloc, shard.size());
+  }
+  if (opts.offload_optimizer && !dev.on_host) {
+    offload_grads = Buffer<float>(dev.host_alloc, shard.size());
+    offload_params = Buffer<float>(dev.host_alloc, shard.size());
   }
   adamw_tensors = mpitron::adamw_tensors(model->registry);
   dev.allocate_file_copies(*model, shard.size());
@@ -339,10 +347,11 @@ void check_layout(const TrainOptions& opts) {
 
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
-  if (opts.optimizer == Optimizer::adamw8bit && opts.device != Device::cpu)
+  if (opts.optimizer == Optimizer::adamw8bit && opts.device != Device::cpu &&
+      !opts.offload_optimizer)
     throw UsageError(fmt::format(
-        "--optimizer adamw8bit runs on --device cpu only, not --device {} (no 8-bit AdamW kernel "
-        "there): use --optimizer adamw",
+        "--optimizer adamw8bit updates on the host: on --device {} add --offload optimizer (no "
+        "8-bit AdamW kernel there), or use --optimizer adamw",
         device_name(opts.device)));
   const bool dp_inferred = opts.layout.dp == 0;
   if (dp_inferred) {

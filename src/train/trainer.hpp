@@ -76,6 +76,9 @@ struct TrainOptions {
   // --max-device-memory in bytes (0: none): a plan above it is refused before any work, and the
   // device allocator refuses any allocation past it.
   size_t max_device_memory = 0;
+  // --offload optimizer: the optimizer state in host memory and its update on the host's cores
+  // (the same arithmetic, so the same bits).
+  bool offload_optimizer = false;
   int lm_head_chunk = 0;  // --lm-head-chunk: ModelBuild::head_chunk_rows (0: the whole micro-batch)
 };
 
