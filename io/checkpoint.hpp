@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -27,6 +28,11 @@ struct TensorPiece {
   // The blocks' elements one block after another, each block in row-major order (for blocks in
   // increasing flat order, e.g. from flat_range_blocks, that is the global row-major order).
   float* data = nullptr;
+  // Instead of data, for a piece of the whole tensor (blocks flat_range_blocks(shape, 0, numel))
+  // written by one rank with CheckpointIo::gather: fill(begin, end, out) puts the row-major
+  // elements [begin, end) in out just before they are written, in increasing order, a chunk at a
+  // time, so the writer never holds the tensor whole (mpitron import streams a mapped file so).
+  std::function<void(int64_t begin, int64_t end, float* out)> fill = nullptr;
 };
 
 // Blocks covering elements [begin, end) of the row-major flattening of a tensor of `shape`,
