@@ -113,6 +113,20 @@ void check_blocks(const TensorPiece& t) {
       "tensor " + t.dataset + " has blocks but no data");
 }
 
+// A piece written from its fill: the whole tensor, in flat order, by one rank writing alone.
+void check_filled(const TensorPiece& t, MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  MPITRON_REQUIRE(size == 1 && t.data == nullptr,
+                  "tensor " + t.dataset + ": fill is for one rank writing alone, without data");
+  const std::vector<Block> whole = flat_range_blocks(t.global_shape, 0, numel(t.global_shape));
+  MPITRON_REQUIRE(std::equal(whole.begin(), whole.end(), t.blocks.begin(), t.blocks.end(),
+                             [](const Block& a, const Block& b) {
+                               return a.start == b.start && a.count == b.count;
+                             }),
+                  "tensor " + t.dataset + ": a filled piece holds the whole tensor");
+}
+
 // Splits a piece's non-empty blocks into runs whose concatenation is in increasing flat order:
 // within a run each block ends before the next begins, so one OR-ed selection (which HDF5 walks
 // in file order) matches the data laid out block after block.
@@ -277,6 +291,30 @@ std::string check_room_for(const std::string& path, const std::vector<TensorPiec
       latest.empty() ? "no checkpoint was written" : "the last complete one is " + latest);
 }
 
+// Writes a piece from its fill one chunk (checksum_chunk: whole rows) at a time, each chunk written
+// whole and once in order as one write of the tensor would, so only one chunk is held.
+void write_filled(hid_t file, const TensorPiece& t, hid_t dxpl) {
+  Handle dset = create_tensor(file, t);
+  Handle fspace(H5_CHECK(H5Dget_space(dset)));
+  const int64_t n = numel(t.global_shape);
+  int64_t slice = n;  // a scalar or an empty tensor is not chunked
+  if (!t.global_shape.empty() && n > 0) {
+    slice = 1;
+    for (hsize_t c : checksum_chunk(t.global_shape)) slice *= int64_t(c);
+  }
+  std::vector<float> buf(size_t(std::min(slice, n)));
+  for (int64_t begin = 0; begin < n; begin += slice) {
+    const int64_t end = std::min(n, begin + slice);
+    t.fill(begin, end, buf.data());
+    const std::vector<Block> blocks = flat_range_blocks(t.global_shape, begin, end);
+    std::vector<const Block*> run;
+    for (const Block& b : blocks) run.push_back(&b);
+    select_blocks(fspace, run);
+    Handle mspace = memory_space(end - begin);
+    H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, buf.data()));
+  }
+}
+
 #ifdef MPITRON_PARALLEL_HDF5
 void write_collective(const std::string& tmp, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
@@ -301,6 +339,10 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
   float dummy = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorPiece& t = tensors[i];
+    if (t.fill) {  // one rank (check_filled): no other rank's calls to match
+      write_filled(file, t, dxpl);
+      continue;
+    }
     Handle dset = create_tensor(file, t);
     Handle fspace(H5_CHECK(H5Dget_space(dset)));
     const auto runs = ordered_runs(t);
@@ -339,6 +381,10 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
   if (rank == 0) write_groups(file, root_attrs, group_attrs);
 
   for (const TensorPiece& t : tensors) {
+    if (t.fill) {  // one rank (check_filled): nothing to gather
+      write_filled(file, t, H5P_DEFAULT);
+      continue;
+    }
     const size_t nd = t.global_shape.size();
     // This rank's non-empty blocks as (start..., count...) and its element count.
     std::vector<int64_t> coords;
@@ -426,7 +472,12 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
 void write_checkpoint(const std::string& path, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
                       const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io) {
-  for (const TensorPiece& t : tensors) check_blocks(t);
+  for (const TensorPiece& t : tensors) {
+    if (t.fill)
+      check_filled(t, comm);
+    else
+      check_blocks(t);
+  }
   const std::vector<int64_t> writes = agree_on_tensors(tensors, comm);
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));

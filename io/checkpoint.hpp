@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,6 +33,11 @@ struct TensorPiece {
   float* data = nullptr;
   ElementType type = ElementType::f32;
   uint8_t* codes = nullptr;  // a u8 piece's elements, laid out as data's (data unused)
+  // Instead of data, for a piece of the whole tensor (blocks flat_range_blocks(shape, 0, numel))
+  // written by one rank with CheckpointIo::gather: fill(begin, end, out) puts the row-major
+  // elements [begin, end) in out just before they are written, in increasing order, a chunk at a
+  // time, so the writer never holds the tensor whole (mpitron import streams a mapped file so).
+  std::function<void(int64_t begin, int64_t end, float* out)> fill = nullptr;
 };
 
 // Blocks covering elements [begin, end) of the row-major flattening of a tensor of `shape`,

@@ -274,14 +274,22 @@ void SafetensorsFile::read(const SafetensorsEntry& e, int64_t first, int64_t cou
   }
 }
 
-void SafetensorsFile::release(const SafetensorsEntry& e) const {
-  if (e.end > data_present_ || e.bytes() == 0) return;
+void SafetensorsFile::release(const SafetensorsEntry& e, int64_t first, int64_t count) const {
+  MPITRON_REQUIRE(first >= 0 && count >= 0 && first + count <= e.numel(),
+                  fmt::format("{}: release outside the tensor", e.name));
+  if (e.end > data_present_ || count == 0) return;
   const long page = ::sysconf(_SC_PAGESIZE);
-  const uint64_t begin = 8 + header_len_ + e.begin, end = 8 + header_len_ + e.end;
-  // Whole pages inside the tensor only: its neighbours may still be in use.
+  const uint64_t size = safetensors_dtype_size(e.dtype);
+  const uint64_t begin = 8 + header_len_ + e.begin + uint64_t(first) * size;
+  const uint64_t end = begin + uint64_t(count) * size;
+  // Whole pages inside the range only: its neighbours may still be in use.
   const uint64_t a = (begin + uint64_t(page) - 1) / uint64_t(page) * uint64_t(page);
   const uint64_t b = end / uint64_t(page) * uint64_t(page);
   if (b > a) ::madvise(static_cast<char*>(map_) + a, b - a, MADV_DONTNEED);
+}
+
+void SafetensorsFile::release_all() const {
+  if (map_) ::madvise(map_, file_size_, MADV_DONTNEED);
 }
 
 // ---- writer -------------------------------------------------------------------------------------

@@ -66,7 +66,13 @@ class SafetensorsFile {
   void read(const SafetensorsEntry& e, float* out) const { read(e, 0, e.numel(), 1, out); }
   // Tells the kernel the tensor's pages are not needed any more (keeps the resident set small
   // when a large file is read tensor by tensor). The mapping stays valid.
-  void release(const SafetensorsEntry& e) const;
+  void release(const SafetensorsEntry& e) const { release(e, 0, e.numel()); }
+  // The same for elements [first, first + count) of the tensor (the whole pages inside them).
+  void release(const SafetensorsEntry& e, int64_t first, int64_t count) const;
+  // Every page of the file: a read maps the whole large folio around it (recent kernels), so pages
+  // of tensors released before come back as their neighbours are read; a reader that needs each
+  // byte once releases everything after each read.
+  void release_all() const;
 
  private:
   void check_present(const SafetensorsEntry& e) const;

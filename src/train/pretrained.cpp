@@ -200,6 +200,9 @@ bool hf_same_values(const io::SafetensorsFile& file, const io::SafetensorsEntry&
     const int64_t k = std::min(chunk, n - i);
     file.read(a, i, k, 1, x.data());
     file.read(b, i, k, 1, y.data());
+    // Compared pages are not kept resident (a later read maps them again from the page cache).
+    file.release(a, i, k);
+    file.release(b, i, k);
     if (std::memcmp(x.data(), y.data(), size_t(k) * sizeof(float)) != 0) return false;
   }
   return true;
@@ -411,27 +414,24 @@ void write_imported_checkpoint(const std::string& out_checkpoint, const ModelCon
                                const std::vector<ParamInfo>& params,
                                const std::map<std::string, const io::SafetensorsEntry*>& entry,
                                bool (*transposed)(const std::string&)) {
-  // One tensor at a time: F32 tensors stored as mpitron stores them are passed in place (the
-  // mapped file), the others converted or transposed into their own buffer and their mapped pages
-  // released, so the resident set stays near one copy of the weights.
-  std::vector<std::vector<float>> owned;
+  // Streamed (io::TensorPiece::fill): each chunk is read (converted, transposed) out of the mapped
+  // file just before it is written, then the mapped pages released, so the resident set holds
+  // about one chunk and its source pages beyond the program, not the weights.
   std::vector<io::TensorPiece> pieces;
-  owned.reserve(params.size());
   for (const ParamInfo& p : params) {
-    const io::SafetensorsEntry& e = *entry.at(p.name);
+    const io::SafetensorsEntry* e = entry.at(p.name);
     const bool tr = transposed && transposed(p.name);
     const int64_t n = int64_t(p.global_numel());
     io::TensorPiece t{"params/" + p.name, p.global_shape,
                       io::flat_range_blocks(p.global_shape, 0, n), nullptr};
-    const float* in_place = tr ? nullptr : file.f32_data(e);
-    if (in_place) {
-      t.data = const_cast<float*>(in_place);  // only read by the writer
-    } else {
-      owned.emplace_back(size_t(n));
-      copy_hf_blocks(file, e, tr, p.global_shape, t.blocks, owned.back().data());
-      file.release(e);
-      t.data = owned.back().data();
-    }
+    t.fill = [&file, e, tr, shape = p.global_shape](int64_t begin, int64_t end, float* out) {
+      if (tr)
+        copy_hf_blocks(file, *e, true, shape, io::flat_range_blocks(shape, begin, end), out);
+      else
+        file.read(*e, begin, end - begin, 1, out);
+      // All, not the slice's: reads map whole large folios, pages of neighbours released before.
+      file.release_all();
+    };
     pieces.push_back(std::move(t));
   }
   CheckpointRecord r;

@@ -46,8 +46,8 @@ bool hf_transposed(const std::string& mpitron_name);
 void print_import_plan(const std::string& from, std::ostream& out);
 
 // `mpitron import`: an mpitron checkpoint (step 0, parameters at global names and shapes, no
-// optimizer state) from a HF GPT-2 model, one tensor at a time from the mapped file. UsageError
-// for a missing, misshapen or unexpected tensor, an lm_head that is not wte, a truncated file.
+// optimizer state) from a HF GPT-2 model, streamed from the mapped file a chunk at a time.
+// UsageError for a missing, misshapen or unexpected tensor, an lm_head not wte, a truncated file.
 void import_hf(const std::string& from, const std::string& out_checkpoint);
 
 // `mpitron export`: DIR/model.safetensors (F32, HF names without prefix, Conv1D layout) and
@@ -90,13 +90,15 @@ void copy_hf_blocks(const io::SafetensorsFile& file, const io::SafetensorsEntry&
                     const std::vector<int64_t>& shape, const std::vector<io::Block>& blocks,
                     float* out);
 
-// True when a and b hold the same float values element for element (read in chunks).
+// True when a and b hold the same float values element for element (read in chunks, the pages of
+// each released after it).
 bool hf_same_values(const io::SafetensorsFile& file, const io::SafetensorsEntry& a,
                     const io::SafetensorsEntry& b);
 
 // The checkpoint `mpitron import` writes (step 0, parameters at global names and shapes, no
 // optimizer state): each of params from entry.at(name) in file, transposed where
-// transposed(name) is true (nullptr: none), one tensor at a time. Not collective (MPI_COMM_SELF).
+// transposed(name) is true (nullptr: none), streamed a chunk at a time (io::TensorPiece::fill),
+// each chunk's mapped pages released once read. Not collective (MPI_COMM_SELF).
 void write_imported_checkpoint(const std::string& out_checkpoint, const ModelConfig& model,
                                const io::SafetensorsFile& file,
                                const std::vector<ParamInfo>& params,
