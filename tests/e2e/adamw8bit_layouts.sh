@@ -60,7 +60,7 @@ expect_error "trained with --optimizer adamw, this run asks for --optimizer adam
   "$MPITRON" "${args[@]}" --out refused --resume fp32/ckpt_2.h5
 expect_error "resume it at --tp 1 --pp 1" \
   mpiexec -n 2 "$MPITRON" "${args[@]}" --tp 2 --out refused --resume one/ckpt_10.h5
-expect_error "--optimizer adamw8bit runs on --device cpu only, not --device cuda" \
+expect_error "--optimizer adamw8bit updates on the host: on --device cuda add --offload optimizer" \
   "$MPITRON" "${args[@]}" --device cuda --out refused
 # Another family through the same trainer: the MLP resumes bit-identically too.
 fmnist=/usr/share/datasets/fashion-mnist
