@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 #include <thread>
@@ -66,52 +67,96 @@ void library_gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, cons
 }
 #endif
 
-// Chunks of C along a side of `dim` for a product of `volume` multiply-adds: a function of the
-// shape alone, so that no thread count changes a bit (a serial library call's bits depend on its
-// shape: OpenBLAS's Haswell/Zen kernels round a row otherwise when the rows around it change).
-// Counts divide 48 (1, 2, 3, 4, 6, 8, 12, 16 or 24 threads share the chunks evenly); chunks keep
-// at least 1024 rows or columns (each chunk repacks the other operand) and 2^21 multiply-adds.
-int chunk_count(int dim, double volume) {
+// Rows of C a chunk starts at are multiples of this: it is a multiple of every OpenBLAS kernel's
+// register tile along C's rows (12 for Haswell's and Zen's SGEMM, 8 for their DGEMM, 4 and 2 for
+// SkylakeX's), so each chunk's calls lay the same tiles over its rows as one call over all rows
+// does, and every entry of C gets the same sums, in the same order, as from that one call.
+constexpr int kRowQuantum = 24;
+// Every call made holds at least this many multiply-adds: below it OpenBLAS may take another
+// kernel (SkylakeX's direct SGEMM serves row-major products under 28 x 512 x 512).
+constexpr double kMinCallVolume = double(1 << 23);
+constexpr int kMaxChunks = 256;  // threads a product is cut for at most
+
+// Fixed column chunks for products with too few rows to split: a function of the shape alone.
+// Counts divide 48 (1, 2, 3, 4, 6, 8, 12, 16 or 24 threads share them evenly); each chunk keeps at
+// least 1024 columns (each one repacks A) and kMinCallVolume.
+int column_chunk_count(int N, double volume) {
   for (int chunks : {48, 24, 12, 6, 4, 2})
-    if (dim / chunks >= 1024 && volume / chunks >= double(1 << 21)) return chunks;
+    if (N / chunks >= 1024 && volume / chunks >= kMinCallVolume) return chunks;
   return 1;
+}
+
+// One serial library call (OpenMP builds of OpenBLAS thread by OpenMP's count outside a parallel
+// region).
+template <class F>
+void serial_gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda,
+                 const F* B, int ldb, F beta, F* C, int ldc) {
+#ifdef _OPENMP
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+#endif
+  library_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+}
+
+int available_threads() {
+#ifdef _OPENMP
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+  return 1;
+#endif
 }
 
 }  // namespace
 
 // The bits of a product must not depend on how many threads compute it, and a threaded BLAS
-// does not promise that (OpenBLAS's threaded driver splits the work by thread count). So C is cut
-// along its longer side into chunks fixed by the shape (chunk_count), each one serial library call
-// (inside the parallel region, where OpenMP builds of OpenBLAS do not thread), and threads take
-// whole chunks: the same calls, so the same bits, at any thread count (tests/test_gemm.cpp).
+// does not promise that (OpenBLAS's threaded driver cuts C's columns by the thread count, and a
+// column's tiles, so its sums, change with the columns around it). So the threads here take
+// chunks of C's rows that start at multiples of kRowQuantum, one serial library call each: the
+// bits of one call over the whole product at any thread count (tests/test_gemm.cpp). Products
+// with fewer than 2 x kRowQuantum rows are cut, if at all, into column chunks fixed by the shape.
 template <class F>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda, const F* B,
           int ldb, F beta, F* C, int ldc) {
-  const bool by_rows = M >= N;
-  const int dim = by_rows ? M : N;
-  const int chunks = chunk_count(dim, double(M) * N * K);
-  if (chunks == 1) {  // one serial call: OpenMP builds of OpenBLAS thread by OpenMP's count
-#ifdef _OPENMP
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
-#endif
-    library_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
+  const double volume = double(M) * N * K;
+  const int row_chunks_max = int(std::min<double>(M / kRowQuantum, volume / kMinCallVolume));
+  if (row_chunks_max < 2) {
+    const int chunks = column_chunk_count(N, volume);
+    if (chunks == 1)
+      return serial_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    const int step = (N + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < chunks; ++c) {
+      const int b = c * step, n = std::min(step, N - b);
+      if (n > 0)
+        library_gemm(trans_a, trans_b, M, n, K, alpha, A, lda,
+                     trans_b ? B + ptrdiff_t(b) * ldb : B + b, ldb, beta, C + b, ldc);
+    }
     return;
   }
-  const int step = (dim + chunks - 1) / chunks;
-#pragma omp parallel for schedule(static)
+  const int wanted = std::min({available_threads(), row_chunks_max, kMaxChunks});
+  if (wanted < 2)
+    return serial_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Chunk c starts at c M / wanted rounded to the nearest multiple of kRowQuantum; a chunk that
+  // would hold fewer than kMinCallVolume multiply-adds joins the one before (the last one ends C,
+  // so its tiles are those of one call whatever its size).
+  int starts[kMaxChunks + 1];
+  int chunks = 0;
+  starts[chunks++] = 0;
+  const double row_volume = double(N) * K;
+  for (int c = 1; c < wanted; ++c) {
+    const int b = int(std::lround(double(c) * M / wanted / kRowQuantum)) * kRowQuantum;
+    if ((b - starts[chunks - 1]) * row_volume >= kMinCallVolume && b < M) starts[chunks++] = b;
+  }
+  if (chunks > 1 && (M - starts[chunks - 1]) * row_volume < kMinCallVolume) --chunks;
+  starts[chunks] = M;
+#pragma omp parallel for schedule(static, 1)
   for (int c = 0; c < chunks; ++c) {
-    const int b = c * step, n = std::min(step, dim - b);
-    if (n <= 0) continue;
-    if (by_rows)  // rows b.. of op(A) and of C
-      library_gemm(trans_a, trans_b, n, N, K, alpha, trans_a ? A + b : A + ptrdiff_t(b) * lda, lda,
-                   B, ldb, beta, C + ptrdiff_t(b) * ldc, ldc);
-    else  // columns b.. of op(B) and of C
-      library_gemm(trans_a, trans_b, M, n, K, alpha, A, lda,
-                   trans_b ? B + ptrdiff_t(b) * ldb : B + b, ldb, beta, C + b, ldc);
+    const int b = starts[c], n = starts[c + 1] - b;
+    library_gemm(trans_a, trans_b, n, N, K, alpha, trans_a ? A + b : A + ptrdiff_t(b) * lda, lda, B,
+                 ldb, beta, C + ptrdiff_t(b) * ldc, ldc);
   }
 }
 
@@ -125,6 +170,14 @@ const char* gemm_library() {
   return "openblas";
 #else
   return "eigen";
+#endif
+}
+
+const char* blas_kernels() {
+#ifdef MPITRON_BLAS
+  return openblas_get_corename();
+#else
+  return nullptr;
 #endif
 }
 

@@ -18,6 +18,9 @@ void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, F alpha, co
 // Name of the library behind gemm(), for logs and benchmarks.
 const char* gemm_library();
 
+// OpenBLAS's kernel set in use ("SkylakeX", "Haswell", ...), or nullptr when gemm() is Eigen.
+const char* blas_kernels();
+
 // OpenBLAS falls back to its SSE3 kernels ("Prescott") on a CPU it does not recognise, as virtual
 // machines often report one: 3-4x slower matrix products on an AVX-512 machine. Returns the kernel
 // set (OPENBLAS_CORETYPE) the CPU's vector units support when that happened and the user set none,

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "base/allocator.hpp"
 #include "base/gemm.hpp"
 #include "src/model/config.hpp"
@@ -37,6 +39,10 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const char* kernels = cpu::better_blas_kernels()) {  // as mpitron does
+    setenv("OPENBLAS_CORETYPE", kernels, 1);
+    execv("/proc/self/exe", argv);
+  }
   CLI::App app{"mpitron step-time benchmark: forward + backward + AdamW on random tokens"};
   std::string config_path;
   int batch = 8, seq = 128, steps = 10, warmup = 3, threads = 2;
@@ -144,10 +150,10 @@ int main(int argc, char** argv) {
         "\"params\": {}, \"steps\": {}, \"ms_per_step\": {:.3f}, \"ms_min\": {:.3f}, "
         "\"ms_max\": {:.3f}, \"tokens_per_s\": {:.1f}, \"model_gflop_per_step\": {:.4f}, "
         "\"gflops\": {:.2f}, \"allocations_per_step\": {}, \"peak_bytes\": {}, \"loss\": {:.6f}, "
-        "\"gemm\": \"{}\"}}\n",
+        "\"gemm\": \"{}\", \"blas_kernels\": \"{}\"}}\n",
         name, cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, batch, seq, threads, params,
         steps, med, lo, hi, tok_s, flops / 1e9, gflops, per_step, alloc.peak_bytes, last_loss,
-        cpu::gemm_library());
+        cpu::gemm_library(), cpu::blas_kernels() ? cpu::blas_kernels() : "");
   } else {
     fmt::print("config {}: {} layers, width {}, {} heads, vocab {}, {} parameters\n", name,
                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params);

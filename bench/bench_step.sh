@@ -5,6 +5,7 @@
 #   (a) configs/gpt2-124m.toml at batch 4, seq 64    (b) small: 4 layers, width 256, 4 heads,
 #   byte vocab, batch 8, seq 128.
 # Both use OpenBLAS, openmp flavour (selected with update-alternatives when run as root), with
+# the same kernel set and torch without allocator churn (bench/same_footing.sh),
 # OMP_PROC_BIND=true OMP_PLACES=cores.
 # With -p OTHER_BUILD, that build's bench_step runs in the same rounds as "previous" (a commit
 # before a change, measured side by side with it) and the table adds its ms/step and ratio.
@@ -21,7 +22,7 @@ while getopts "r:t:b:p:o:h" opt; do
     b) build=$OPTARG ;;
     p) previous=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
   esac
 done
 python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
@@ -65,6 +66,9 @@ for name in "${!want[@]}"; do
   fi
 done
 
+mpitron=$build/mpitron
+# shellcheck source=bench/same_footing.sh
+source "$here/same_footing.sh"
 export OMP_PROC_BIND=true OMP_PLACES=cores OMP_NUM_THREADS=$threads
 export OPENBLAS_NUM_THREADS=$threads
 
@@ -84,7 +88,7 @@ run_one() {  # impl, case name, args
       sed 's/"impl": "mpitron"/"impl": "previous"/')
   else
     # shellcheck disable=SC2086
-    line=$($python "$here/torch_step.py" $args --threads "$threads" | tail -n 1)
+    line=$("${torch_env[@]}" $python "$here/torch_step.py" $args --threads "$threads" | tail -n 1)
   fi
   echo "$line" >>"$results"
   $python -c 'import json, sys; d = json.loads(sys.argv[1])

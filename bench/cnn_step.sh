@@ -23,6 +23,8 @@ mpitron=$build/mpitron
 [[ -x $mpitron ]] || { echo "error: $mpitron is missing (make build)" >&2; exit 1; }
 $python -c "import torch" 2>/dev/null || { echo "error: $python cannot import torch" >&2; exit 1; }
 out=$(mktemp -d /tmp/cnn_step.XXXXXX)
+# shellcheck source=bench/same_footing.sh
+source "$here/same_footing.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$threads
 batch=64
 declare -A mp_args=(
@@ -44,8 +46,8 @@ with h5py.File(sys.argv[1], 'r') as f:
 }
 torch_step() {
   # shellcheck disable=SC2086
-  $python "$here/torch_cnn_step.py" "$1" ${torch_args[$1]} --batch $batch --steps "$steps" \
-    --threads "$threads" | $python -c "import json, sys; print(json.load(sys.stdin)['step_s'])"
+  "${torch_env[@]}" $python "$here/torch_cnn_step.py" "$1" ${torch_args[$1]} --batch $batch \
+    --steps "$steps" --threads "$threads" | $python -c "import json, sys; print(json.load(sys.stdin)['step_s'])"
 }
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 

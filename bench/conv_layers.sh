@@ -3,9 +3,8 @@
 # shapes at batch 128, float: conv forward + backward, and BatchNorm2d + ReLU forward + backward.
 # The two run alternately (the order flips every round) with the same threads, pinned with taskset
 # to the first `threads` CPUs; prints per shape the median over rounds of each run's median ms and
-# the ratio mpitron/torch.
-# OpenBLAS picks its kernels from the CPU model; on a virtual CPU it can fall back to SSE3
-# (Prescott) kernels, 3-4x slower: OPENBLAS_CORETYPE is set from the CPU flags unless given.
+# the ratio mpitron/torch. Both on the same footing: OpenBLAS kernels, allocator
+# (bench/same_footing.sh).
 # Usage: bench/conv_layers.sh [-r rounds] [-t threads] [-b build_dir] [-o out_dir]
 set -euo pipefail
 
@@ -18,7 +17,7 @@ while getopts "r:t:b:o:h" opt; do
     t) threads=$OPTARG ;;
     b) build=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,10p' "$0"; exit 2 ;;
+    *) sed -n '2,9p' "$0"; exit 2 ;;
   esac
 done
 python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
@@ -36,13 +35,9 @@ mkdir -p "$out"
 results="$out/results.jsonl"
 : >"$results"
 
-if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
-  if grep -qw avx512f /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=SkylakeX
-  elif grep -qw avx2 /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=Haswell
-  fi
-fi
+mpitron=$build/mpitron
+# shellcheck source=bench/same_footing.sh
+source "$here/same_footing.sh"
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 export OMP_PROC_BIND=true OMP_PLACES=cores
 pin=()
@@ -54,7 +49,7 @@ run_one() {  # impl
   if [[ $1 == mpitron ]]; then
     "${pin[@]}" "$bench" --threads "$threads" | tee -a "$results"
   else
-    "${pin[@]}" "$python" "$here/torch_conv.py" --threads "$threads" | tee -a "$results"
+    "${pin[@]}" "${torch_env[@]}" "$python" "$here/torch_conv.py" --threads "$threads" | tee -a "$results"
   fi
 }
 

@@ -112,39 +112,48 @@ TEST(Gemm, BetaZeroIgnoresC) {
 }
 
 #ifdef _OPENMP
-// gemm() gives the same bits at any thread count (its chunks are cut at multiples of 64 and each
-// is one serial library call): shapes with tails on every side, both orientations of the cut,
-// transposes, beta 0 and 1.
-TEST(Gemm, BitsDoNotDependOnTheThreadCount) {
+// gemm() gives the same bits at any thread count: row chunks start at multiples of 48 (so their
+// bits are one call's), products with few rows take column chunks fixed by the shape. Shapes with
+// tails on every side, row splits with a short last chunk kept and joined, column chunks, serial
+// products; both transposes, beta 0 and 1, float and double.
+template <class F>
+void check_thread_counts() {
   struct Shape {
     int M, N, K;
   };
-  const Shape shapes[] = {{111, 96, 96},   {2048, 384, 128}, {515, 131, 77},
-                          {97, 1031, 129}, {1500, 200, 700}, {64, 64, 4096}};
+  const Shape shapes[] = {{111, 96, 96},    {2048, 384, 128}, {515, 131, 77},  {97, 1031, 129},
+                          {1500, 200, 700}, {64, 64, 4096},   {247, 300, 300}, {200, 300, 300},
+                          {64, 4096, 96},   {1031, 257, 96}};
   const int saved = omp_get_max_threads();
   std::mt19937 g(5);
   for (const Shape& s : shapes)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
-        for (float beta : {0.0f, 1.0f}) {
-          const std::vector<float> A = random_vec<float>(size_t(s.M) * s.K, g),
-                                   B = random_vec<float>(size_t(s.K) * s.N, g),
-                                   C0 = random_vec<float>(size_t(s.M) * s.N, g);
-          std::vector<float> one;
+        for (F beta : {F(0), F(1)}) {
+          const std::vector<F> A = random_vec<F>(size_t(s.M) * s.K, g),
+                               B = random_vec<F>(size_t(s.K) * s.N, g),
+                               C0 = random_vec<F>(size_t(s.M) * s.N, g);
+          std::vector<F> one;
           for (int threads = 1; threads <= 4; ++threads) {
             omp_set_num_threads(threads);
-            std::vector<float> C = C0;
-            gemm<float>(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), ta ? s.M : s.K, B.data(),
-                        tb ? s.K : s.N, beta, C.data(), s.N);
+            std::vector<F> C = C0;
+            gemm<F>(ta, tb, s.M, s.N, s.K, F(1), A.data(), ta ? s.M : s.K, B.data(), tb ? s.K : s.N,
+                    beta, C.data(), s.N);
             if (threads == 1)
               one = C;
             else
-              ASSERT_EQ(0, std::memcmp(one.data(), C.data(), C.size() * sizeof(float)))
+              ASSERT_EQ(0, std::memcmp(one.data(), C.data(), C.size() * sizeof(F)))
                   << s.M << "x" << s.N << "x" << s.K << " ta " << ta << " tb " << tb << " beta "
                   << beta << ": other bits at " << threads << " threads";
           }
         }
   omp_set_num_threads(saved);
+}
+TEST(Gemm, FloatBitsDoNotDependOnTheThreadCount) {
+  check_thread_counts<float>();
+}
+TEST(Gemm, DoubleBitsDoNotDependOnTheThreadCount) {
+  check_thread_counts<double>();
 }
 #endif
 

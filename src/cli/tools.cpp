@@ -152,7 +152,9 @@ int cmd_devices() {
 #else
   fmt::print("built without CUDA (MPITRON_CUDA=OFF or no nvcc)\n");
 #endif
-  fmt::print("cpu: gemm via {}\n", cpu::gemm_library());
+  const char* kernels = cpu::blas_kernels();
+  fmt::print("cpu: gemm via {}{}{}\n", cpu::gemm_library(), kernels ? ", kernels " : "",
+             kernels ? kernels : "");
   return 0;
 }
 

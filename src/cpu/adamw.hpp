@@ -11,9 +11,17 @@ namespace mpitron::cpu {
 
 // grad_scale multiplies every gradient (clipping; loss-scale removal later). t is 1-based. Each
 // tensor overlapping [r.begin, r.end) decays where it says so. fp32 only (r.weights must be
-// nullptr). Built without floating-point contraction: the CUDA twin rounds operation for operation.
+// nullptr). PyTorch's AdamW with the step's constants folded (one division and one square root
+// an element), threaded over the flat range; bits do not depend on the thread count. Built
+// without floating-point contraction.
 void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, const AdamWConfig& cfg,
                   double lr, float grad_scale, int64_t t);
+
+// The simple path adamw_update replaced, serial: bias corrections divided out element by element,
+// m_hat / (sqrt(v_hat) + eps) + decay w. The CUDA twin (src/cuda/adamw.cuh) rounds as this does,
+// operation for operation; adamw_update agrees with it to a few ulps (tests/test_adamw.cpp).
+void adamw_update_reference(std::span<const AdamWTensor> tensors, const AdamWRange& r,
+                            const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
 
 // bitsandbytes' dynamic quantization maps, ascending, computed in double and rounded to float:
 // for i = 0..6 the midpoints of linspace(0.1, 1, k + 1) scaled by 10^(i-6), with k = 2^i and
@@ -26,9 +34,9 @@ const QuantizationMap& unsigned_dynamic_map();
 uint8_t quantize_nearest(const QuantizationMap& map, float x);
 
 // Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
-// adamw_update's arithmetic element for element, then each moment requantized to its nearest
-// code against the block's new absmax max |value| (0: every code the map's 0). Elements in no
-// tensor (padding) keep their value. Bits do not depend on the thread count.
+// adamw_update_reference's arithmetic element for element, then each moment requantized to its
+// nearest code against the block's new absmax max |value| (0: every code the map's 0). Elements in
+// no tensor (padding) keep their value. Bits do not depend on the thread count.
 void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
                       const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
 
