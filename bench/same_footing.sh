@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bench scripts that time PyTorch beside mpitron, so that both run on the same
 # footing:
 # - the same matrix-product kernels: Debian's torch links the same OpenBLAS (libblas.so.3), which
@@ -13,5 +14,6 @@ if [[ -z ${OPENBLAS_CORETYPE:-} && -x ${mpitron:-} ]]; then
   kernels=$("$mpitron" devices 2>/dev/null | sed -n 's/^cpu: gemm via openblas, kernels //p')
   [[ -n $kernels ]] && export OPENBLAS_CORETYPE=$kernels
 fi
+# shellcheck disable=SC2034  # read by the scripts that source this one
 torch_env=(env MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=68719476736
   MALLOC_TOP_PAD_=1073741824)

@@ -188,11 +188,13 @@ TEST(AdamW8bit, BlockUpdateMatchesReferenceBitForBit) {
   State8 ref = s;
   cpu::adamw8bit_update(kTensors, whole_range(s, g), cfg, lr, scale, t);
 
-  // Reference: per block, dequantize, the fp32 AdamW formulas in adamw_update's operation order,
-  // new absmax, requantize by linear search.
+  // Reference: per block, dequantize, PyTorch's fp32 AdamW in adamw_update's operation order
+  // (w (1 - lr decay) - (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps), the per-step constants in
+  // double), new absmax, requantize by linear search.
   const std::vector<float> smap = reference_map(true), umap = reference_map(false);
-  const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, flr = float(lr);
-  const float bc1 = float(1.0 - std::pow(0.9, 3.0)), bc2 = float(1.0 - std::pow(0.95, 3.0));
+  const float b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  const float step_size = float(lr / (1.0 - std::pow(0.9, 3.0)));
+  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(0.95, 3.0)));
   for (size_t k = 0; k < kFlat / B; ++k) {
     std::vector<float> m(B), v(B);
     for (size_t j = 0; j < B; ++j) {
@@ -202,16 +204,14 @@ TEST(AdamW8bit, BlockUpdateMatchesReferenceBitForBit) {
     for (size_t j = 0; j < B; ++j) {
       const size_t i = k * B + j;
       if (i >= 705) continue;  // padding keeps its zero state
-      const float decay = (i >= 300 && i < 305) ? 0.0f : 0.1f;
+      const float keep = (i >= 300 && i < 305) ? 1.0f : 1.0f - float(lr * 0.1);
       const float gi = g[i] * scale;
       m[j] = b1 * m[j] + (1.0f - b1) * gi;
       v[j] = b2 * v[j] + (1.0f - b2) * gi * gi;
-      const float mhat = m[j] / bc1, vhat = v[j] / bc2;
-      const float step = mhat / (std::sqrt(vhat) + eps);
-      const float decayed = decay * ref.params[i];
-      const float sum = step + decayed;
-      const float delta = flr * sum;
-      ref.params[i] = ref.params[i] - delta;
+      const float numerator = step_size * m[j];
+      const float denominator = std::sqrt(v[j]) * inv_sqrt_bc2 + eps;
+      const float kept = ref.params[i] * keep;
+      ref.params[i] = kept - numerator / denominator;
     }
     float am = 0, av = 0;
     for (size_t j = 0; j < B; ++j) am = std::max(am, std::fabs(m[j])), av = std::max(av, v[j]);

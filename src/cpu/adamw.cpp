@@ -30,19 +30,21 @@ struct AdamWStep {
         lr_decay(float(lr * cfg.weight_decay)) {}
 };
 
-// Elements [begin, end) of one tensor; keep = 1 - lr decay for this tensor.
+// One element; keep = 1 - lr decay for its tensor.
+inline void adamw_element(const AdamWStep& c, float keep, float& w, float& m, float& v, float g) {
+  const float mi = c.b1 * m + c.one_minus_b1 * g;
+  const float vi = c.b2 * v + c.one_minus_b2 * g * g;
+  m = mi;
+  v = vi;
+  w = w * keep - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
+}
+
+// Elements [0, n) of one tensor.
 inline void adamw_span(const AdamWStep& c, float keep, float* __restrict w,
                        const float* __restrict g, float* __restrict m, float* __restrict v,
                        size_t n, float grad_scale) {
 #pragma omp simd
-  for (size_t i = 0; i < n; ++i) {
-    const float gi = g[i] * grad_scale;
-    const float mi = c.b1 * m[i] + c.one_minus_b1 * gi;
-    const float vi = c.b2 * v[i] + c.one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = w[i] * keep - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps);
-  }
+  for (size_t i = 0; i < n; ++i) adamw_element(c, keep, w[i], m[i], v[i], g[i] * grad_scale);
 }
 
 }  // namespace
@@ -183,10 +185,8 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
   for (size_t k = 1; k < tensors.size(); ++k)
     MPITRON_REQUIRE(tensors[k].offset >= tensors[k - 1].offset + tensors[k - 1].numel,
                     "8-bit AdamW takes tensors in flat order");
-  const float b1 = float(cfg.beta1), b2 = float(cfg.beta2), eps = float(cfg.eps);
-  const float bc1 = float(1.0 - std::pow(cfg.beta1, double(t)));
-  const float bc2 = float(1.0 - std::pow(cfg.beta2, double(t)));
-  const float flr = float(lr);
+  const AdamWStep c(cfg, lr, t);
+  const float keep_decayed = 1.0f - c.lr_decay;
   const QuantizationMap& m_map = signed_dynamic_map();
   const QuantizationMap& v_map = unsigned_dynamic_map();
   static const Midpoints m_mid = midpoints(m_map), v_mid = midpoints(v_map);
@@ -211,16 +211,11 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
       const size_t begin = std::max(first, p->offset);
       const size_t end = std::min(first + B, p->offset + p->numel);
       if (begin >= end) continue;
-      const float decay = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
+      const float keep = p->weight_decay ? keep_decayed : 1.0f;
       float* w = r.params + (begin - r.p_offset);
       const float* g = r.grads + (begin - r.g_offset);
-      for (size_t i = 0, j = begin - first; i < end - begin; ++i, ++j) {
-        const float gi = g[i] * grad_scale;
-        m[j] = b1 * m[j] + (1.0f - b1) * gi;
-        v[j] = b2 * v[j] + (1.0f - b2) * gi * gi;
-        const float mhat = m[j] / bc1, vhat = v[j] / bc2;
-        w[i] -= flr * (mhat / (std::sqrt(vhat) + eps) + decay * w[i]);
-      }
+      const size_t j = begin - first;
+      adamw_span(c, keep, w, g, m + j, v + j, end - begin, grad_scale);
     }
     float m_absmax = 0.0f, v_absmax = 0.0f;
     for (size_t j = 0; j < B; ++j) {

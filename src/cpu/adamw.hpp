@@ -34,7 +34,7 @@ const QuantizationMap& unsigned_dynamic_map();
 uint8_t quantize_nearest(const QuantizationMap& map, float x);
 
 // Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
-// adamw_update_reference's arithmetic element for element, then each moment requantized to its
+// adamw_update's arithmetic element for element, then each moment requantized to its
 // nearest code against the block's new absmax max |value| (0: every code the map's 0). Elements in
 // no tensor (padding) keep their value. Bits do not depend on the thread count.
 void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
