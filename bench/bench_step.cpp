@@ -6,6 +6,7 @@
 // tied LM head counted through wte), the second the attention products QK^T and PV (12 L B T^2 C in
 // full) halved for the causal mask. Biases, LayerNorm, GELU, softmax and AdamW are not counted.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -15,8 +16,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "base/allocator.hpp"
 #include "base/gemm.hpp"
