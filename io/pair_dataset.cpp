@@ -95,8 +95,23 @@ PhiloxStream pair_stream(uint64_t seed, Split split) {
   return {seed, fnv1a64(split == Split::train ? "pairs.train" : "pairs.val")};
 }
 
-int64_t pair_of(const PhiloxStream& rng, const PairSplit& s, int64_t index, int64_t sample) {
-  return int64_t(rng.block((uint64_t(index) << 32) | uint64_t(sample)).v[0] % uint64_t(s.pairs()));
+int64_t pair_length(const PairSplit& s, int64_t k) {
+  return s.begin[2 * k + 2] - s.begin[2 * k] + 2;  // source [SEP] target [END]
+}
+
+// Sample `sample` of batch `index`: uniform over the split, or over the batch's bucket (the same
+// for every sample of the batch: keyed by the index alone, a counter no sample reaches).
+int64_t pair_of(const PhiloxStream& rng, const PairSplit& s, const PairBuckets* buckets,
+                int64_t index, int64_t sample) {
+  const uint64_t draw = rng.block((uint64_t(index) << 32) | uint64_t(sample)).v[0];
+  if (!buckets || buckets->count() == 0) return int64_t(draw % uint64_t(s.pairs()));
+  const uint64_t b = rng.block((uint64_t(index) << 32) | 0xFFFFFFFFull).v[1] % buckets->count();
+  const int64_t lo = buckets->bounds[b], n = buckets->bounds[b + 1] - lo;
+  return buckets->order[size_t(lo + int64_t(draw % uint64_t(n)))];
+}
+
+const PairBuckets* buckets_of(const PairDataset& data, Split split) {
+  return split == Split::train && data.train_buckets.count() > 0 ? &data.train_buckets : nullptr;
 }
 
 }  // namespace
@@ -176,7 +191,7 @@ void fill_pair_batch(const PairDataset& data, Split split, uint64_t seed, int64_
   const PairSplit& s = data.split(split);
   const PhiloxStream rng = pair_stream(seed, split);
   for (int64_t r = 0; r < count; ++r) {
-    const int64_t k = pair_of(rng, s, index, sample_begin + r);
+    const int64_t k = pair_of(rng, s, buckets_of(data, split), index, sample_begin + r);
     const int32_t* ids = s.ids.data();
     pair_row(ids + s.begin[2 * k], s.begin[2 * k + 1] - s.begin[2 * k], ids + s.begin[2 * k + 1],
              s.begin[2 * k + 2] - s.begin[2 * k + 1], data.tokens, T, out + r * (T + 1),
@@ -191,6 +206,33 @@ int64_t pair_batch_loss_terms(const PairDataset& data, Split split, uint64_t see
   int64_t terms = 0;
   for (int64_t r = 0; r < count; ++r) terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
   return terms;
+}
+
+PairBuckets pair_length_buckets(const PairSplit& s, int buckets) {
+  if (buckets < 1 || buckets > s.pairs())
+    throw UsageError(
+        fmt::format("train.length_buckets = {}: it must be from 1 to the {} training "
+                    "pairs (0: no buckets)",
+                    buckets, s.pairs()));
+  PairBuckets b;
+  b.order.resize(size_t(s.pairs()));
+  for (int64_t k = 0; k < s.pairs(); ++k) b.order[size_t(k)] = k;
+  std::stable_sort(b.order.begin(), b.order.end(),
+                   [&](int64_t x, int64_t y) { return pair_length(s, x) < pair_length(s, y); });
+  for (int i = 0; i <= buckets; ++i) b.bounds.push_back(s.pairs() * i / buckets);
+  return b;
+}
+
+int pair_batch_seq_len(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                       int64_t count, int T, int multiple) {
+  const PairSplit& s = data.split(split);
+  const PhiloxStream rng = pair_stream(seed, split);
+  int64_t longest = 1;
+  for (int64_t r = 0; r < count; ++r)
+    longest = std::max(longest, pair_length(s, pair_of(rng, s, buckets_of(data, split), index, r)));
+  // A row of n tokens predicts n - 1 of them: positions [0, n - 1).
+  const int64_t need = (longest - 1 + multiple - 1) / multiple * multiple;
+  return int(std::min<int64_t>(T, need));
 }
 
 }  // namespace mpitron::io

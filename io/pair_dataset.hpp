@@ -31,6 +31,19 @@ struct PairSplit {
   int64_t pairs() const { return int64_t(begin.size() / 2); }
 };
 
+// Training pairs in length buckets (train.length_buckets): `buckets` runs of (nearly) equal count
+// over the pairs sorted by length (source + target + 2, ties by index). A batch draws all its rows
+// from one bucket, picked by (seed, index), so it needs few more positions than its longest pair;
+// each pair is still drawn about as often as without buckets. Empty: no buckets.
+struct PairBuckets {
+  std::vector<int64_t> order;   // pair indices by length
+  std::vector<int64_t> bounds;  // (buckets + 1) offsets into order
+  int count() const { return bounds.empty() ? 0 : int(bounds.size() - 1); }
+};
+
+// UsageError when there are fewer pairs than buckets.
+PairBuckets pair_length_buckets(const PairSplit& s, int buckets);
+
 struct PairDataset {
   std::string path;                 // the folder
   std::string source, target;       // the files' suffixes (languages); question, answer
@@ -40,6 +53,7 @@ struct PairDataset {
   PairTokens tokens;
   int64_t vocab_size = 259;  // every id is below it
   PairSplit train, val;
+  PairBuckets train_buckets;  // the training batches' buckets (train.length_buckets; empty: off)
   std::vector<std::string> val_sources;     // the validation sources' text, for BLEU and EM
   std::vector<std::string> val_references;  // the validation targets' text, for BLEU
   std::vector<std::string> train_answers;   // qa: the training answers' text (the majority)
@@ -67,5 +81,11 @@ void fill_pair_batch(const PairDataset& data, Split split, uint64_t seed, int64_
 // The loss terms of rows [0, count) of batch `index`: the sum of their spans' lengths.
 int64_t pair_batch_loss_terms(const PairDataset& data, Split split, uint64_t seed, int64_t index,
                               int64_t count, int T);
+
+// The positions rows [0, count) of batch `index` need: the longest row's (source [SEP] target
+// predicts up to [END]) rounded up to a multiple of `multiple`, at most T. A batch filled with it
+// holds every row's first positions exactly as with T, and the same loss spans.
+int pair_batch_seq_len(const PairDataset& data, Split split, uint64_t seed, int64_t index,
+                       int64_t count, int T, int multiple);
 
 }  // namespace mpitron::io

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,63 @@ TEST(PairRows, AnyRankSliceIsTheBatchsRowsAndLossTermsSumTheSpans) {
   EXPECT_NE(other, all);
 }
 
+// Length buckets: runs of equal count over the pairs sorted by length; a batch's rows all from one
+// bucket; its positions its longest row's, rounded up to 8; rows filled at that length the first
+// positions of rows filled at T, with the same spans.
+TEST(PairRows, LengthBucketsDrawABatchFromOneBucketAtItsLongestRow) {
+  const fs::path dir = pair_folder("ab-cd");
+  std::string a, b;
+  for (int k = 0; k < 60; ++k) {
+    a += std::string(size_t(1 + (k * 7) % 37), 'a') + "\n";
+    b += std::string(size_t(1 + (k * 11) % 23), 'b') + "\n";
+  }
+  write(dir / "train.ab", a);
+  write(dir / "train.cd", b);
+  write(dir / "valid.ab", "a\n");
+  write(dir / "valid.cd", "b\n");
+  PairDataset d = load_pair_dataset(dir.string());
+  EXPECT_NE(error_of([&] { pair_length_buckets(d.train, 61); }).find("length_buckets = 61"),
+            std::string::npos);
+  d.train_buckets = pair_length_buckets(d.train, 4);
+  ASSERT_EQ(d.train_buckets.bounds, (std::vector<int64_t>{0, 15, 30, 45, 60}));
+  auto length = [&](int64_t k) {
+    return d.train.begin[size_t(2 * k + 2)] - d.train.begin[size_t(2 * k)] + 2;
+  };
+  std::vector<std::pair<int64_t, int64_t>> range;  // each bucket's shortest and longest pair
+  for (int q = 0; q < 4; ++q)
+    range.emplace_back(length(d.train_buckets.order[size_t(d.train_buckets.bounds[q])]),
+                       length(d.train_buckets.order[size_t(d.train_buckets.bounds[q + 1] - 1)]));
+  for (size_t i = 1; i < d.train_buckets.order.size(); ++i)
+    ASSERT_LE(length(d.train_buckets.order[i - 1]), length(d.train_buckets.order[i]));
+  const int T = 64, rows = 6;  // no pair is cut (at most 37 + 23 + 2 tokens)
+  std::set<int> lengths_seen;
+  for (int64_t index = 0; index < 40; ++index) {
+    const int Tm = pair_batch_seq_len(d, Split::train, 3, index, rows, T, 8);
+    lengths_seen.insert(Tm);
+    std::vector<int32_t> full(size_t(rows) * (T + 1)), short_rows(size_t(rows) * (Tm + 1));
+    std::vector<int32_t> full_spans(size_t(rows) * 2), short_spans(size_t(rows) * 2);
+    fill_pair_batch(d, Split::train, 3, index, 0, rows, T, full.data(), full_spans.data());
+    fill_pair_batch(d, Split::train, 3, index, 0, rows, Tm, short_rows.data(), short_spans.data());
+    EXPECT_EQ(short_spans, full_spans);
+    int64_t shortest = T + 1, longest = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t* row = full.data() + size_t(r) * (T + 1);
+      const int64_t n = std::find(row, row + T + 1, kTok.end) - row + 1;  // through [END]
+      shortest = std::min(shortest, n);
+      longest = std::max(longest, n);
+      ASSERT_TRUE(std::equal(row, row + Tm + 1, short_rows.data() + size_t(r) * (Tm + 1)));
+      ASSERT_TRUE(std::all_of(row + Tm + 1, row + T + 1, [](int32_t x) { return x == kTok.pad; }));
+    }
+    EXPECT_EQ(Tm, std::min<int64_t>(T, (longest - 1 + 7) / 8 * 8)) << "batch " << index;
+    EXPECT_TRUE(
+        std::any_of(range.begin(), range.end(),
+                    [&](const auto& q) { return q.first <= shortest && longest <= q.second; }))
+        << "batch " << index << ": lengths " << shortest << " to " << longest;
+  }
+  EXPECT_GE(lengths_seen.size(), 3u);
+  EXPECT_EQ(pair_batch_seq_len(d, Split::val, 3, 0, 1, T, 8), 8);  // "a" [SEP] "b" [END]
+}
+
 TEST(PairRows, BadFoldersGetClearErrors) {
   const fs::path dir = small_pairs(5, 2);
   write(dir / "valid.yy", "w0\n");  // one line short
@@ -260,6 +318,118 @@ TEST(PairLoss, MaskedLossSumsOnlyTheSpansPositions) {
   std::vector<int32_t> none = {0, 0, 5, 5};
   mb.samples.loss_spans = none.data();
   EXPECT_EQ(model->forward(mb), 0.0);
+}
+
+// The LM head on the loss rows alone (moved together, then back) gives the losses and gradients of
+// the head over every row: with dropout, an empty span, the chunked head, and no loss row at all.
+TEST(PairLoss, HeadOnTheLossRowsMatchesTheHeadOnEveryRow) {
+  const int T = 24, rows = 3;
+  std::mt19937 g(5);
+  const std::vector<int32_t> tokens = random_ids(g, size_t(rows) * (T + 1));
+  struct Run {
+    double loss;
+    std::vector<float> grads;
+  };
+  auto run = [&](bool on_loss_rows, int head_chunk_rows, const std::vector<int32_t>& spans) {
+    DeviceAllocator alloc;
+    ModelConfig m = default_model_config("gpt");
+    m.dims["n_layer"] = 2;
+    m.dims["n_head"] = 2;
+    m.dims["n_embd"] = 32;
+    m.dims["block_size"] = T;
+    m.dims["vocab_size"] = 259;
+    m.dims["task"] = 1;
+    ModelBuild how;
+    how.micro_rows = rows;
+    how.seq_len = T;
+    how.seed = 11;
+    how.alloc = &alloc;
+    how.head_on_loss_rows = on_loss_rows;
+    how.head_chunk_rows = head_chunk_rows;
+    auto model = build_model(m, how);
+    Run r;
+    r.grads.assign(model->flat_size, 0.0f);
+    float* gp = r.grads.data();
+    model->bind_gradients([gp](size_t offset) { return gp + offset; });
+    MicroBatch mb;
+    mb.samples = {tokens.data(), nullptr, nullptr, rows};
+    mb.samples.loss_spans = spans.data();
+    mb.training = true;
+    mb.dropout = 0.1f;
+    mb.seed = 7;
+    mb.step = 3;
+    r.loss = model->forward(mb);
+    model->backward(mb, 0.01f, {});
+    if (on_loss_rows) {
+      EXPECT_THROW(model->output(0), std::exception);
+    }
+    return r;
+  };
+  const std::vector<std::vector<int32_t>> span_sets = {
+      {3, 15, 0, 0, 10, 24}, {0, 24, 0, 24, 0, 24}, {5, 6, 0, 0, 23, 24}, {0, 0, 7, 7, 0, 0}};
+  for (const auto& spans : span_sets)
+    for (const int chunk : {0, 5}) {
+      const Run every = run(false, chunk, spans), loss_rows = run(true, chunk, spans);
+      EXPECT_NEAR(loss_rows.loss, every.loss, 1e-6 * std::abs(every.loss))
+          << "spans " << spans[0] << " chunk " << chunk;
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < every.grads.size(); ++i) {
+        worst = std::max(worst, double(std::abs(loss_rows.grads[i] - every.grads[i])));
+        scale = std::max(scale, double(std::abs(every.grads[i])));
+      }
+      EXPECT_LE(worst, 1e-5 * scale) << "spans " << spans[0] << " chunk " << chunk;
+      if (spans[1] == 0) {
+        EXPECT_EQ(loss_rows.loss, 0.0);
+        EXPECT_EQ(scale, 0.0);  // no loss term: no gradient anywhere
+      } else {
+        EXPECT_GT(scale, 0.0);
+      }
+    }
+}
+
+// A micro-batch of rows shorter than the model was built for (SampleView::seq_len: a batch of
+// short pairs) trains as a model built for that length: the same loss and gradients.
+TEST(PairLoss, ShortRowsTrainAsAModelBuiltForThem) {
+  const int T = 24, Tm = 16, rows = 3;
+  std::mt19937 g(9);
+  const std::vector<int32_t> tokens = random_ids(g, size_t(rows) * (Tm + 1));
+  const std::vector<int32_t> spans = {3, 15, 0, 0, 10, 16};
+  auto run = [&](int built_for, int view_len, std::vector<float>& grads) {
+    DeviceAllocator alloc;
+    ModelConfig m = default_model_config("gpt");
+    m.dims["n_layer"] = 2;
+    m.dims["n_head"] = 2;
+    m.dims["n_embd"] = 32;
+    m.dims["block_size"] = T;
+    m.dims["vocab_size"] = 259;
+    m.dims["task"] = 1;
+    ModelBuild how;
+    how.micro_rows = rows;
+    how.seq_len = built_for;
+    how.seed = 11;
+    how.alloc = &alloc;
+    auto model = build_model(m, how);
+    grads.assign(model->flat_size, 0.0f);
+    float* gp = grads.data();
+    model->bind_gradients([gp](size_t offset) { return gp + offset; });
+    MicroBatch mb;
+    mb.samples = {tokens.data(), nullptr, nullptr, rows};
+    mb.samples.loss_spans = spans.data();
+    mb.samples.seq_len = view_len;
+    mb.training = true;
+    mb.dropout = 0.1f;
+    mb.seed = 7;
+    mb.step = 2;
+    mb.first_sample = 5;
+    const double loss = model->forward(mb);
+    model->backward(mb, 0.01f, {});
+    return loss;
+  };
+  std::vector<float> built_grads, short_grads;
+  const double built = run(Tm, 0, built_grads), short_rows = run(T, Tm, short_grads);
+  EXPECT_GT(built, 0.0);
+  EXPECT_EQ(short_rows, built);
+  EXPECT_EQ(short_grads, built_grads);
 }
 
 TEST(KvCacheDecoder, LogitsAndGreedyTokensMatchTheFullForward) {

@@ -261,6 +261,8 @@ const LayerOpsT<A>& table() {
       crossentropy_padded_backward<A>,
       crossentropy_fused<A>,
       lm_head_backward<A>,
+      nullptr,
+      nullptr,
   };
   return ops;
 }

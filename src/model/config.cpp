@@ -183,6 +183,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"augment", setter(t.augment)},
               {"bleu_every", setter(t.bleu_every)},
               {"bleu_lines", setter(t.bleu_lines)},
+              {"length_buckets", setter(t.length_buckets)},
               {"objective", setter(t.objective)}},
              source);
   t.seed = uint64_t(seed);
@@ -225,6 +226,9 @@ std::string config_keys_help() {
        "translation: validation BLEU every N steps and at the end (0: never)"},
       {"bleu_lines", fmt::format("{}", d.bleu_lines),
        "translation: validation pairs BLEU translates (0: all)"},
+      {"length_buckets", fmt::format("{}", d.length_buckets),
+       "translation: each batch from one of N length buckets, as long as its longest pair (0: "
+       "off)"},
       {"objective", "\"" + d.objective + "\"",
        "gpt on text: \"next_token\", \"span_corruption\" (prefix [MASK] suffix [MASK] span) or "
        "\"name_span_corruption\" (the span a name)"},
@@ -284,6 +288,8 @@ void validate_config(const RunConfig& cfg) {
   if (t.steps < 0) throw UsageError(fmt::format("steps must not be negative (got {})", t.steps));
   if (!(t.lr > 0 && std::isfinite(t.lr)))
     throw UsageError(fmt::format("lr must be positive (got {})", t.lr));
+  if (t.length_buckets < 0)
+    throw UsageError(fmt::format("length_buckets must not be negative (got {})", t.length_buckets));
   if (t.bleu_every < 0 || t.bleu_lines < 0)
     throw UsageError(fmt::format("bleu_every and bleu_lines must not be negative (got {}, {})",
                                  t.bleu_every, t.bleu_lines));

@@ -47,6 +47,9 @@ struct TrainConfig {
   int augment = 0;        // images: 1 = random 2-pixel shifts and horizontal flips in training
   int bleu_every = 0;     // translation pairs: validation BLEU every N steps and at the end; 0 off
   int bleu_lines = 0;     // validation pairs the BLEU translates (0: all)
+  // Translation pairs: training batches drawn from one of N length buckets each, their rows as
+  // long as the batch's longest pair (io::PairBuckets); 0: any pair, rows of seq_len
+  int length_buckets = 0;
   // gpt on text: "next_token", "span_corruption" (io/span_corruption.hpp: fill a cut-out span) or
   // "name_span_corruption" (the cut-out span is a name)
   std::string objective = "next_token";

@@ -261,6 +261,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   recompute = how.recompute;
   head_rows = how.head_chunk_rows > 0 && size_t(how.head_chunk_rows) < BT ? how.head_chunk_rows : 0;
+  head_on_loss_rows = how.head_on_loss_rows && layers_->compact_rows;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
     carve_gpt_activations(a, chunks, recompute_acts, recompute, shape, V, size_t(head_rows));
   });
@@ -300,6 +301,13 @@ void GptModelT<A>::parameters_changed() {
 }
 
 template <class A>
+int GptModelT<A>::row_positions(const MicroBatch& mb) const {
+  const int Tm = mb.samples.seq_len > 0 ? mb.samples.seq_len : T;
+  MPITRON_REQUIRE(Tm <= T, "a micro-batch's rows longer than the model was built for");
+  return Tm;
+}
+
+template <class A>
 double GptModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
   GptChunkT<A>& ch = chunks[mb.chunk];
@@ -308,28 +316,43 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
       "micro-batch larger than planned, or not tokens");
   GptActsT<A>& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd;
-  const int N = rows * T;
+  const int Tm = row_positions(mb);
+  const int N = rows * Tm;
   const LayerOpsT<A>& L = *layers_;
   const int32_t* tok = mb.samples.tokens;
   int32_t* inputs = host_tokens_.data();
   int32_t* targets = inputs + N;
   const int32_t* spans = mb.samples.loss_spans;
   for (int b = 0; b < rows; ++b)
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < Tm; ++t) {
       const bool counts = !spans || (t >= spans[2 * b] && t < spans[2 * b + 1]);
-      inputs[size_t(b) * T + t] = tok[size_t(b) * (T + 1) + t];
-      targets[size_t(b) * T + t] = counts ? tok[size_t(b) * (T + 1) + t + 1] : -1;  // -1: no loss
+      inputs[size_t(b) * Tm + t] = tok[size_t(b) * (Tm + 1) + t];
+      targets[size_t(b) * Tm + t] = counts ? tok[size_t(b) * (Tm + 1) + t + 1] : -1;  // -1: no loss
     }
   L.upload_int32(a.inputs, inputs, size_t(N));
-  L.upload_int32(a.targets, targets, size_t(N));
-  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
+  // Rows outside the spans add no loss and no gradient: the head skips them (the translation's
+  // source and padding, about three quarters of its rows).
+  a.positions = Tm;
+  a.compacted = ch.last && spans && head_on_loss_rows;
+  int M = N;
+  if (a.compacted) {
+    a.loss_rows.clear();
+    for (int i = 0; i < N; ++i)
+      if (targets[i] >= 0) {
+        targets[a.loss_rows.size()] = targets[i];
+        a.loss_rows.push_back(i);
+      }
+    M = int(a.loss_rows.size());
+  }
+  L.upload_int32(a.targets, targets, size_t(M));
+  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(Tm);
   comm::Group& tp = *tp_;
   if (ch.first) {
-    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, T, C, v0, Vl,
+    tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, Tm, C, v0, Vl,
                                          L);
     L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
   }
-  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   const A* x = a.encoded;
   for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
     BlockActsT<A> acts_l = block_acts(a, l - ch.blocks.begin);
@@ -338,12 +361,13 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   }
   if (!ch.last) return 0.0;
   L.layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C, 1e-5);
+  if (a.compacted) L.compact_rows(a.ln_f, a.loss_rows.data(), M, C);
   a.dlogits_ready = mb.training && fused_classifier() && head_rows == 0;
-  const int rows_at_once = head_rows > 0 ? head_rows : N;
-  for (int r0 = 0; r0 < N; r0 += rows_at_once) head_forward(a, r0, std::min(rows_at_once, N - r0));
-  L.download(host_losses_.data(), a.losses, size_t(N));
+  const int rows_at_once = head_rows > 0 ? head_rows : M;
+  for (int r0 = 0; r0 < M; r0 += rows_at_once) head_forward(a, r0, std::min(rows_at_once, M - r0));
+  L.download(host_losses_.data(), a.losses, size_t(M));
   double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
+  for (int i = 0; i < M; ++i) sum += host_losses_[size_t(i)];
   return sum;
 }
 
@@ -389,18 +413,21 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
   GptChunkT<A>& ch = chunks[mb.chunk];
   GptActsT<A>& a = ch.slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd;
-  const int N = rows * T;
-  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
+  const int Tm = row_positions(mb);
+  const int N = rows * Tm;
+  const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(Tm);
   comm::Group& tp = *tp_;
   const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
+    const int M = a.compacted ? int(a.loss_rows.size()) : N;
     if (a.dlogits_ready) {  // the fused classifier left softmax - onehot: dloss scales the products
-      L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, dloss, N, C, Vl);
+      L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, dloss, M, C, Vl);
     } else {
-      const int rows_at_once = head_rows > 0 ? head_rows : N;
-      for (int r0 = 0; r0 < N; r0 += rows_at_once)
-        head_backward(a, dloss, r0, std::min(rows_at_once, N - r0));
+      const int rows_at_once = head_rows > 0 ? head_rows : M;
+      for (int r0 = 0; r0 < M; r0 += rows_at_once)
+        head_backward(a, dloss, r0, std::min(rows_at_once, M - r0));
     }
+    if (a.compacted) L.expand_rows(dln_f, a.loss_rows.data(), M, N, C);
     a.dlogits_ready = false;
     const A* x_last = a.blocks.back().res_mlp;
     L.zero(dresidual, size_t(N) * C);
@@ -408,7 +435,7 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
                          a.ln_f_rstd, N, C);
     ready(head_segment_);
   }  // else dresidual holds the gradient of the chunk's output, received from the next stage
-  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
   for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
     const int k = l - ch.blocks.begin;
     const A* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;
@@ -421,8 +448,8 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
   }
   if (ch.first) {
     L.dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, T, C,
-                                          v0, Vl, L);
+    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, Tm,
+                                          C, v0, Vl, L);
   }
   // The embedding segment is final after the embedding (first stage) or the tied head (last).
   if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);
@@ -434,8 +461,13 @@ ModelOutput GptModelT<A>::output(int slot) const {
     throw UsageError(
         "the chunked LM head (--lm-head-chunk) keeps no micro-batch's logits whole: build the "
         "model without it to read them");
+  if (chunks.back().slots[slot].compacted)
+    throw UsageError(
+        "the last forward had loss spans: the LM head ran on their rows alone (run it without "
+        "spans to read every position's logits)");
   if constexpr (std::is_same_v<A, float>) {
-    return {chunks.back().slots[slot].logits, T, Vl};
+    const GptActsT<A>& a = chunks.back().slots[slot];
+    return {a.logits, a.positions > 0 ? a.positions : T, Vl};
   } else {
     (void)slot;
     throw UsageError(fmt::format("the logits of a {} model are not fp32: use --precision fp32",

@@ -64,6 +64,11 @@ struct GptActsT {
   float* losses = nullptr;  // (B,T)
   // logits already hold softmax - onehot: a training forward ran the fused classifier.
   bool dlogits_ready = false;
+  // The last forward ran the head on its loss rows alone (ascending positions in the micro-batch):
+  // ln_f, targets, lse and losses hold them in their first loss_rows.size() rows.
+  bool compacted = false;
+  std::vector<int32_t> loss_rows;
+  int positions = 0;  // the last forward's positions per row (SampleView::seq_len, else T)
 };
 
 // Blocks of one chunk and its activation sets.
@@ -117,6 +122,7 @@ class GptModelT final : public Model {
   // ModelBuild::head_chunk_rows below a micro-batch's rows: the LM head and loss this many rows at
   // a time through one shared logits buffer (0: the whole micro-batch, logits kept per slot).
   int head_rows = 0;
+  bool head_on_loss_rows = true;  // ModelBuild::head_on_loss_rows
 
  private:
   // The LM head and loss over rows [r0, r0 + n) of a slot: logits into a.logits (the whole slot's,
@@ -124,6 +130,8 @@ class GptModelT final : public Model {
   // logits first, overwrites them with dlogits, writes dln_f's rows and accumulates dw.wte.
   void head_forward(GptActsT<A>& a, int r0, int n);
   void head_backward(GptActsT<A>& a, float dloss, int r0, int n);
+  // Positions of the micro-batch's rows: SampleView::seq_len (a batch of short pairs), else T.
+  int row_positions(const MicroBatch& mb) const;
   // The activations block k of a slot forwards into and backward reads.
   BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
   // tp 1 with logits rows of Vl > V (the device's alignment): the padded cross-entropy.

@@ -46,6 +46,28 @@ void linear_gelu_forward(float* pre, float* out, const float* inp, const float* 
   cpu::gelu_forward(out, pre, size_t(N) * OC);
 }
 
+template <class A>
+void compact_rows(A* x, const int32_t* rows, int M, int C) {
+  const size_t row_bytes = size_t(C) * sizeof(A);
+  for (int j = 0; j < M; ++j)
+    if (rows[j] != j)
+      std::memcpy(static_cast<void*>(x + size_t(j) * C), x + size_t(rows[j]) * C, row_bytes);
+}
+
+// From the last row down: row j's destination rows[j] >= j never holds a row not yet moved.
+template <class A>
+void expand_rows(A* x, const int32_t* rows, int M, int N, int C) {
+  const size_t row_bytes = size_t(C) * sizeof(A);
+  int above = N;  // rows from here on are final
+  for (int j = M - 1; j >= 0; --j) {
+    const int r = rows[j];
+    std::memset(static_cast<void*>(x + size_t(r + 1) * C), 0, size_t(above - r - 1) * row_bytes);
+    if (r != j) std::memcpy(static_cast<void*>(x + size_t(r) * C), x + size_t(j) * C, row_bytes);
+    above = r;
+  }
+  std::memset(static_cast<void*>(x), 0, size_t(above) * row_bytes);  // +0: all zero bits
+}
+
 // The CPU's layers under another name: a model on "cpu-staged" takes the paths of a device whose
 // memory the host cannot read (uploads, downloads), with the CPU's math.
 template <bool kStaged>
@@ -80,6 +102,8 @@ const LayerOps& host_layer_ops() {
       nullptr,
       nullptr,
       nullptr,
+      compact_rows<float>,
+      expand_rows<float>,
   };
   return ops;
 }
@@ -278,6 +302,8 @@ const LayerOpsT<A>& host_16_layer_ops() {
       nullptr,
       nullptr,
       nullptr,
+      compact_rows<A>,
+      expand_rows<A>,
   };
   return ops;
 }

@@ -89,6 +89,11 @@ struct LayerOpsT {
   // s dout W, dweight += s dout^T inp. Null with crossentropy_fused.
   void (*lm_head_backward)(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
                            float dout_scale, int N, int IC, int OC);
+  // Rows of an (N,C) matrix moved in place by M ascending row indices (a host array, rows[j] >= j):
+  // compact_rows brings row rows[j] to row j; expand_rows takes row j back to row rows[j] and
+  // zeroes the other N - M rows. The LM head on the loss rows alone. Null: the head runs every row.
+  void (*compact_rows)(A* x, const int32_t* rows, int M, int C);
+  void (*expand_rows)(A* x, const int32_t* rows, int M, int N, int C);
 };
 
 using LayerOps = LayerOpsT<float>;

@@ -29,6 +29,9 @@ struct SampleView {
   // Language models: (rows, 2) spans [begin, end) of the target positions that are loss terms (a
   // translation's target); nullptr: every position.
   const int32_t* loss_spans = nullptr;
+  // Tokens per row (rows of seq_len + 1) when fewer than the model was built for (translation
+  // pairs in length buckets: the batch's longest); 0: as built.
+  int seq_len = 0;
 };
 
 // One micro-batch and where it sits in the global batch: dropout masks are keyed by (seed, step,
@@ -59,6 +62,10 @@ struct ModelBuild {
   // logits buffer recomputed in backward (the B x T x V logits are never held whole); families
   // without an LM head refuse it (ModelFamily::chunks_head).
   int head_chunk_rows = 0;
+  // With target masking (loss spans): the LM head and its loss over the rows that are loss terms
+  // alone, moved together before the head and back after it (the device's compact_rows); false:
+  // over every row, the simple path, kept for the test that compares the two.
+  bool head_on_loss_rows = true;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   DeviceAllocator* alloc = nullptr;

@@ -95,15 +95,27 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
   return s;
 }
 
+int BatchSource::batch_seq_len(io::Split split, uint64_t seed, int64_t index,
+                               int64_t rows_global) const {
+  if (kind != DataKind::pairs || split != io::Split::train || pairs.train_buckets.count() == 0)
+    return seq_len;
+  return io::pair_batch_seq_len(pairs, split, seed, index, rows_global, seq_len, 8);
+}
+
 void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row,
-                       int64_t rows) {
+                       int64_t rows, int row_len) {
+  if (row_len == 0) row_len = seq_len;
+  MPITRON_REQUIRE(
+      row_len == seq_len || (kind == DataKind::pairs && row_len > 0 && row_len < seq_len),
+      "rows shorter than seq_len are for pairs only");
+  filled_seq_len = row_len;
   if (kind == DataKind::text && span_corruption)
     io::fill_span_batch(text, span_docs(split), split, seed, index, first_row, rows, seq_len,
                         tokens.data(), spans.data(), name_spans);
   else if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
   else if (kind == DataKind::pairs)
-    io::fill_pair_batch(pairs, split, seed, index, first_row, rows, seq_len, tokens.data(),
+    io::fill_pair_batch(pairs, split, seed, index, first_row, rows, row_len, tokens.data(),
                         spans.data());
   else if (kind == DataKind::verses)
     io::fill_verse_batch(verses, verse_task, verse_tokens, split, seed, index, first_row, rows,
@@ -118,7 +130,9 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
 SampleView BatchSource::view(int64_t local_row, int rows) const {
   SampleView v;
   v.rows = rows;
-  if (is_sequence_data(kind)) v.tokens = tokens.data() + local_row * (seq_len + 1);
+  const int row_len = filled_seq_len > 0 ? filled_seq_len : seq_len;
+  if (is_sequence_data(kind)) v.tokens = tokens.data() + local_row * (row_len + 1);
+  if (row_len != seq_len) v.seq_len = row_len;
   if (kind == DataKind::images)
     v.features = features.data() + local_row * images.pixels_per_image();
   if (is_labelled_data(kind)) v.labels = labels.data() + local_row;

@@ -49,8 +49,15 @@ struct BatchSource {
                           int64_t capacity, DeviceAllocator& alloc,
                           const std::string& tokenizer = "",
                           const std::string& objective = "next_token");
-  // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows).
-  void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows);
+  // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows),
+  // each of row_len tokens (+1): pairs may take fewer than seq_len (batch_seq_len), other data
+  // seq_len alone (0: seq_len).
+  void fill(io::Split split, uint64_t seed, int64_t index, int64_t first_row, int64_t rows,
+            int row_len = 0);
+  // Pairs in length buckets (pairs.train_buckets), training batches: the positions the whole batch
+  // `index` (rows_global rows) needs, a multiple of 8; every rank computes it alike. Else seq_len.
+  int batch_seq_len(io::Split split, uint64_t seed, int64_t index, int64_t rows_global) const;
+  int filled_seq_len = 0;  // the last fill's row_len
   // The loss terms of the whole batch `index` of a split (rows_global rows): per_sample each, or
   // (pairs, span corruption) the sum of the rows' spans, which every rank computes alike without
   // a message.

@@ -67,7 +67,8 @@ MicroBatch Trainer::micro_batch_of(int mb, int chunk, int slot) const {
 StepResult Trainer::train_step(int64_t s) {
   progress.step.store(s);
   progress.mark("reading the batch");
-  data.fill(io::Split::train, tc.seed, s, first_row, local_rows);
+  data.fill(io::Split::train, tc.seed, s, first_row, local_rows,
+            data.batch_seq_len(io::Split::train, tc.seed, s, tc.batch_size));
   sync->begin_step();
   progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
   // The global batch's loss terms: fixed, or (translation pairs) their target tokens this step.

@@ -133,6 +133,11 @@ void Trainer::setup() {
   data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
                            opts.tokenizer, tc.objective);
   data.augment = tc.augment != 0;
+  if (tc.length_buckets > 0) {
+    if (data.kind != DataKind::pairs)
+      throw UsageError("train.length_buckets is for translation pairs (gpt with model.task=1)");
+    data.pairs.train_buckets = io::pair_length_buckets(data.pairs.train, tc.length_buckets);
+  }
   if (tc.bleu_every > 0 && data.kind != DataKind::pairs)
     throw UsageError("train.bleu_every is for translation pairs (gpt with model.task=1)");
   if (tc.bleu_every > 0 &&

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Translation end to end on a small synthetic pair folder: a SentencePiece model learned by
 # `mpitron tokenize --learn`, a GPT trained on source [SEP] target [END] with the loss on the
-# target (dropout on), dp 2 and pp 2 equal to one rank within 1e-5, validation BLEU in the trace,
+# target (dropout on), dp 2 and pp 2 equal to one rank within 1e-5 (with and without length
+# buckets), validation BLEU in the trace,
 # `translate` with and without the KV cache giving the same lines, and bad input refused with one
 # clear line and no partial output.
 # shellcheck source=tests/e2e/common.sh
@@ -40,11 +41,22 @@ with h5py.File("one/trace.h5", "r") as f:
     b = f["trace/val_bleu"][:]
     assert math.isnan(b[0]) and b[-1] >= 0 and not math.isnan(b[-1]), b
 PY
+# Length buckets: each batch's rows as long as its longest pair (fewer positions than --seq-len).
+"$MPITRON" train "${run[@]}" --set train.length_buckets=4 --out bucketed >bucketed.log
+"$PYTHON" - <<'PY' || fail "length buckets: the same number of loss terms, another loss"
+import h5py
+with h5py.File("one/trace.h5", "r") as a, h5py.File("bucketed/trace.h5", "r") as b:
+    assert a["trace/loss"][0] != b["trace/loss"][0], "buckets drew the same batch"
+PY
 for layout in dp pp; do
-  name=${layout}2
-  mpiexec -n 2 "$MPITRON" train "${run[@]}" "--$layout" 2 --out "$name" >"$name.log" 2>&1 ||
-    fail "--$layout 2: $(tail -3 "$name.log")"
-  "$MPITRON" compare one/trace.h5 "$name/trace.h5" --rtol 1e-5 || fail "--$layout 2 differs"
+  for buckets in 0 4; do
+    name=${layout}2_$buckets
+    base_run=$([[ $buckets == 0 ]] && echo one || echo bucketed)
+    mpiexec -n 2 "$MPITRON" train "${run[@]}" "--$layout" 2 --set train.length_buckets=$buckets \
+      --out "$name" >"$name.log" 2>&1 || fail "--$layout 2: $(tail -3 "$name.log")"
+    "$MPITRON" compare "$base_run/trace.h5" "$name/trace.h5" --rtol 1e-5 ||
+      fail "--$layout 2 (length buckets $buckets) differs"
+  done
 done
 
 # The KV cache decodes the tokens the whole prefix gives; beam search runs. (A model that has
