@@ -7,11 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "io/bpe_tokenizer.hpp"
-#include "io/h5.hpp"
-#include "io/wordpiece_tokenizer.hpp"
 #include "base/check.hpp"
 #include "base/philox.hpp"
+#include "io/bpe_tokenizer.hpp"
+#include "io/h5.hpp"
+#include "io/sentencepiece_tokenizer.hpp"
+#include "io/wordpiece_tokenizer.hpp"
 
 namespace mpitron::io {
 
@@ -104,6 +105,29 @@ TokenFileInfo tokenize_file(const WordPieceTokenizer& tokenizer, const std::stri
   const std::vector<int32_t> tokens = tokenizer.encode(text);
   TokenFileInfo info{tokenizer.vocab_size(), dir, tokenizer.format(),
                      fs::absolute(in).lexically_normal().string(), int64_t(text.size())};
+  info.tokens = int64_t(tokens.size());
+  info.checksum = token_checksum(tokens.data(), tokens.size());
+  write_token_file(out, tokens, info);
+  return info;
+}
+
+TokenFileInfo tokenize_file(const SentencePieceTokenizer& tokenizer, const std::string& in,
+                            const std::string& out) {
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(in))
+    throw UsageError(fmt::format("text file '{}' does not exist (give it with --in)", in));
+  std::ifstream f(in, std::ios::binary);
+  std::vector<int32_t> tokens;
+  int64_t bytes = 0;
+  for (std::string line; std::getline(f, line);) {
+    bytes += int64_t(line.size()) + 1;
+    const std::vector<int32_t> ids = tokenizer.encode(line);
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    tokens.push_back(tokenizer.eos_id());
+  }
+  if (f.bad()) throw UsageError(fmt::format("text file '{}' cannot be read", in));
+  TokenFileInfo info{tokenizer.vocab_size(), fs::absolute(tokenizer.path()).string(),
+                     "sentencepiece", fs::absolute(in).lexically_normal().string(), bytes};
   info.tokens = int64_t(tokens.size());
   info.checksum = token_checksum(tokens.data(), tokens.size());
   write_token_file(out, tokens, info);

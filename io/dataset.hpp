@@ -15,6 +15,7 @@ enum class Split { train, val };
 
 class BpeTokenizer;
 class WordPieceTokenizer;
+class SentencePieceTokenizer;
 
 struct TextDataset {
   std::string path;
@@ -69,6 +70,11 @@ TokenFileInfo tokenize_file(BpeTokenizer& tokenizer, const std::string& in, cons
 
 // The same with BERT's WordPiece tokenizer (the file is encoded whole: a few MB per second).
 TokenFileInfo tokenize_file(const WordPieceTokenizer& tokenizer, const std::string& in,
+                            const std::string& out);
+
+// The same with a SentencePiece model, a line at a time, its eos id after each line (format
+// "sentencepiece").
+TokenFileInfo tokenize_file(const SentencePieceTokenizer& tokenizer, const std::string& in,
                             const std::string& out);
 
 // Writes samples [sample_begin, sample_begin + count) of batch `index` (the step for training,

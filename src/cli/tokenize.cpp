@@ -1,5 +1,5 @@
-// mpitron tokenize: a text file as a token file (GPT-2 BPE or BERT WordPiece), with a progress
-// line about once a second.
+// mpitron tokenize: a text file as a token file (GPT-2 BPE, BERT WordPiece or a SentencePiece
+// model), with a progress line about once a second (BPE).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -27,6 +27,17 @@ int cmd_tokenize(const std::string& tokenizer_dir, const std::string& in, const 
   if (tokenizer_dir.empty()) throw UsageError("tokenize needs --tokenizer DIR");
   if (std::filesystem::path(out).extension() != ".h5")
     throw UsageError(fmt::format("--out {} must name an HDF5 token file (.h5)", out));
+  if (io::is_sentencepiece_model(tokenizer_dir)) {
+    const io::SentencePieceTokenizer spm = io::SentencePieceTokenizer::load(tokenizer_dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::TokenFileInfo info = io::tokenize_file(spm, in, out);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print(
+        "wrote {}: {} SentencePiece tokens from {} bytes of {} in {:.2f} s (eos {} after each "
+        "line), vocab {}\n",
+        out, info.tokens, info.source_bytes, in, s, spm.eos_id(), info.vocab_size);
+    return 0;
+  }
   if (is_wordpiece_vocabulary(tokenizer_dir)) {
     const io::WordPieceTokenizer wp = io::WordPieceTokenizer::load(tokenizer_dir);
     const auto t0 = std::chrono::steady_clock::now();

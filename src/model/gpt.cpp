@@ -336,6 +336,7 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   a.compacted = ch.last && spans && head_on_loss_rows;
   int M = N;
   if (a.compacted) {
+    a.loss_rows.reserve(size_t(B) * T);  // once: no allocation in later steps
     a.loss_rows.clear();
     for (int i = 0; i < N; ++i)
       if (targets[i] >= 0) {

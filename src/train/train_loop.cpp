@@ -211,9 +211,9 @@ int Trainer::run() {
   const double majority = data.majority_share();  // the accuracy's floor, for the log
   const auto t_start = Clock::now();
   auto t_after_first = t_start;
-  // Tokens (or samples) a step reads; a masked LM predicts only some of its tokens.
-  const double tokens_per_step =
-      is_sequence_data(data.kind) ? double(tc.batch_size) * tc.seq_len : double(tc.batch_size);
+  // Tokens (or samples) a step reads, rows as long as the step's (length buckets: its longest
+  // pair's); a masked LM predicts only some of its tokens.
+  double tokens_read = 0;
   comm_bytes_before = comm_bytes_total();
   double last_loss = std::numeric_limits<double>::quiet_NaN(), best_val = last_loss;
   int64_t best_val_step = 0;
@@ -221,6 +221,10 @@ int Trainer::run() {
     const auto t0 = Clock::now();
     const StepResult r = train_step(s);
     const double dt = seconds_since(t0);
+    const double step_tokens = is_sequence_data(data.kind)
+                                   ? double(tc.batch_size) * data.filled_seq_len
+                                   : double(tc.batch_size);
+    tokens_read += step_tokens;
     step = s;
     const double nan = std::numeric_limits<double>::quiet_NaN();
     EvalResult eval{nan, nan};
@@ -260,7 +264,7 @@ int Trainer::run() {
       row.val_bleu = bleu;
       row.lr = r.lr;
       row.grad_norm = r.grad_norm;
-      row.tokens_per_s = tokens_per_step / dt;
+      row.tokens_per_s = step_tokens / dt;
       row.step_s = dt;
       row.comm_bytes = comm_bytes;
       row.peak_mem_bytes = peak;
@@ -293,7 +297,7 @@ int Trainer::run() {
                               int64_t(tc.eval_batches) * tc.batch_size, 100 * majority),
             r.lr, r.grad_norm,
             std::isnan(r.loss_scale) ? "" : fmt::format(" | scale 2^{}", std::ilogb(r.loss_scale)),
-            tokens_per_step / dt / 1000, is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
+            step_tokens / dt / 1000, is_sequence_data(data.kind) ? "tok" : "samples", dt * 1000,
             opts.layout.pp > 1 ? fmt::format(" | bubble {:.2f}", row.bubble) : "",
             human_bytes(double(row.param_bytes)), human_bytes(double(peak)), eta);
       }
@@ -330,7 +334,7 @@ int Trainer::run() {
     trace->flush();
     if (first <= tc.steps) {
       const double took = seconds_since(t_start);
-      const double read = tokens_per_step * double(tc.steps - first + 1);
+      const double read = tokens_read;
       spdlog::info(
           "done: steps {}-{} in {} ({} {} at {}/s), last loss {:.4f}{}, checkpoint {}", first,
           tc.steps, human_seconds(took), human_count(read),

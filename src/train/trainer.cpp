@@ -136,6 +136,10 @@ void Trainer::setup() {
   if (tc.length_buckets > 0) {
     if (data.kind != DataKind::pairs)
       throw UsageError("train.length_buckets is for translation pairs (gpt with model.task=1)");
+    if (opts.device == Device::cuda)
+      throw UsageError(
+          "train.length_buckets runs on the CPU: the CUDA kernels have not run at a batch's own "
+          "length yet (set it to 0 with --device cuda)");
     data.pairs.train_buckets = io::pair_length_buckets(data.pairs.train, tc.length_buckets);
   }
   if (tc.bleu_every > 0 && data.kind != DataKind::pairs)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Translation end to end on a small synthetic pair folder: a SentencePiece model learned by
 # `mpitron tokenize --learn`, a GPT trained on source [SEP] target [END] with the loss on the
-# target (dropout on), dp 2 and pp 2 equal to one rank within 1e-5 (with and without length
+# target (dropout on), dp 2, pp 2 and tp 2 equal to one rank within 1e-5 (with and without length
 # buckets), validation BLEU in the trace,
 # `translate` with and without the KV cache giving the same lines, and bad input refused with one
 # clear line and no partial output.
@@ -27,6 +27,18 @@ PY
 "$MPITRON" tokenize --learn 120 --in aa-bb/train.aa,aa-bb/train.bb --out aa-bb/sp.model | tee learn.log
 grep -q "^wrote aa-bb/sp.model: 120 pieces (unk 0, bos 1, eos 2, pad 3)" learn.log || fail "learn line"
 
+# The learnt model applied to a file: a token file, its eos after each of the 40 lines.
+"$MPITRON" tokenize --tokenizer aa-bb/sp.model --in aa-bb/valid.aa --out valid_aa.h5 | tee apply.log
+grep -q "^wrote valid_aa.h5: [0-9]* SentencePiece tokens from .* (eos 2 after each line), vocab 120" apply.log ||
+  fail "tokenize with a SentencePiece model"
+"$PYTHON" - <<'PY' || fail "the SentencePiece token file"
+import h5py, numpy as np
+with h5py.File("valid_aa.h5", "r") as f:
+    t = f["tokens"][:]
+    assert (t == 2).sum() == 40 and t[-1] == 2 and t.max() < 120, t
+    assert f.attrs["tokenizer_format"] in (b"sentencepiece", "sentencepiece"), dict(f.attrs)
+PY
+
 base=(--config "$TINY" --set model.task=1 --set model.vocab_size=120 --tokenizer aa-bb/sp.model
   --steps 6 --batch-size 8 --seq-len 32 --eval-every 3 --eval-batches 1
   --dropout 0.1 --threads 1)
@@ -48,7 +60,7 @@ import h5py
 with h5py.File("one/trace.h5", "r") as a, h5py.File("bucketed/trace.h5", "r") as b:
     assert a["trace/loss"][0] != b["trace/loss"][0], "buckets drew the same batch"
 PY
-for layout in dp pp; do
+for layout in dp pp tp; do
   for buckets in 0 4; do
     name=${layout}2_$buckets
     base_run=$([[ $buckets == 0 ]] && echo one || echo bucketed)
