@@ -28,19 +28,20 @@ data=$repo/data/es-en
 [[ -x $build/mpitron ]] || { echo "error: $build/mpitron is missing (make build)" >&2; exit 1; }
 [[ -z $prev || -x $prev/mpitron ]] || { echo "error: $prev/mpitron is missing" >&2; exit 1; }
 out=$(mktemp -d /tmp/translation_step.XXXXXX)
+# The preset without its buckets, which a build from before them would not know.
+grep -v '^length_buckets' "$repo/configs/mt-es-en.toml" >"$out/plain.toml"
 ways=()
 [[ -n $prev ]] && ways+=("every_row")
 ways+=("loss_rows" "buckets")
 
 run() {  # way round
-  local bin=$build/mpitron buckets=0
+  local bin=$build/mpitron config=$out/plain.toml
   [[ $1 == every_row ]] && bin=$prev/mpitron
-  [[ $1 == buckets ]] && buckets=16
-  local args=(train --config "$repo/configs/mt-es-en.toml" --tokenizer "$data/bpe10k.model"
+  [[ $1 == buckets ]] && config=$repo/configs/mt-es-en.toml
+  local args=(train --config "$config" --tokenizer "$data/bpe10k.model"
     --data "$data" --steps "$steps" --set train.eval_every=0 --set train.bleu_every=0
     --set train.ckpt_every=0 --set train.log_every=1000 --threads "$threads"
     --out "$out/$1_$2")
-  [[ $buckets != 0 ]] && args+=(--set "train.length_buckets=$buckets")
   "$bin" "${args[@]}" >/dev/null
   $python -c "
 import sys, h5py
