@@ -1,10 +1,11 @@
-// The vectorisable float exp/tanh against the C library's (the simple path they replace).
+// The vectorisable float exp/tanh/erfc against the C library's (the simple path they replace).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "base/fastmath.hpp"
 
+using mpitron::cpu::erfc_fast;
 using mpitron::cpu::exp_fast;
 using mpitron::cpu::tanh_fast;
 
@@ -30,4 +31,20 @@ TEST(FastMath, TanhCloseEverywhere) {
   EXPECT_EQ(tanh_fast(0.0f), 0.0f);
   EXPECT_EQ(tanh_fast(-3.0f), -tanh_fast(3.0f));
   EXPECT_EQ(tanh_fast(100.0f), 1.0f);
+}
+
+TEST(FastMath, ErfcRelativeEverywhere) {
+  double worst = 0, worst_cdf = 0;
+  for (float x = -6.0f; x <= 9.0f; x += 0.0009765625f) {  // erfc(9) = 4e-37, float's bottom
+    const double ref = std::erfc(double(x));
+    worst = std::max(worst, std::fabs(double(erfc_fast(x)) - ref) / ref);
+  }
+  for (float x = -12.0f; x <= 12.0f; x += 0.0009765625f) {  // GELU's Phi(x) = erfc(-x/sqrt 2)/2
+    const double ref = 0.5 * std::erfc(-double(x) / std::sqrt(2.0));
+    worst_cdf = std::max(worst_cdf, std::fabs(0.5 * erfc_fast(-x * 0.70710678f) - ref));
+  }
+  EXPECT_LT(worst, 6e-6);      // relative, down to the tail
+  EXPECT_LT(worst_cdf, 3e-7);  // absolute: about 2 ulp near 1
+  EXPECT_EQ(erfc_fast(-20.0f), 2.0f);
+  EXPECT_GT(erfc_fast(20.0f), 0.0f);  // clamped, never NaN
 }

@@ -1,6 +1,6 @@
 // GELU, tanh approximation: y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3); backward
 // uses the exact derivative of that formula, dy/dx = 0.5 (1 + th) + 0.5 x (1 - th^2) du/dx.
-// Exact (erf) GELU: y = x Phi(x), Phi(x) = 0.5 (1 + erf(x / sqrt 2)), dy/dx = Phi(x) + x phi(x).
+// Exact (erf) GELU: y = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, dy/dx = Phi(x) + x phi(x).
 #include "layers/gelu.hpp"
 
 #include <algorithm>
@@ -63,25 +63,41 @@ void gelu_backward(F* dinp, const F* dout, const F* inp, size_t n) {
 }
 
 template <class F>
-void gelu_erf_forward(F* out, const F* inp, size_t n) {
-  const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+void gelu_erf_forward_block(F* __restrict out, const F* __restrict inp, ptrdiff_t len) {
+#pragma omp simd
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
-    out[i] = F(0.5) * x * (F(1) + std::erf(x * F(kInvSqrt2)));
+    out[i] = F(0.5) * x * erfc_fast(-x * F(kInvSqrt2));
   }
 }
 
 template <class F>
-void gelu_erf_backward(F* dinp, const F* dout, const F* inp, size_t n) {
-  const ptrdiff_t len = ptrdiff_t(n);
-#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+void gelu_erf_backward_block(F* __restrict dinp, const F* __restrict dout, const F* __restrict inp,
+                             ptrdiff_t len) {
+#pragma omp simd
   for (ptrdiff_t i = 0; i < len; ++i) {
     const F x = inp[i];
-    const F cdf = F(0.5) * (F(1) + std::erf(x * F(kInvSqrt2)));
-    const F pdf = F(kInvSqrt2Pi) * std::exp(F(-0.5) * x * x);
+    const F cdf = F(0.5) * erfc_fast(-x * F(kInvSqrt2));
+    const F pdf = F(kInvSqrt2Pi) * exp_fast(F(-0.5) * x * x);
     dinp[i] = dout[i] * (cdf + x * pdf);
   }
+}
+
+template <class F>
+void gelu_erf_forward(F* out, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n), blocks = (len + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t b = 0; b < blocks; ++b)
+    gelu_erf_forward_block(out + b * kBlock, inp + b * kBlock, std::min(kBlock, len - b * kBlock));
+}
+
+template <class F>
+void gelu_erf_backward(F* dinp, const F* dout, const F* inp, size_t n) {
+  const ptrdiff_t len = ptrdiff_t(n), blocks = (len + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (len >= kParallelMin)
+  for (ptrdiff_t b = 0; b < blocks; ++b)
+    gelu_erf_backward_block(dinp + b * kBlock, dout + b * kBlock, inp + b * kBlock,
+                            std::min(kBlock, len - b * kBlock));
 }
 
 template void gelu_erf_forward<float>(float*, const float*, size_t);
