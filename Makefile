@@ -48,7 +48,7 @@ PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \
   libtoml11-dev libopenblas-dev libopenblas0-openmp python3-h5py python3-numpy \
   python3-matplotlib python3-torch slurm-wlm slurmctld slurmd slurm-client munge bible-kjv \
-  shellcheck zlib1g-dev libpng-dev dataset-fashion-mnist nlohmann-json3-dev libpcre2-dev \
+  shellcheck zlib1g-dev libpng-dev dataset-fashion-mnist nlohmann-json3-dev libpcre2-dev libdnnl-dev \
   clang libclang-rt-14-dev libomp-dev libutf8proc-dev librandom123-dev libsentencepiece-dev \
   python3-nltk sword-text-sparv diatheke
 

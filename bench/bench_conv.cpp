@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/gemm.hpp"
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/relu.hpp"
-#include "base/gemm.hpp"
 
 using namespace mpitron;
 using cpu::Conv2dShape;
@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "compute threads (OpenMP and OpenBLAS)")
       ->capture_default_str();
   app.add_option("--shape", only, "one shape name; default: all");
+  std::string path = "onednn";
+  app.add_option("--path", path,
+                 "conv kernels: onednn (im2col where the build or the shape has no oneDNN) or "
+                 "im2col")
+      ->check(CLI::IsMember({"onednn", "im2col"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   cpu::set_compute_threads(threads);
 
@@ -92,12 +98,14 @@ int main(int argc, char** argv) {
     const std::vector<float> inp = rnd(n_in, 1.f), w = rnd(n_w, std::sqrt(2.f * s.OC / n_w)),
                              b(s.OC, 0.f), dout = rnd(n_out, 1.f);
     std::vector<float> out(n_out), dinp(n_in), dw(n_w, 0.f), db(s.OC, 0.f);
-    std::vector<float> ws(cpu::conv2d_workspace(s));
+    const cpu::Conv2dPlan plan =
+        cpu::conv2d_plan(s, path == "im2col" ? cpu::Conv2dPath::im2col : cpu::Conv2dPath::onednn);
+    std::vector<float> ws(cpu::conv2d_workspace(plan));
     const double conv_ms = time_ms(
         [&] {
-          cpu::conv2d_forward(out.data(), ws.data(), inp.data(), w.data(), b.data(), s);
+          cpu::conv2d_forward(out.data(), ws.data(), inp.data(), w.data(), b.data(), plan, batch);
           cpu::conv2d_backward(dinp.data(), dw.data(), db.data(), ws.data(), dout.data(),
-                               inp.data(), w.data(), s);
+                               inp.data(), w.data(), plan, batch);
         },
         reps, warmup);
 
@@ -116,9 +124,10 @@ int main(int argc, char** argv) {
         },
         reps, warmup);
     fmt::print(
-        "{{\"impl\": \"mpitron\", \"shape\": \"{}\", \"conv_ms\": {:.3f}, \"bn_relu_ms\": {:.3f}, "
-        "\"workspace_mib\": {:.1f}}}\n",
-        ns.name, conv_ms, bn_ms, double(ws.size()) * sizeof(float) / (1 << 20));
+        "{{\"impl\": \"mpitron\", \"shape\": \"{}\", \"path\": \"{}\", \"conv_ms\": {:.3f}, "
+        "\"bn_relu_ms\": {:.3f}, \"workspace_mib\": {:.1f}}}\n",
+        ns.name, plan.path() == cpu::Conv2dPath::onednn ? "onednn" : "im2col", conv_ms, bn_ms,
+        double(ws.size()) * sizeof(float) / (1 << 20));
     std::fflush(stdout);
   }
   return 0;

@@ -20,6 +20,10 @@ void maxpool2d_forward(F* out,           // (N,C,OH,OW) =
                        const F* inp,     // (N,C,H,W)
                        const Pool2dShape& s);
 
+// Any window, one at a time: the simple path, which 2x2 windows at stride 2 (unpadded) bypass.
+template <class F>
+void maxpool2d_forward_windows(F* out, int32_t* argmax, const F* inp, const Pool2dShape& s);
+
 template <class F>
 void maxpool2d_backward(F* dinp,                // (N,C,H,W) =
                         const F* dout,          // (N,C,OH,OW)

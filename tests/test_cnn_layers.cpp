@@ -1,6 +1,7 @@
 // CNN layers (conv2d, batchnorm2d with ghost groups, max/global-average pooling): gradient checks
-// against central finite differences in double with L = sum(G * out), the fast conv against the
-// direct reference, float against double, thread-count determinism and each layer's contracts.
+// against central finite differences in double with L = sum(G * out), both fast convs (im2col and
+// oneDNN) against the direct reference and each other, float against double, thread-count
+// determinism at 1-4 threads and each layer's contracts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,28 +63,41 @@ size_t numel_w(const Conv2dShape& s) {
 // ---- conv2d
 // ---------------------------------------------------------------------------------------
 
-// The fast path (workspace) or the direct reference, forward and backward, on vectors.
+enum class Kernels { direct, im2col, onednn };
+
+// The fast paths (a plan and its workspace) or the direct reference, forward and backward, on
+// vectors; calls may pass fewer images (n) than planned.
 template <class F>
 struct Conv {
   Conv2dShape s;
-  bool fast = true;
+  Kernels kernels = Kernels::im2col;
+  Conv2dPlan plan;
   std::vector<F> ws;
+  Conv(const Conv2dShape& shape, Kernels k)
+      : s(shape),
+        kernels(k),
+        plan(conv2d_plan(shape, k == Kernels::onednn ? Conv2dPath::onednn : Conv2dPath::im2col)),
+        ws(conv2d_workspace(plan), F(kNaN)) {}
   Conv(const Conv2dShape& shape, bool fast_path)
-      : s(shape), fast(fast_path), ws(conv2d_workspace(shape), F(kNaN)) {}
+      : Conv(shape, fast_path ? Kernels::im2col : Kernels::direct) {}
   void forward(std::vector<F>& out, const std::vector<F>& inp, const std::vector<F>& w,
-               const F* bias) {
-    if (fast) {
-      conv2d_forward(out.data(), ws.data(), inp.data(), w.data(), bias, s);
+               const F* bias, int n = -1) {
+    Conv2dShape sn = s;
+    sn.N = n < 0 ? s.N : n;
+    if (kernels == Kernels::direct) {
+      conv2d_forward_direct(out.data(), inp.data(), w.data(), bias, sn);
     } else {
-      conv2d_forward_direct(out.data(), inp.data(), w.data(), bias, s);
+      conv2d_forward(out.data(), ws.data(), inp.data(), w.data(), bias, plan, sn.N);
     }
   }
   void backward(F* dinp, F* dw, F* db, const std::vector<F>& dout, const std::vector<F>& inp,
-                const std::vector<F>& w) {
-    if (fast) {
-      conv2d_backward(dinp, dw, db, ws.data(), dout.data(), inp.data(), w.data(), s);
+                const std::vector<F>& w, int n = -1) {
+    Conv2dShape sn = s;
+    sn.N = n < 0 ? s.N : n;
+    if (kernels == Kernels::direct) {
+      conv2d_backward_direct(dinp, dw, db, dout.data(), inp.data(), w.data(), sn);
     } else {
-      conv2d_backward_direct(dinp, dw, db, dout.data(), inp.data(), w.data(), s);
+      conv2d_backward(dinp, dw, db, ws.data(), dout.data(), inp.data(), w.data(), plan, sn.N);
     }
   }
 };
@@ -155,26 +169,88 @@ std::vector<Conv2dShape> fast_path_shapes() {
   };
 }
 
+// Each fast path against the direct reference, forward and backward (dW and db accumulate).
+void check_against_direct(const Conv2dShape& s, Kernels k, int n) {
+  SCOPED_TRACE(::testing::Message()
+               << (k == Kernels::onednn ? "onednn" : "im2col") << " N=" << s.N << " (call " << n
+               << ") IC=" << s.IC << " H=" << s.H << " W=" << s.W << " OC=" << s.OC << " K=" << s.KH
+               << "x" << s.KW << " s=" << s.stride << " p=" << s.pad);
+  std::mt19937 g(11);
+  const VecF inp = to_float(randn(numel_in(s), g)), w = to_float(randn(numel_w(s), g, 0.3)),
+             b = to_float(randn(s.OC, g)), dout = to_float(randn(numel_out(s), g));
+  Conv<float> fast(s, k), ref(s, Kernels::direct);
+  if (k == Kernels::onednn) {
+#ifdef MPITRON_ONEDNN
+    ASSERT_EQ(fast.plan.path(), Conv2dPath::onednn) << "oneDNN refused a shape it should take";
+#else
+    ASSERT_EQ(fast.plan.path(), Conv2dPath::im2col);
+#endif
+  }
+  // Only the first n images: the rest of every output stays as prefilled.
+  VecF out_f(numel_out(s), kNaN), out_r(numel_out(s), kNaN);
+  fast.forward(out_f, inp, w, b.data(), n);
+  ref.forward(out_r, inp, w, b.data(), n);
+  const size_t out_n = numel_out(s) / s.N * n, in_n = numel_in(s) / s.N * n;
+  EXPECT_LT(rel_error(VecF(out_f.begin(), out_f.begin() + out_n),
+                      VecF(out_r.begin(), out_r.begin() + out_n)),
+            kFloatTol);
+  for (size_t i = out_n; i < out_f.size(); ++i) ASSERT_TRUE(std::isnan(out_f[i]));
+  VecF dx_f(inp.size(), kNaN), dx_r(inp.size(), kNaN), dw_f(w.size(), 1.f), dw_r(w.size(), 1.f),
+      db_f(s.OC, 1.f), db_r(s.OC, 1.f);
+  fast.backward(dx_f.data(), dw_f.data(), db_f.data(), dout, inp, w, n);
+  ref.backward(dx_r.data(), dw_r.data(), db_r.data(), dout, inp, w, n);
+  EXPECT_LT(
+      rel_error(VecF(dx_f.begin(), dx_f.begin() + in_n), VecF(dx_r.begin(), dx_r.begin() + in_n)),
+      kFloatTol);
+  for (size_t i = in_n; i < dx_f.size(); ++i) ASSERT_TRUE(std::isnan(dx_f[i]));
+  EXPECT_LT(rel_error(dw_f, dw_r), kFloatTol);
+  EXPECT_LT(rel_error(db_f, db_r), kFloatTol);
+  // dinp nullptr: skipped, the same weight gradient.
+  VecF dw2(w.size(), 1.f);
+  fast.backward(nullptr, dw2.data(), nullptr, dout, inp, w, n);
+  EXPECT_EQ(0, std::memcmp(dw2.data(), dw_f.data(), dw2.size() * sizeof(float)));
+}
+
 TEST(CnnConv, FastMatchesDirectReference) {
-  for (const Conv2dShape& s : fast_path_shapes()) {
-    SCOPED_TRACE(::testing::Message()
-                 << "N=" << s.N << " IC=" << s.IC << " H=" << s.H << " W=" << s.W << " OC=" << s.OC
-                 << " K=" << s.KH << "x" << s.KW << " s=" << s.stride << " p=" << s.pad);
-    std::mt19937 g(11);
+  for (const Conv2dShape& s : fast_path_shapes()) check_against_direct(s, Kernels::im2col, s.N);
+}
+
+// Shapes oneDNN takes: strides, padding, a pointwise shortcut, a non-square kernel and image,
+// sub-batches of unequal size (N not a multiple of the slots), fewer slots than threads.
+std::vector<Conv2dShape> onednn_shapes() {
+  return {
+      {.N = 20, .IC = 16, .H = 14, .W = 14, .OC = 24, .KH = 3, .KW = 3, .stride = 2, .pad = 1},
+      {.N = 11, .IC = 8, .H = 9, .W = 7, .OC = 16, .KH = 3, .KW = 3, .pad = 1},
+      {.N = 5, .IC = 32, .H = 6, .W = 6, .OC = 8, .KH = 1, .KW = 1, .stride = 2},
+      {.N = 3, .IC = 8, .H = 12, .W = 10, .OC = 8, .KH = 5, .KW = 3, .pad = 2},
+      {.N = 17, .IC = 16, .H = 7, .W = 7, .OC = 16, .KH = 3, .KW = 3, .pad = 1},
+  };
+}
+
+TEST(CnnConv, OnednnMatchesDirectReference) {
+  for (const Conv2dShape& s : onednn_shapes()) {
+    check_against_direct(s, Kernels::onednn, s.N);
+    check_against_direct(s, Kernels::onednn, (s.N + 1) / 2);  // fewer images than planned
+    check_against_direct(s, Kernels::onednn, 1);
+  }
+}
+
+// The simple path oneDNN replaced, on the same shapes: the two agree to float rounding.
+TEST(CnnConv, OnednnMatchesIm2col) {
+  for (const Conv2dShape& s : onednn_shapes()) {
+    std::mt19937 g(13);
     const VecF inp = to_float(randn(numel_in(s), g)), w = to_float(randn(numel_w(s), g, 0.3)),
-               b = to_float(randn(s.OC, g)), dout = to_float(randn(numel_out(s), g));
-    Conv<float> fast(s, true), ref(s, false);
-    VecF out_f(numel_out(s), kNaN), out_r(numel_out(s), kNaN);
-    fast.forward(out_f, inp, w, b.data());
-    ref.forward(out_r, inp, w, b.data());
-    EXPECT_LT(rel_error(out_f, out_r), kFloatTol);
-    VecF dx_f(inp.size(), kNaN), dx_r(inp.size(), kNaN), dw_f(w.size(), 1.f), dw_r(w.size(), 1.f),
-        db_f(s.OC, 1.f), db_r(s.OC, 1.f);
-    fast.backward(dx_f.data(), dw_f.data(), db_f.data(), dout, inp, w);
-    ref.backward(dx_r.data(), dw_r.data(), db_r.data(), dout, inp, w);
-    EXPECT_LT(rel_error(dx_f, dx_r), kFloatTol);
-    EXPECT_LT(rel_error(dw_f, dw_r), kFloatTol);
-    EXPECT_LT(rel_error(db_f, db_r), kFloatTol);
+               dout = to_float(randn(numel_out(s), g));
+    Conv<float> a(s, Kernels::onednn), b(s, Kernels::im2col);
+    VecF out_a(numel_out(s)), out_b(numel_out(s)), dx_a(inp.size()), dx_b(inp.size()),
+        dw_a(w.size(), 0.f), dw_b(w.size(), 0.f);
+    a.forward(out_a, inp, w, nullptr);
+    b.forward(out_b, inp, w, nullptr);
+    a.backward(dx_a.data(), dw_a.data(), nullptr, dout, inp, w);
+    b.backward(dx_b.data(), dw_b.data(), nullptr, dout, inp, w);
+    EXPECT_LT(rel_error(out_a, out_b), kFloatTol);
+    EXPECT_LT(rel_error(dx_a, dx_b), kFloatTol);
+    EXPECT_LT(rel_error(dw_a, dw_b), kFloatTol);
   }
 }
 
@@ -434,6 +510,35 @@ TEST(CnnPool, MaxPoolTiesGoToTheFirstInRowMajorOrder) {
   EXPECT_EQ(dinp, (Vec{1, 2, 0, 4, 8, 0, 0, 0, 0}));
 }
 
+// The vectorised 2x2 stride-2 path against the window-at-a-time one it bypasses: values from a
+// small set (many ties), NaNs sprinkled in (the first NaN wins), odd sizes (a last row and column
+// no window reads), float and double.
+template <class F>
+void check_maxpool2x2_matches_windows() {
+  const Pool2dShape s{.N = 3, .C = 5, .H = 13, .W = 11, .K = 2, .stride = 2, .pad = 0};
+  std::mt19937 g(21);
+  std::uniform_int_distribution<int> level(0, 3), nan_at(0, 9);
+  std::vector<F> inp(numel_in(s));
+  for (F& x : inp) x = nan_at(g) == 0 ? F(kNaN) : F(level(g));
+  std::vector<F> out_a(numel_out(s), F(-7)), out_b(numel_out(s), F(-7));
+  std::vector<int32_t> am_a(numel_out(s), -1), am_b(numel_out(s), -1);
+  maxpool2d_forward(out_a.data(), am_a.data(), inp.data(), s);
+  maxpool2d_forward_windows(out_b.data(), am_b.data(), inp.data(), s);
+  EXPECT_EQ(am_a, am_b);
+  for (size_t i = 0; i < out_a.size(); ++i) {
+    if (std::isnan(out_b[i])) {
+      EXPECT_TRUE(std::isnan(out_a[i])) << i;
+    } else {
+      EXPECT_EQ(out_a[i], out_b[i]) << i;
+    }
+  }
+}
+
+TEST(CnnPool, MaxPool2x2MatchesWindowAtATime) {
+  check_maxpool2x2_matches_windows<float>();
+  check_maxpool2x2_matches_windows<double>();
+}
+
 TEST(CnnPool, MaxPoolPaddingNeverWins) {
   const Pool2dShape s{.N = 1, .C = 2, .H = 3, .W = 3, .K = 3, .stride = 2, .pad = 1};
   Vec inp(18);
@@ -527,18 +632,21 @@ VecF run_float_cnn_layers() {
       {.N = 24, .IC = 16, .H = 14, .W = 14, .OC = 24, .KH = 3, .KW = 3, .pad = 1},
       {.N = 40, .IC = 24, .H = 7, .W = 7, .OC = 32, .KH = 3, .KW = 3, .pad = 1},
       {.N = 16, .IC = 32, .H = 16, .W = 16, .OC = 16, .KH = 1, .KW = 1},
+      {.N = 13, .IC = 3, .H = 14, .W = 14, .OC = 16, .KH = 3, .KW = 3, .stride = 2, .pad = 1},
   };
-  for (const Conv2dShape& s : shapes) {
-    const VecF inp = rnd(numel_in(s)), w = rnd(numel_w(s)), b = rnd(s.OC), dout = rnd(numel_out(s));
-    Conv<float> conv(s, true);
-    VecF out(numel_out(s)), dinp(inp.size()), dw(w.size(), 0.f), db(s.OC, 0.f);
-    conv.forward(out, inp, w, b.data());
-    conv.backward(dinp.data(), dw.data(), db.data(), dout, inp, w);
-    keep(out);
-    keep(dinp);
-    keep(dw);
-    keep(db);
-  }
+  for (const Conv2dShape& s : shapes)
+    for (Kernels k : {Kernels::im2col, Kernels::onednn}) {
+      const VecF inp = rnd(numel_in(s)), w = rnd(numel_w(s)), b = rnd(s.OC),
+                 dout = rnd(numel_out(s));
+      Conv<float> conv(s, k);  // planned at this thread count
+      VecF out(numel_out(s)), dinp(inp.size()), dw(w.size(), 0.f), db(s.OC, 0.f);
+      conv.forward(out, inp, w, b.data());
+      conv.backward(dinp.data(), dw.data(), db.data(), dout, inp, w);
+      keep(out);
+      keep(dinp);
+      keep(dw);
+      keep(db);
+    }
   const int N = 16, C = 24, HW = 49, G = 4;
   const VecF x = rnd(size_t(N) * C * HW), w = rnd(C), b = rnd(C), dy = rnd(x.size());
   VecF y(x.size()), mean(size_t(N / G) * C), rstd(mean.size()), dx(x.size()), dw(C, 0.f),
@@ -556,16 +664,19 @@ VecF run_float_cnn_layers() {
   return result;
 }
 
-TEST(CnnDeterminism, FloatBitIdenticalForOneAndTwoThreads) {
+TEST(CnnDeterminism, FloatBitIdenticalForOneToFourThreads) {
 #ifdef _OPENMP
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const VecF one = run_float_cnn_layers();
-  omp_set_num_threads(2);
-  const VecF two = run_float_cnn_layers();
+  for (int threads = 2; threads <= 4; ++threads) {
+    omp_set_num_threads(threads);
+    const VecF other = run_float_cnn_layers();
+    ASSERT_EQ(one.size(), other.size());
+    EXPECT_EQ(0, std::memcmp(one.data(), other.data(), one.size() * sizeof(float)))
+        << threads << " threads";
+  }
   omp_set_num_threads(saved);
-  ASSERT_EQ(one.size(), two.size());
-  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
 #else
   GTEST_SKIP() << "built without OpenMP";
 #endif

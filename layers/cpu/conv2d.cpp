@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
+#include "base/check.hpp"
 #include "base/gemm.hpp"
+#include "layers/cpu/conv2d_onednn.hpp"
 
 namespace mpitron::cpu {
 
@@ -308,12 +311,61 @@ void conv2d_backward_direct(F* dinp, F* dweight, F* dbias, const F* dout, const 
   }
 }
 
-#define MPITRON_CONV2D_INSTANTIATE(F)                                                           \
-  template void conv2d_forward<F>(F*, F*, const F*, const F*, const F*, const Conv2dShape&);    \
-  template void conv2d_backward<F>(F*, F*, F*, F*, const F*, const F*, const F*,                \
-                                   const Conv2dShape&);                                         \
-  template void conv2d_forward_direct<F>(F*, const F*, const F*, const F*, const Conv2dShape&); \
-  template void conv2d_backward_direct<F>(F*, F*, F*, const F*, const F*, const F*,             \
+Conv2dPlan conv2d_plan(const Conv2dShape& s, Conv2dPath want) {
+  Conv2dPlan plan{s, nullptr};
+  if (want == Conv2dPath::onednn && s.IC % 8 == 0 && s.OC % 8 == 0 && s.N > 0)
+    plan.onednn = conv2d_onednn_make(s);
+  return plan;
+}
+
+size_t conv2d_workspace(const Conv2dPlan& plan) {
+  return plan.onednn ? conv2d_onednn_workspace(*plan.onednn, plan.shape.N)
+                     : conv2d_workspace(plan.shape);
+}
+
+template <class F>
+void conv2d_forward(F* out, F* workspace, const F* inp, const F* weight, const F* bias,
+                    const Conv2dPlan& plan, int N) {
+  MPITRON_REQUIRE(N <= plan.shape.N, "more images than the convolution was planned for");
+  if constexpr (std::is_same_v<F, float>) {
+    if (plan.onednn) {
+      conv2d_onednn_forward(*plan.onednn, N, out, workspace, inp, weight, bias);
+      return;
+    }
+  } else {
+    MPITRON_REQUIRE(!plan.onednn, "oneDNN convolutions are float only (plan doubles for im2col)");
+  }
+  Conv2dShape s = plan.shape;
+  s.N = N;
+  conv2d_forward(out, workspace, inp, weight, bias, s);
+}
+
+template <class F>
+void conv2d_backward(F* dinp, F* dweight, F* dbias, F* workspace, const F* dout, const F* inp,
+                     const F* weight, const Conv2dPlan& plan, int N) {
+  MPITRON_REQUIRE(N <= plan.shape.N, "more images than the convolution was planned for");
+  if constexpr (std::is_same_v<F, float>) {
+    if (plan.onednn) {
+      conv2d_onednn_backward(*plan.onednn, N, dinp, dweight, dbias, workspace, dout, inp, weight);
+      return;
+    }
+  } else {
+    MPITRON_REQUIRE(!plan.onednn, "oneDNN convolutions are float only (plan doubles for im2col)");
+  }
+  Conv2dShape s = plan.shape;
+  s.N = N;
+  conv2d_backward(dinp, dweight, dbias, workspace, dout, inp, weight, s);
+}
+
+#define MPITRON_CONV2D_INSTANTIATE(F)                                                            \
+  template void conv2d_forward<F>(F*, F*, const F*, const F*, const F*, const Conv2dShape&);     \
+  template void conv2d_backward<F>(F*, F*, F*, F*, const F*, const F*, const F*,                 \
+                                   const Conv2dShape&);                                          \
+  template void conv2d_forward<F>(F*, F*, const F*, const F*, const F*, const Conv2dPlan&, int); \
+  template void conv2d_backward<F>(F*, F*, F*, F*, const F*, const F*, const F*,                 \
+                                   const Conv2dPlan&, int);                                      \
+  template void conv2d_forward_direct<F>(F*, const F*, const F*, const F*, const Conv2dShape&);  \
+  template void conv2d_backward_direct<F>(F*, F*, F*, const F*, const F*, const F*,              \
                                           const Conv2dShape&);
 MPITRON_CONV2D_INSTANTIATE(float)
 MPITRON_CONV2D_INSTANTIATE(double)

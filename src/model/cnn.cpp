@@ -208,6 +208,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     const int ic = u.split == ChannelSplit::row ? u.IC / tp : u.IC;
     const int oc = u.split == ChannelSplit::column ? u.OC / tp : u.OC;
     c.shape = {B, ic, u.H, u.W, oc, u.K, u.K, u.stride, u.pad};
+    c.plan = cpu::conv2d_plan(c.shape);
     c.C = oc;
     return c;
   };
@@ -274,7 +275,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
     widest = std::max({widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
                        size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
-    work = std::max(work, cpu::conv2d_workspace(u.shape));
+    work = std::max(work, cpu::conv2d_workspace(u.plan));
     if (u.spec.pool) argmax_count += pooled(u);
   };
   each_unit(note);
@@ -363,7 +364,7 @@ void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bo
   shape.N = rows;
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
-  cpu::conv2d_forward(a.conv, workspace, x, u.w, static_cast<const float*>(nullptr), shape);
+  cpu::conv2d_forward(a.conv, workspace, x, u.w, static_cast<const float*>(nullptr), u.plan, rows);
   if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(*tp_, a.conv, n);
   if (training) {
     const int G = spec.group;
@@ -398,7 +399,7 @@ void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const
   if (u.spec.relu) cpu::relu_backward(g, g, a.relu, n);
   cpu::batchnorm2d_backward(t1, u.dbn_w, u.dbn_b, g, a.conv, u.bn_w, a.mean, a.rstd, rows, u.C, HW,
                             spec.group);
-  cpu::conv2d_backward(dx, u.dw, static_cast<float*>(nullptr), workspace, t1, x, u.w, shape);
+  cpu::conv2d_backward(dx, u.dw, static_cast<float*>(nullptr), workspace, t1, x, u.w, u.plan, rows);
   // A column split's input is replicated: its gradient is the sum of every rank's part.
   if (dx && u.spec.split == ChannelSplit::column)
     tp::copy_to_tp_backward(*tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W);

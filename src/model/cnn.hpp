@@ -70,6 +70,7 @@ std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how)
 struct ConvBn {
   ConvBnSpec spec;
   cpu::Conv2dShape shape;  // N = planned rows; IC/OC this rank's
+  cpu::Conv2dPlan plan;    // its kernels, for up to shape.N rows
   int C = 0;               // batch-norm channels held here (OC, or OC/tp after a column split)
   float *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;     // (OC,IC,K,K), (C), (C)
   float *dw = nullptr, *dbn_w = nullptr, *dbn_b = nullptr;  // their gradients
