@@ -116,13 +116,18 @@ int available_threads() {
 // column's tiles, so its sums, change with the columns around it). So the threads here take
 // chunks of C's rows that start at multiples of kRowQuantum, one serial library call each: the
 // bits of one call over the whole product at any thread count (tests/test_gemm.cpp). Products
-// with fewer than 2 x kRowQuantum rows are cut, if at all, into column chunks fixed by the shape.
+// with fewer than 2 x kRowQuantum rows, or wide ones (at least twice as many columns as rows,
+// enough for two column chunks: a layer's weight times a batch's activations), are cut into column
+// chunks fixed by the shape.
 template <class F>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda, const F* B,
           int ldb, F beta, F* C, int ldc) {
   const double volume = double(M) * N * K;
   const int row_chunks_max = int(std::min<double>(M / kRowQuantum, volume / kMinCallVolume));
-  if (row_chunks_max < 2) {
+  // Wide products (a weight of many columns times few rows of activations) go by columns too:
+  // cut by rows, every thread would pack all of B, the bigger operand, for itself.
+  const bool wide = N >= 2 * M && column_chunk_count(N, volume) >= 2;
+  if (row_chunks_max < 2 || wide) {
     const int chunks = column_chunk_count(N, volume);
     if (chunks == 1)
       return serial_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -113,7 +113,8 @@ TEST(Gemm, BetaZeroIgnoresC) {
 
 #ifdef _OPENMP
 // gemm() gives the same bits at any thread count: row chunks start at multiples of 48 (so their
-// bits are one call's), products with few rows take column chunks fixed by the shape. Shapes with
+// bits are one call's), products with few rows, or many more columns than rows (wide), take column
+// chunks fixed by the shape. Shapes with
 // tails on every side, row splits with a short last chunk kept and joined, column chunks, serial
 // products; both transposes, beta 0 and 1, float and double.
 template <class F>
@@ -123,7 +124,7 @@ void check_thread_counts() {
   };
   const Shape shapes[] = {{111, 96, 96},    {2048, 384, 128}, {515, 131, 77},  {97, 1031, 129},
                           {1500, 200, 700}, {64, 64, 4096},   {247, 300, 300}, {200, 300, 300},
-                          {64, 4096, 96},   {1031, 257, 96}};
+                          {64, 4096, 96},   {1031, 257, 96},  {100, 4100, 64}};
   const int saved = omp_get_max_threads();
   std::mt19937 g(5);
   for (const Shape& s : shapes)
