@@ -84,6 +84,7 @@ struct Conv2dOnednn {
   // Shared part of the workspace, floats from its start: weights for forward and bwd_data, the
   // summed weight gradient (blocked, then plain), a zero bias.
   size_t sh_wf = 0, sh_wd = 0, sh_dw = 0, sh_dwp = 0, sh_zero = 0, shared = 0;
+  size_t planned = 0;  // workspace floats for shape.N images: no call may need more
   std::map<int, SubBatch> batches;
 
   static int slots(int N) { return std::min(N, kConv2dMaxThreads); }
@@ -93,6 +94,7 @@ struct Conv2dOnednn {
   SubBatch& batch(int n) {
     auto it = batches.find(n);
     if (it == batches.end()) it = batches.emplace(n, make(n, true)).first;
+    MPITRON_REQUIRE(it->second.n == n, "oneDNN has only a reference kernel for this sub-batch");
     return it->second;
   }
   std::vector<SubBatch*> slot_batches(int N) {  // each slot's primitives for a call on N images
@@ -181,7 +183,7 @@ std::shared_ptr<Conv2dOnednn> conv2d_onednn_make(const Conv2dShape& s) {
   auto k = std::make_shared<Conv2dOnednn>();
   k->shape = s;
   const OneThread one;
-  const int n0 = Conv2dOnednn::first(s.N, 1);  // the first slot's images: the largest sub-batch
+  const int n0 = Conv2dOnednn::first(s.N, 1);  // the first slot's images, N / slots rounded down
   SubBatch first = k->make(n0, false);
   if (first.n == 0) return nullptr;
   k->batches.emplace(n0, std::move(first));
@@ -201,6 +203,7 @@ std::shared_ptr<Conv2dOnednn> conv2d_onednn_make(const Conv2dShape& s) {
   k->sh_dwp = k->sh_dw + aligned(floats(k->dw_bw));
   k->sh_zero = k->sh_dwp + aligned(floats(k->w_plain));
   k->shared = k->sh_zero + aligned(size_t(s.OC));
+  k->planned = conv2d_onednn_workspace(*k, s.N);
   return k;
 }
 
@@ -218,6 +221,8 @@ void for_each_slot(Conv2dOnednn& k, int N, float* regions, Body&& body) {
   const int slots = Conv2dOnednn::slots(N);
   const std::vector<SubBatch*> sub = k.slot_batches(N);
   const size_t stride = k.region(N);
+  MPITRON_REQUIRE(k.shared + stride * slots <= k.planned,
+                  "a convolution call needs more workspace than its plan holds");
   const int threads = std::min(omp_get_max_threads(), slots);
 #pragma omp parallel num_threads(threads)
   {
