@@ -15,6 +15,14 @@
 // REALM masks named entities): the span chosen is the k-th such word whose letters all lie inside
 // the truncated document, k from the draw's third number; a document without one keeps the random
 // span. L, and so the loss terms, do not depend on the choice.
+// Name spans in a window of words (train.span_context_words = K > 0): the name is drawn from the
+// whole line, and the document is the name with a random number of words on each side, a in
+// [0, K] before and b in [0, K] after it (the line's ends stop them; words are runs of bytes
+// between spaces, the name's own punctuation stays with it); a window longer than the longest
+// document gives up a word of its longer side until it fits. So a fact is asked from a few of its
+// words at a time, the son's name alone with the relation among them, as a question asks it;
+// a line without a name keeps the truncated document and its random span. L, and so the loss
+// terms, depend on the window: they are counted from the data.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -56,17 +64,32 @@ SpanDraw span_draw(const uint32_t v[4], const SpanDocuments& docs, int T);
 // Moves d's span onto a name of doc[0, d.length), drawn with v (see above); false if it has none.
 bool name_span(const int32_t* doc, uint32_t v, SpanDraw& d);
 
-// The row (T + 1 tokens) of a document doc[0, L), and its loss span.
+// Name spans with context_words > 0: d (a document of line[0, line_length) from line_start) becomes
+// the window around a name of the whole line, drawn with v (see above); false, d untouched, if the
+// line has no name.
+bool name_window(const int32_t* line, int64_t line_start, int line_length, const uint32_t v[4],
+                 int context_words, int max_length, SpanDraw& d);
+
+// The objective's variants.
+struct SpanOptions {
+  bool names = false;     // the span is a name
+  int context_words = 0;  // names: > 0, the document is a window of words around the name
+  bool loss_on_span = false;  // the loss terms are the span and [END] only, not the document
+};
+
+// The row (T + 1 tokens) of a document doc[0, L), and its loss span: [0, L + 2), or with
+// loss_on_span the positions that predict the span and [END], [L - m + 1, L + 2).
 void span_row(const int32_t* doc, const SpanDraw& d, const SpanTokens& tok, int T, int32_t* row,
-              int32_t* span);
+              int32_t* span, bool loss_on_span = false);
 
 // Rows [sample_begin, sample_begin + count) of batch `index`: out (count, T + 1), spans (count, 2).
 void fill_span_batch(const TextDataset& data, const SpanDocuments& docs, Split split, uint64_t seed,
                      int64_t index, int64_t sample_begin, int64_t count, int T, int32_t* out,
-                     int32_t* spans, bool names = false);
+                     int32_t* spans, SpanOptions options = {});
 
 // The loss terms of rows [0, count) of batch `index`: the sum of (L + 2).
-int64_t span_batch_loss_terms(const SpanDocuments& docs, Split split, uint64_t seed, int64_t index,
-                              int64_t count, int T);
+int64_t span_batch_loss_terms(const TextDataset& data, const SpanDocuments& docs, Split split,
+                              uint64_t seed, int64_t index, int64_t count, int T,
+                              SpanOptions options = {});
 
 }  // namespace mpitron::io

@@ -166,7 +166,7 @@ TEST(SpanCorruption, BatchesAreSlicesOfOneBatchAndDocumentsComeFromTheirSplit) {
         document_of(all.data() + size_t(r) * (T + 1), spans[size_t(2 * r + 1)] - 2);
     expect_line_start(doc, 0, d.train_end);
   }
-  EXPECT_EQ(span_batch_loss_terms(docs, Split::train, 5, 9, rows, T), terms);
+  EXPECT_EQ(span_batch_loss_terms(d, docs, Split::train, 5, 9, rows, T), terms);
   for (int first : {0, 5, 9}) {
     const int n = std::min(3, rows - first);
     std::vector<int32_t> part(size_t(n) * (T + 1)), pspans(size_t(n) * 2);
@@ -237,7 +237,8 @@ TEST(SpanCorruption, NameSpansCutOutAWholeCapitalizedWordThatIsNotTheFirst) {
   const SpanDocuments docs = span_documents(data, Split::train, T);
   std::vector<int32_t> out(size_t(rows) * (T + 1)), spans(size_t(rows) * 2), plain(out.size()),
       plain_spans(spans.size());
-  fill_span_batch(data, docs, Split::train, 3, 1, 0, rows, T, out.data(), spans.data(), true);
+  fill_span_batch(data, docs, Split::train, 3, 1, 0, rows, T, out.data(), spans.data(),
+                  SpanOptions{true, 0});
   fill_span_batch(data, docs, Split::train, 3, 1, 0, rows, T, plain.data(), plain_spans.data());
   EXPECT_EQ(spans, plain_spans) << "the same loss spans with and without name spans";
   int named = 0;
@@ -254,4 +255,121 @@ TEST(SpanCorruption, NameSpansCutOutAWholeCapitalizedWordThatIsNotTheFirst) {
       EXPECT_LT(L, 9) << "a document holding a whole name got the span '" << span << "'";
   }
   EXPECT_GT(named, rows / 2);
+}
+
+TEST(SpanCorruption, NameWindowsHoldTheNameAndUpToKWholeWordsOnEachSide) {
+  const std::string line =
+      "And Enos lived ninety years, and begat (Cainan: and Cainan, the son of Enos, lived";
+  const std::vector<int32_t> doc(line.begin(), line.end());
+  // The reference: words split at spaces; the name's word is words[i]; a window of a words before
+  // and b after is words[i - a .. i + b] joined by spaces, a and b clipped at the line's ends.
+  std::vector<std::string> words;
+  for (size_t at = 0; at <= line.size();) {
+    const size_t space = std::min(line.find(' ', at), line.size());
+    words.push_back(line.substr(at, space - at));
+    at = space + 1;
+  }
+  std::mt19937 g(11);
+  const int K = 3;
+  int seen_shrunk = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const uint32_t v[4] = {uint32_t(g()), uint32_t(g()), uint32_t(g()), uint32_t(g())};
+    const int max_length = trial % 2 == 0 ? 112 : 24;
+    SpanDraw d{1000, 7, 1, 2};
+    ASSERT_TRUE(name_window(doc.data(), 1000, int(line.size()), v, K, max_length, d));
+    const std::string window = line.substr(size_t(d.start - 1000), size_t(d.length));
+    const std::string name = window.substr(size_t(d.span_begin), size_t(d.span_length));
+    ASSERT_TRUE(name == "Enos" || name == "Cainan") << name;
+    ASSERT_LE(d.length, max_length);
+    // The name's word index: count the spaces before the name in the line.
+    const size_t name_at = size_t(d.start - 1000 + d.span_begin);
+    const int i = int(std::count(line.begin(), line.begin() + long(name_at), ' '));
+    const int n = int(words.size());
+    const int a = std::min<int>(int(v[1] % (K + 1)), i), b = std::min<int>(int(v[3] % (K + 1)), n - 1 - i);
+    auto joined = [&](int first, int last) {
+      std::string s = words[size_t(first)];
+      for (int k = first + 1; k <= last; ++k) s += " " + words[size_t(k)];
+      return s;
+    };
+    if (int(joined(i - a, i + b).size()) <= max_length) {
+      EXPECT_EQ(window, joined(i - a, i + b)) << "a " << a << ", b " << b;
+    } else {  // shrunk: whole words still, fewer of them, the name's word inside
+      ++seen_shrunk;
+      bool found = false;
+      for (int lo = i - a; lo <= i && !found; ++lo)
+        for (int hi = i; hi <= i + b && !found; ++hi) found = window == joined(lo, hi);
+      EXPECT_TRUE(found) << "'" << window << "' is not whole words around the name";
+    }
+  }
+  EXPECT_GT(seen_shrunk, 20);
+  const std::string no_name = "and they lived ninety years";
+  const std::vector<int32_t> none(no_name.begin(), no_name.end());
+  const uint32_t v[4] = {1, 2, 3, 4};
+  SpanDraw d{5, 6, 1, 2};
+  EXPECT_FALSE(name_window(none.data(), 5, int(none.size()), v, K, 112, d));
+  EXPECT_EQ(d.start, 5);
+  EXPECT_EQ(d.length, 6) << "no name: the draw stays";
+
+  // In batches: rows are windows of whole words of one line, the span a name, and the loss terms
+  // (which now depend on the data) are the rows' spans.
+  std::string lines;
+  for (int k = 0; k < 100; ++k) lines += line + "\nand no name here at all\n";
+  const TextDataset data = text_of(lines);
+  const int T = 64, rows = 24;
+  const SpanDocuments docs = span_documents(data, Split::train, T);
+  std::vector<int32_t> out(size_t(rows) * (T + 1)), spans(size_t(rows) * 2);
+  fill_span_batch(data, docs, Split::train, 4, 2, 0, rows, T, out.data(), spans.data(),
+                  SpanOptions{true, 2});
+  int64_t terms = 0, windows = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int32_t* row = out.data() + size_t(r) * (T + 1);
+    terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+    const int first = int(std::find(row, row + T + 1, kMask) - row);
+    const int second = int(std::find(row + first + 1, row + T + 1, kMask) - row);
+    const int end = int(std::find(row, row + T + 1, kEnd) - row);
+    const std::string prefix(row, row + first), suffix(row + first + 1, row + second),
+        span(row + second + 1, row + end);
+    if (span != "Enos" && span != "Cainan") continue;  // the line without a name
+    ++windows;
+    const std::string window = prefix + span + suffix;
+    const size_t at = line.find(window);
+    ASSERT_NE(at, std::string::npos) << window;
+    EXPECT_TRUE(at == 0 || line[at - 1] == ' ') << window;
+    EXPECT_TRUE(at + window.size() == line.size() || line[at + window.size()] == ' ') << window;
+    EXPECT_LE(std::count(window.begin(), window.end(), ' '), 2 + 2) << window;
+  }
+  EXPECT_GT(windows, rows / 3);
+  EXPECT_EQ(span_batch_loss_terms(data, docs, Split::train, 4, 2, rows, T, SpanOptions{true, 2}),
+            terms);
+}
+
+TEST(SpanCorruption, LossOnTheSpanCountsOnlyThePositionsThatPredictTheSpanAndEnd) {
+  std::string lines;
+  for (int k = 0; k < 100; ++k) lines += "And Enos lived ninety years, and begat Cainan: and Irad\n";
+  const TextDataset data = text_of(lines + words(2000, 4));
+  const int T = 64, rows = 20;
+  const SpanDocuments docs = span_documents(data, Split::train, T);
+  for (const SpanOptions base : {SpanOptions{false, 0}, SpanOptions{true, 0}, SpanOptions{true, 4}}) {
+    SpanOptions on_span = base;
+    on_span.loss_on_span = true;
+    std::vector<int32_t> all(size_t(rows) * (T + 1)), all_spans(size_t(rows) * 2),
+        only(all.size()), only_spans(all_spans.size());
+    fill_span_batch(data, docs, Split::train, 8, 3, 0, rows, T, all.data(), all_spans.data(), base);
+    fill_span_batch(data, docs, Split::train, 8, 3, 0, rows, T, only.data(), only_spans.data(),
+                    on_span);
+    EXPECT_EQ(all, only) << "the same rows";
+    int64_t terms = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t* row = only.data() + size_t(r) * (T + 1);
+      const int first = int(std::find(row, row + T + 1, kMask) - row);
+      const int second = int(std::find(row + first + 1, row + T + 1, kMask) - row);
+      const int end = int(std::find(row + second, row + T + 1, kEnd) - row);
+      EXPECT_EQ(all_spans[size_t(2 * r)], 0);
+      EXPECT_EQ(only_spans[size_t(2 * r)], second) << "from the [MASK] that precedes the span";
+      EXPECT_EQ(only_spans[size_t(2 * r + 1)], end) << "to the position that predicts [END]";
+      EXPECT_EQ(all_spans[size_t(2 * r + 1)], end);
+      terms += end - second;
+    }
+    EXPECT_EQ(span_batch_loss_terms(data, docs, Split::train, 8, 3, rows, T, on_span), terms);
+  }
 }

@@ -182,8 +182,14 @@ int cmd_eval(const EvalArgs& a) {
   std::string objective = "next_token";
   if (auto o = rec.settings.find("train.objective"); o != rec.settings.end())
     if (const auto* v = std::get_if<std::string>(&o->second)) objective = *v;
-  BatchSource data =
-      BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer, objective);
+  int span_context_words = 0;  // absent in checkpoints older than the key
+  if (auto o = rec.settings.find("train.span_context_words"); o != rec.settings.end())
+    if (const auto* v = std::get_if<int64_t>(&o->second)) span_context_words = int(*v);
+  std::string span_loss = "all";
+  if (auto o = rec.settings.find("train.span_loss"); o != rec.settings.end())
+    if (const auto* v = std::get_if<std::string>(&o->second)) span_loss = *v;
+  BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer,
+                                       objective, span_context_words, span_loss);
   const int K = int(family.classes(rec.model));
   if (text && !data.text.is_tokens()) {
     // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.

@@ -184,7 +184,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"bleu_every", setter(t.bleu_every)},
               {"bleu_lines", setter(t.bleu_lines)},
               {"length_buckets", setter(t.length_buckets)},
-              {"objective", setter(t.objective)}},
+              {"objective", setter(t.objective)},
+              {"span_context_words", setter(t.span_context_words)},
+              {"span_loss", setter(t.span_loss)}},
              source);
   t.seed = uint64_t(seed);
   return cfg;
@@ -232,6 +234,10 @@ std::string config_keys_help() {
       {"objective", "\"" + d.objective + "\"",
        "gpt on text: \"next_token\", \"span_corruption\" (prefix [MASK] suffix [MASK] span) or "
        "\"name_span_corruption\" (the span a name)"},
+      {"span_context_words", fmt::format("{}", d.span_context_words),
+       "name_span_corruption: 0 = the line's start; K > 0 = the name and 0-K words each side"},
+      {"span_loss", "\"" + d.span_loss + "\"",
+       "span corruption's loss: \"all\" (every position to [END]) or \"span\" (span and [END])"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "

@@ -53,6 +53,11 @@ struct TrainConfig {
   // gpt on text: "next_token", "span_corruption" (io/span_corruption.hpp: fill a cut-out span) or
   // "name_span_corruption" (the cut-out span is a name)
   std::string objective = "next_token";
+  // name_span_corruption: 0, the line's start truncated as span_corruption; K > 0, the document is
+  // the name with 0 to K words on each side (io/span_corruption.hpp)
+  int span_context_words = 0;
+  // span corruption's loss terms: "all" (every position up to [END]) or "span" (the span, [END])
+  std::string span_loss = "all";
 };
 
 struct RunConfig {

@@ -15,7 +15,8 @@ namespace mpitron {
 
 BatchSource BatchSource::load(const ModelConfig& model, const std::string& path, int seq_len,
                               int64_t capacity, DeviceAllocator& alloc,
-                              const std::string& tokenizer, const std::string& objective) {
+                              const std::string& tokenizer, const std::string& objective,
+                              int span_context_words, const std::string& span_loss) {
   BatchSource s;
   s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
@@ -25,6 +26,17 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
         "train.objective is \"next_token\", \"span_corruption\" or \"name_span_corruption\", not "
         "\"{}\"",
         objective));
+  if (span_context_words < 0 || (span_context_words > 0 && objective != "name_span_corruption"))
+    throw UsageError(fmt::format("train.span_context_words = {} is a count of words around a name "
+                                 "span: 0, or more with train.objective = \"name_span_corruption\"",
+                                 span_context_words));
+  if (span_loss != "all" && span_loss != "span")
+    throw UsageError(fmt::format(
+        "train.span_loss is \"all\" (every position up to [END]) or \"span\" (the span and "
+        "[END]), not \"{}\"",
+        span_loss));
+  if (span_loss == "span" && !spans)
+    throw UsageError("train.span_loss = \"span\" is for a span-corruption train.objective");
   if (spans && (model.type != "gpt" || s.kind != DataKind::text))
     throw UsageError(fmt::format(
         "train.objective = \"{}\" is for the gpt family on text (model.task = 0)", objective));
@@ -33,8 +45,10 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
     s.text = io::load_text_dataset(path, seq_len);
     s.tokens = Buffer<int32_t>(alloc, size_t(capacity) * (seq_len + 1));
     s.span_corruption = spans;
-    s.name_spans = objective == "name_span_corruption";
-    if (s.name_spans && s.text.is_tokens())
+    s.span_options.names = objective == "name_span_corruption";
+    s.span_options.context_words = span_context_words;
+    s.span_options.loss_on_span = span_loss == "span";
+    if (s.span_options.names && s.text.is_tokens())
       throw UsageError(fmt::format(
           "{}: name spans find capitalized words in byte text; a token file has none: use "
           "train.objective = \"span_corruption\"",
@@ -111,7 +125,7 @@ void BatchSource::fill(io::Split split, uint64_t seed, int64_t index, int64_t fi
   filled_seq_len = row_len;
   if (kind == DataKind::text && span_corruption)
     io::fill_span_batch(text, span_docs(split), split, seed, index, first_row, rows, seq_len,
-                        tokens.data(), spans.data(), name_spans);
+                        tokens.data(), spans.data(), span_options);
   else if (kind == DataKind::text)
     io::fill_batch(text, split, seed, index, first_row, rows, seq_len, tokens.data());
   else if (kind == DataKind::pairs)
@@ -145,7 +159,8 @@ int64_t BatchSource::loss_terms(io::Split split, uint64_t seed, int64_t index, i
   if (kind == DataKind::pairs)
     return io::pair_batch_loss_terms(pairs, split, seed, index, rows_global, seq_len);
   if (span_corruption)
-    return io::span_batch_loss_terms(span_docs(split), split, seed, index, rows_global, seq_len);
+    return io::span_batch_loss_terms(text, span_docs(split), split, seed, index, rows_global,
+                                     seq_len, span_options);
   return rows_global * per_sample;
 }
 
@@ -183,7 +198,12 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
-  const char* objective = name_spans        ? ", span corruption on names"
+  const std::string window =
+      span_options.context_words > 0
+          ? fmt::format(", span corruption on names, 0-{} words each side", span_options.context_words)
+          : "";
+  const char* objective = !window.empty()     ? window.c_str()
+                          : span_options.names ? ", span corruption on names"
                           : span_corruption ? ", span corruption"
                                             : "";
   if (kind == DataKind::text && text.is_tokens())

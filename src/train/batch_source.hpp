@@ -33,7 +33,7 @@ struct BatchSource {
   Buffer<int32_t> labels;        // images and verses: (capacity)
   Buffer<int32_t> spans;         // pairs and span corruption: (capacity, 2) loss spans
   bool span_corruption = false;  // text: io/span_corruption.hpp's samples instead of windows
-  bool name_spans = false;       // span corruption: the span is a name
+  io::SpanOptions span_options;  // span corruption: names, and the window of words around them
   io::SpanDocuments span_train, span_val;  // span corruption: each split's documents
   const io::SpanDocuments& span_docs(io::Split s) const {
     return s == io::Split::train ? span_train : span_val;
@@ -48,7 +48,8 @@ struct BatchSource {
   static BatchSource load(const ModelConfig& model, const std::string& path, int seq_len,
                           int64_t capacity, DeviceAllocator& alloc,
                           const std::string& tokenizer = "",
-                          const std::string& objective = "next_token");
+                          const std::string& objective = "next_token",
+                          int span_context_words = 0, const std::string& span_loss = "all");
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows),
   // each of row_len tokens (+1): pairs may take fewer than seq_len (batch_seq_len), other data
   // seq_len alone (0: seq_len).

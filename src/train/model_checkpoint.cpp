@@ -35,7 +35,9 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.seq_len", int64_t(t.seq_len)},
           {"train.dropout", t.dropout},
           {"train.augment", int64_t(t.augment)},
-          {"train.objective", t.objective}};
+          {"train.objective", t.objective},
+          {"train.span_context_words", int64_t(t.span_context_words)},
+          {"train.span_loss", t.span_loss}};
 }
 
 std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now) {

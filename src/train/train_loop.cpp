@@ -129,6 +129,8 @@ io::Attributes Trainer::run_attributes() const {
   a["train.micro_batches"] = int64_t(tc.micro_batches);
   a["train.augment"] = int64_t(tc.augment);
   a["train.objective"] = tc.objective;
+  a["train.span_context_words"] = int64_t(tc.span_context_words);
+  a["train.span_loss"] = tc.span_loss;
   a["layout.world"] = int64_t(grid.shape.world);
   a["layout.dp"] = int64_t(L.dp);
   a["layout.tp"] = int64_t(L.tp);
