@@ -235,7 +235,8 @@ int64_t span_batch_loss_terms(const TextDataset& data, const SpanDocuments& docs
   int64_t terms = 0;
   for (int64_t r = 0; r < count; ++r) {
     const Philox4x32 b = rng.block((uint64_t(index) << 32) | uint64_t(r));
-    const SpanDraw d = read ? sample_draw(data, docs, b.v, T, options, doc) : span_draw(b.v, docs, T);
+    const SpanDraw d =
+        read ? sample_draw(data, docs, b.v, T, options, doc) : span_draw(b.v, docs, T);
     terms += options.loss_on_span ? d.span_length + 1 : d.length + 2;
   }
   return terms;

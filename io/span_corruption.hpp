@@ -72,8 +72,8 @@ bool name_window(const int32_t* line, int64_t line_start, int line_length, const
 
 // The objective's variants.
 struct SpanOptions {
-  bool names = false;     // the span is a name
-  int context_words = 0;  // names: > 0, the document is a window of words around the name
+  bool names = false;         // the span is a name
+  int context_words = 0;      // names: > 0, the document is a window of words around the name
   bool loss_on_span = false;  // the loss terms are the span and [END] only, not the document
 };
 

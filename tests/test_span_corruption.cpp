@@ -285,7 +285,8 @@ TEST(SpanCorruption, NameWindowsHoldTheNameAndUpToKWholeWordsOnEachSide) {
     const size_t name_at = size_t(d.start - 1000 + d.span_begin);
     const int i = int(std::count(line.begin(), line.begin() + long(name_at), ' '));
     const int n = int(words.size());
-    const int a = std::min<int>(int(v[1] % (K + 1)), i), b = std::min<int>(int(v[3] % (K + 1)), n - 1 - i);
+    const int a = std::min<int>(int(v[1] % (K + 1)), i),
+              b = std::min<int>(int(v[3] % (K + 1)), n - 1 - i);
     auto joined = [&](int first, int last) {
       std::string s = words[size_t(first)];
       for (int k = first + 1; k <= last; ++k) s += " " + words[size_t(k)];
@@ -345,15 +346,17 @@ TEST(SpanCorruption, NameWindowsHoldTheNameAndUpToKWholeWordsOnEachSide) {
 
 TEST(SpanCorruption, LossOnTheSpanCountsOnlyThePositionsThatPredictTheSpanAndEnd) {
   std::string lines;
-  for (int k = 0; k < 100; ++k) lines += "And Enos lived ninety years, and begat Cainan: and Irad\n";
+  for (int k = 0; k < 100; ++k)
+    lines += "And Enos lived ninety years, and begat Cainan: and Irad\n";
   const TextDataset data = text_of(lines + words(2000, 4));
   const int T = 64, rows = 20;
   const SpanDocuments docs = span_documents(data, Split::train, T);
-  for (const SpanOptions base : {SpanOptions{false, 0}, SpanOptions{true, 0}, SpanOptions{true, 4}}) {
+  for (const SpanOptions base :
+       {SpanOptions{false, 0}, SpanOptions{true, 0}, SpanOptions{true, 4}}) {
     SpanOptions on_span = base;
     on_span.loss_on_span = true;
-    std::vector<int32_t> all(size_t(rows) * (T + 1)), all_spans(size_t(rows) * 2),
-        only(all.size()), only_spans(all_spans.size());
+    std::vector<int32_t> all(size_t(rows) * (T + 1)), all_spans(size_t(rows) * 2), only(all.size()),
+        only_spans(all_spans.size());
     fill_span_batch(data, docs, Split::train, 8, 3, 0, rows, T, all.data(), all_spans.data(), base);
     fill_span_batch(data, docs, Split::train, 8, 3, 0, rows, T, only.data(), only_spans.data(),
                     on_span);

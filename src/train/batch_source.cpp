@@ -27,9 +27,10 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
         "\"{}\"",
         objective));
   if (span_context_words < 0 || (span_context_words > 0 && objective != "name_span_corruption"))
-    throw UsageError(fmt::format("train.span_context_words = {} is a count of words around a name "
-                                 "span: 0, or more with train.objective = \"name_span_corruption\"",
-                                 span_context_words));
+    throw UsageError(
+        fmt::format("train.span_context_words = {} is a count of words around a name "
+                    "span: 0, or more with train.objective = \"name_span_corruption\"",
+                    span_context_words));
   if (span_loss != "all" && span_loss != "span")
     throw UsageError(fmt::format(
         "train.span_loss is \"all\" (every position up to [END]) or \"span\" (the span and "
@@ -198,14 +199,14 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
-  const std::string window =
-      span_options.context_words > 0
-          ? fmt::format(", span corruption on names, 0-{} words each side", span_options.context_words)
-          : "";
-  const char* objective = !window.empty()     ? window.c_str()
+  const std::string window = span_options.context_words > 0
+                                 ? fmt::format(", span corruption on names, 0-{} words each side",
+                                               span_options.context_words)
+                                 : "";
+  const char* objective = !window.empty()      ? window.c_str()
                           : span_options.names ? ", span corruption on names"
-                          : span_corruption ? ", span corruption"
-                                            : "";
+                          : span_corruption    ? ", span corruption"
+                                               : "";
   if (kind == DataKind::text && text.is_tokens())
     return fmt::format("data {} ({} tokens, vocabulary {}{})", text.path, text.size(),
                        text.vocab_size, objective);
