@@ -72,6 +72,14 @@ expect_error 'train.objective is "next_token", "span_corruption" or "name_span_c
   "$MPITRON" train "${pre[@]}" --set train.objective=spans --out e2
 expect_error "span_corruption\" is for the gpt family on text" \
   "$MPITRON" train "${ft[@]}" --set train.objective=span_corruption --out e3
+expect_error 'train.span_context_words = -1 is a count of words around a name span' \
+  "$MPITRON" train "${pre[@]}" --set train.span_context_words=-1 --out e5
+expect_error 'or more with train.objective = "name_span_corruption"' \
+  "$MPITRON" train "${pre[@]}" --set train.span_context_words=4 --out e6
+expect_error 'train.span_loss is "all" (every position up to' \
+  "$MPITRON" train "${pre[@]}" --set train.span_loss=answer --out e7
+expect_error 'train.span_loss = "span" is for a span-corruption train.objective' \
+  "$MPITRON" train "${ft[@]}" --set train.span_loss=span --out e8
 printf 'Who was the father of Enos? Seth\n' >qa/valid.qa
 expect_error "valid.qa:1: a question-answer line is question" "$MPITRON" train "${ft[@]}" --out e4
 echo "knowledge qa ok"
