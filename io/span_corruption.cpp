@@ -167,6 +167,30 @@ bool name_window(const int32_t* line, int64_t line_start, int line_length, const
   return true;
 }
 
+void drop_window_words(int32_t* doc, const uint32_t v[4], double drop, SpanDraw& d) {
+  // Word j's draw: a stream keyed by the sample's own draw, so still a pure function of the sample.
+  const PhiloxStream words{(uint64_t(v[0]) << 32) | v[1], (uint64_t(v[2]) << 32) | v[3]};
+  const int name_begin = d.span_begin, name_end = d.span_begin + d.span_length;
+  int n = 0, at = 0, j = 0;
+  while (at < d.length) {
+    if (doc[at] == ' ') {
+      ++at;
+      continue;
+    }
+    int end = at;
+    while (end < d.length && doc[end] != ' ') ++end;
+    const bool name = at <= name_begin && name_end <= end;
+    if (name || double(words.uniform(uint64_t(j))) >= drop) {
+      if (n > 0) doc[n++] = ' ';
+      if (name) d.span_begin = n + (name_begin - at);
+      for (int k = at; k < end; ++k) doc[n++] = doc[k];
+    }
+    ++j;
+    at = end;
+  }
+  d.length = n;
+}
+
 namespace {
 
 // Sample v's document and span; doc[0, L) holds the document on return.
@@ -186,6 +210,7 @@ SpanDraw sample_draw(const TextDataset& data, const SpanDocuments& docs, const u
     if (name_window(doc.data(), docs.start[k], docs.length[k], v, options.context_words,
                     span_max_length(T), w)) {
       std::copy_n(doc.begin() + (w.start - docs.start[k]), w.length, doc.begin());
+      if (options.drop_words > 0) drop_window_words(doc.data(), v, options.drop_words, w);
       return w;
     }
     return d;  // the truncated document: the line's start, already in doc

@@ -23,6 +23,10 @@
 // words at a time, the son's name alone with the relation among them, as a question asks it;
 // a line without a name keeps the truncated document and its random span. L, and so the loss
 // terms, depend on the window: they are counted from the data.
+// Words left out of windows (train.span_drop_words = p): each word of the window but the name's is
+// dropped with probability p, the rest closing up with single spaces. A fact is then also asked
+// from the son's name and the relation with the words between them gone ("Enos lived ninety years,
+// and begat Cainan" as "Enos begat Cainan"), closer to the few words a question gives.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -70,11 +74,17 @@ bool name_span(const int32_t* doc, uint32_t v, SpanDraw& d);
 bool name_window(const int32_t* line, int64_t line_start, int line_length, const uint32_t v[4],
                  int context_words, int max_length, SpanDraw& d);
 
+// Name windows with drop > 0: each word of the window but the name's (d.span_begin's) is left out
+// with probability drop (word j by a Philox stream keyed by v); the kept words, joined by single
+// spaces, become doc[0, d.length), the name's place follows.
+void drop_window_words(int32_t* doc, const uint32_t v[4], double drop, SpanDraw& d);
+
 // The objective's variants.
 struct SpanOptions {
   bool names = false;         // the span is a name
   int context_words = 0;      // names: > 0, the document is a window of words around the name
   bool loss_on_span = false;  // the loss terms are the span and [END] only, not the document
+  double drop_words = 0;      // windows: the probability each word but the name's is left out
 };
 
 // The row (T + 1 tokens) of a document doc[0, L), and its loss span: [0, L + 2), or with

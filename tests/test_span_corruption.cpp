@@ -376,3 +376,87 @@ TEST(SpanCorruption, LossOnTheSpanCountsOnlyThePositionsThatPredictTheSpanAndEnd
     EXPECT_EQ(span_batch_loss_terms(data, docs, Split::train, 8, 3, rows, T, on_span), terms);
   }
 }
+
+TEST(SpanCorruption, DroppedWordsLeaveTheNameAndAnOrderedSubsetOfTheWindowsWords) {
+  const std::string line =
+      "And Enos lived ninety years, and begat (Cainan: and Cainan, the son of Enos, lived";
+  const std::vector<int32_t> doc(line.begin(), line.end());
+  auto split_words = [](const std::string& s) {
+    std::vector<std::string> w;
+    for (size_t at = 0; at < s.size();) {
+      const size_t space = std::min(s.find(' ', at), s.size());
+      w.push_back(s.substr(at, space - at));
+      at = space + 1;
+    }
+    return w;
+  };
+  std::mt19937 g(5);
+  int64_t context = 0, dropped = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const uint32_t v[4] = {uint32_t(g()), uint32_t(g()), uint32_t(g()), uint32_t(g())};
+    const double p = trial % 3 == 0 ? 0.0 : trial % 3 == 1 ? 0.5 : 0.999999;
+    SpanDraw window{1000, 7, 1, 2};
+    ASSERT_TRUE(name_window(doc.data(), 1000, int(line.size()), v, 4, 112, window));
+    const std::string before = line.substr(size_t(window.start - 1000), size_t(window.length));
+    const std::string name = before.substr(size_t(window.span_begin), size_t(window.span_length));
+    std::vector<int32_t> d(before.begin(), before.end());
+    SpanDraw after = window;
+    drop_window_words(d.data(), v, p, after);
+    const std::string kept(d.begin(), d.begin() + after.length);
+    ASSERT_EQ(kept.substr(size_t(after.span_begin), size_t(after.span_length)), name) << kept;
+    const std::vector<std::string> all = split_words(before), left = split_words(kept);
+    EXPECT_EQ(kept.find("  "), std::string::npos) << "single spaces: " << kept;
+    // left is all with some words other than the name's removed, in order.
+    size_t k = 0;
+    for (const std::string& w : all)
+      if (k < left.size() && w == left[k]) ++k;
+    EXPECT_EQ(k, left.size()) << "'" << kept << "' is not an ordered subset of '" << before << "'";
+    if (p == 0.0) {
+      EXPECT_EQ(kept, before);
+    }
+    if (p > 0.99) {
+      EXPECT_EQ(left.size(), 1u) << kept;
+    }
+    if (p == 0.5) {
+      context += int64_t(all.size()) - 1;
+      dropped += int64_t(all.size() - left.size());
+    }
+    SpanDraw again = window;
+    std::vector<int32_t> d2(before.begin(), before.end());
+    drop_window_words(d2.data(), v, p, again);
+    EXPECT_EQ(std::string(d2.begin(), d2.begin() + again.length), kept) << "a function of v";
+  }
+  ASSERT_GT(context, 400);
+  EXPECT_NEAR(double(dropped) / double(context), 0.5, 0.05);
+
+  // In batches: each named row's document is the name and an ordered subset of the line's words,
+  // and the loss terms are counted from the same rows.
+  std::string lines;
+  for (int k = 0; k < 100; ++k) lines += line + "\nand no name here at all\n";
+  const TextDataset data = text_of(lines);
+  const int T = 64, rows = 24;
+  const SpanDocuments docs = span_documents(data, Split::train, T);
+  const SpanOptions options{true, 3, false, 0.5};
+  std::vector<int32_t> out(size_t(rows) * (T + 1)), spans(size_t(rows) * 2);
+  fill_span_batch(data, docs, Split::train, 4, 2, 0, rows, T, out.data(), spans.data(), options);
+  const std::vector<std::string> line_words = split_words(line);
+  int64_t terms = 0, windows = 0;
+  for (int r = 0; r < rows; ++r) {
+    const int32_t* row = out.data() + size_t(r) * (T + 1);
+    terms += spans[size_t(2 * r + 1)] - spans[size_t(2 * r)];
+    const int first = int(std::find(row, row + T + 1, kMask) - row);
+    const int second = int(std::find(row + first + 1, row + T + 1, kMask) - row);
+    const int end = int(std::find(row, row + T + 1, kEnd) - row);
+    const std::string prefix(row, row + first), suffix(row + first + 1, row + second),
+        span(row + second + 1, row + end);
+    if (span != "Enos" && span != "Cainan") continue;
+    ++windows;
+    const std::vector<std::string> w = split_words(prefix + span + suffix);
+    size_t k = 0;
+    for (const std::string& lw : line_words)
+      if (k < w.size() && lw == w[k]) ++k;
+    EXPECT_EQ(k, w.size()) << prefix + span + suffix;
+  }
+  EXPECT_GT(windows, rows / 3);
+  EXPECT_EQ(span_batch_loss_terms(data, docs, Split::train, 4, 2, rows, T, options), terms);
+}

@@ -188,8 +188,11 @@ int cmd_eval(const EvalArgs& a) {
   std::string span_loss = "all";
   if (auto o = rec.settings.find("train.span_loss"); o != rec.settings.end())
     if (const auto* v = std::get_if<std::string>(&o->second)) span_loss = *v;
+  double span_drop_words = 0;
+  if (auto o = rec.settings.find("train.span_drop_words"); o != rec.settings.end())
+    if (const auto* v = std::get_if<double>(&o->second)) span_drop_words = *v;
   BatchSource data = BatchSource::load(rec.model, data_path, T, batch_size, alloc, verse_tokenizer,
-                                       objective, span_context_words, span_loss);
+                                       objective, span_context_words, span_loss, span_drop_words);
   const int K = int(family.classes(rec.model));
   if (text && !data.text.is_tokens()) {
     // A text file for a BPE model (--tokenizer, or trained on a token file): encode it here.

@@ -186,7 +186,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"length_buckets", setter(t.length_buckets)},
               {"objective", setter(t.objective)},
               {"span_context_words", setter(t.span_context_words)},
-              {"span_loss", setter(t.span_loss)}},
+              {"span_loss", setter(t.span_loss)},
+              {"span_drop_words", setter(t.span_drop_words)}},
              source);
   t.seed = uint64_t(seed);
   return cfg;
@@ -238,6 +239,8 @@ std::string config_keys_help() {
        "name_span_corruption: 0 = the line's start; K > 0 = the name and 0-K words each side"},
       {"span_loss", "\"" + d.span_loss + "\"",
        "span corruption's loss: \"all\" (every position to [END]) or \"span\" (span and [END])"},
+      {"span_drop_words", fmt::format("{}", d.span_drop_words),
+       "name windows: the probability each word but the name's is left out"},
   };
   std::string out =
       "Config keys (TOML tables [model] and [train]; flags and --set section.key=value override "

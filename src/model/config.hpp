@@ -58,6 +58,8 @@ struct TrainConfig {
   int span_context_words = 0;
   // span corruption's loss terms: "all" (every position up to [END]) or "span" (the span, [END])
   std::string span_loss = "all";
+  // name windows: the probability each word but the name's is left out (0: none)
+  double span_drop_words = 0;
 };
 
 struct RunConfig {

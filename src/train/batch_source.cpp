@@ -16,7 +16,8 @@ namespace mpitron {
 BatchSource BatchSource::load(const ModelConfig& model, const std::string& path, int seq_len,
                               int64_t capacity, DeviceAllocator& alloc,
                               const std::string& tokenizer, const std::string& objective,
-                              int span_context_words, const std::string& span_loss) {
+                              int span_context_words, const std::string& span_loss,
+                              double span_drop_words) {
   BatchSource s;
   s.kind = model_family(model.type).data(model);
   s.capacity = capacity;
@@ -31,6 +32,12 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
         fmt::format("train.span_context_words = {} is a count of words around a name "
                     "span: 0, or more with train.objective = \"name_span_corruption\"",
                     span_context_words));
+  if (!(span_drop_words >= 0 && span_drop_words < 1) ||
+      (span_drop_words > 0 && span_context_words == 0))
+    throw UsageError(fmt::format(
+        "train.span_drop_words = {} is the probability a word of a name's window is left out: in "
+        "[0, 1), and above 0 only with train.span_context_words > 0",
+        span_drop_words));
   if (span_loss != "all" && span_loss != "span")
     throw UsageError(fmt::format(
         "train.span_loss is \"all\" (every position up to [END]) or \"span\" (the span and "
@@ -49,6 +56,7 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
     s.span_options.names = objective == "name_span_corruption";
     s.span_options.context_words = span_context_words;
     s.span_options.loss_on_span = span_loss == "span";
+    s.span_options.drop_words = span_drop_words;
     if (s.span_options.names && s.text.is_tokens())
       throw UsageError(fmt::format(
           "{}: name spans find capitalized words in byte text; a token file has none: use "
@@ -199,10 +207,14 @@ io::Attributes BatchSource::attributes() const {
 }
 
 std::string BatchSource::describe() const {
-  const std::string window = span_options.context_words > 0
-                                 ? fmt::format(", span corruption on names, 0-{} words each side",
-                                               span_options.context_words)
-                                 : "";
+  const std::string window =
+      span_options.context_words > 0
+          ? fmt::format(", span corruption on names, 0-{} words each side{}",
+                        span_options.context_words,
+                        span_options.drop_words > 0
+                            ? fmt::format(", each left out with p {}", span_options.drop_words)
+                            : "")
+          : "";
   const char* objective = !window.empty()      ? window.c_str()
                           : span_options.names ? ", span corruption on names"
                           : span_corruption    ? ", span corruption"

@@ -49,7 +49,7 @@ struct BatchSource {
                           int64_t capacity, DeviceAllocator& alloc,
                           const std::string& tokenizer = "",
                           const std::string& objective = "next_token", int span_context_words = 0,
-                          const std::string& span_loss = "all");
+                          const std::string& span_loss = "all", double span_drop_words = 0);
   // Rows [first_row, first_row + rows) of batch `index` of a split, into buffer rows [0, rows),
   // each of row_len tokens (+1): pairs may take fewer than seq_len (batch_seq_len), other data
   // seq_len alone (0: seq_len).

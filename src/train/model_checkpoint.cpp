@@ -37,7 +37,8 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.augment", int64_t(t.augment)},
           {"train.objective", t.objective},
           {"train.span_context_words", int64_t(t.span_context_words)},
-          {"train.span_loss", t.span_loss}};
+          {"train.span_loss", t.span_loss},
+          {"train.span_drop_words", t.span_drop_words}};
 }
 
 std::vector<std::string> setting_changes(const io::Attributes& before, const io::Attributes& now) {

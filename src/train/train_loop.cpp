@@ -131,6 +131,7 @@ io::Attributes Trainer::run_attributes() const {
   a["train.objective"] = tc.objective;
   a["train.span_context_words"] = int64_t(tc.span_context_words);
   a["train.span_loss"] = tc.span_loss;
+  a["train.span_drop_words"] = tc.span_drop_words;
   a["layout.world"] = int64_t(grid.shape.world);
   a["layout.dp"] = int64_t(L.dp);
   a["layout.tp"] = int64_t(L.tp);

@@ -131,7 +131,8 @@ void Trainer::setup() {
   micro_rows =
       int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
   data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
-                           opts.tokenizer, tc.objective, tc.span_context_words, tc.span_loss);
+                           opts.tokenizer, tc.objective, tc.span_context_words, tc.span_loss,
+                           tc.span_drop_words);
   data.augment = tc.augment != 0;
   if (tc.length_buckets > 0) {
     if (data.kind != DataKind::pairs)

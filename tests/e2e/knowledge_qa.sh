@@ -76,6 +76,12 @@ expect_error 'train.span_context_words = -1 is a count of words around a name sp
   "$MPITRON" train "${pre[@]}" --set train.span_context_words=-1 --out e5
 expect_error 'or more with train.objective = "name_span_corruption"' \
   "$MPITRON" train "${pre[@]}" --set train.span_context_words=4 --out e6
+expect_error 'train.span_drop_words = 1 is the probability a word of a name' \
+  "$MPITRON" train "${pre[@]}" --set train.objective=name_span_corruption \
+  --set train.span_context_words=4 --set train.span_drop_words=1 --out e9
+expect_error 'above 0 only with train.span_context_words > 0' \
+  "$MPITRON" train "${pre[@]}" --set train.objective=name_span_corruption \
+  --set train.span_drop_words=0.5 --out e10
 expect_error 'train.span_loss is "all" (every position up to' \
   "$MPITRON" train "${pre[@]}" --set train.span_loss=answer --out e7
 expect_error 'train.span_loss = "span" is for a span-corruption train.objective' \

@@ -15,12 +15,13 @@ for layout in dp tp pp; do
     fail "--$layout 2: $(tail -3 "pre_$layout.log")"
   "$MPITRON" compare pre1/trace.h5 "pre_$layout/trace.h5" --rtol 1e-5 || fail "--$layout 2 differs"
 done
-# Name spans in windows of words, the loss on the span: the loss terms are counted from the data,
-# by every rank alike.
+# Name spans in windows of words, some words left out, the loss on the span: the loss terms are
+# counted from the data, by every rank alike.
 win=("${pre[@]}" --set train.objective=name_span_corruption --set train.span_context_words=3
-  --set train.span_loss=span)
+  --set train.span_drop_words=0.3 --set train.span_loss=span)
 "$MPITRON" train "${win[@]}" --out win1 >win1.log
-grep -q "span corruption on names, 0-3 words each side" win1.log || fail "windows: $(head -1 win1.log)"
+grep -q "span corruption on names, 0-3 words each side, each left out with p 0.3" win1.log ||
+  fail "windows: $(head -1 win1.log)"
 mpiexec -n 2 "$MPITRON" train "${win[@]}" --dp 2 --out win_dp >win_dp.log 2>&1 ||
   fail "windows at dp 2: $(tail -3 win_dp.log)"
 "$MPITRON" compare win1/trace.h5 win_dp/trace.h5 --rtol 1e-5 || fail "windows at dp 2 differ"
