@@ -22,7 +22,7 @@ cleanup() {
   done
   return 0
 }
-trap cleanup EXIT
+on_exit cleanup
 
 stop_one_rank() {  # name layout flags...
   local name=$1

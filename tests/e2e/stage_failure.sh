@@ -28,7 +28,7 @@ cleanup() {
   fi
   if [[ -n $launcher ]]; then kill -KILL "$launcher" 2>/dev/null || true; fi
 }
-trap cleanup EXIT
+on_exit cleanup
 
 # kill_stage VICTIM_RANK: starts a long pp 2 run, kills the rank once training runs, checks the end.
 kill_stage() {

@@ -6,7 +6,8 @@
 # Where munge or Slurm cannot start here the test exits 77 (CTest: skipped) saying why.
 #
 # Use:  source cluster.sh; cluster_start   (sets SLURM_CONF, CLUSTER_DIR; trap tears down)
-# Variables: MPITRON_SLURM_KEEP=1 keeps the folder (logs, state) after the test.
+# Variables: MPITRON_SLURM_KEEP=1 keeps the folder (logs, state) after the test; MPITRON_KEEP_WORK=1
+# keeps the test's work folder after it passed.
 
 SLURM_TEST_SKIP=77
 # Non-default ports, so a site's own Slurm on 6817/6818 is never touched; one test cluster at a
@@ -91,6 +92,10 @@ cluster_stop() {
     rm -rf "$CLUSTER_DIR"
   fi
   rm -f "$SLURM_TEST_LOCK.dir"
+  # A passing or skipped test leaves no work folder behind (CI's disk is small); a failing one keeps it.
+  if [[ ($rc == 0 || $rc == "$SLURM_TEST_SKIP") && ${MPITRON_KEEP_WORK:-0} != 1 && -n ${WORK:-} ]]; then
+    cd / && rm -rf "$WORK"
+  fi
   return "$rc"
 }
 
