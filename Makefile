@@ -181,6 +181,7 @@ test: build data
 	echo; echo "ctest in $(BUILD):"; tests/slowest.sh $(BUILD)/ctest-junit.xml 10 \
 	  "$$(sed -n 's/^ctest \([0-9]*\) s.*/\1/p' $(BUILD)/make-test-times.txt)"; \
 	echo "stages:"; sed 's/^/  /' $(BUILD)/make-test-times.txt; \
+	echo "disk: $$(du -sh $(BUILD) $(ASAN_BUILD) 2>/dev/null | awk '{printf "%s %s, ", $$2, $$1}')$$(df -h --output=avail . | tail -1 | tr -d ' ') free"; \
 	echo "make test: $$(($$(date +%s) - $(MAKE_START))) s in all (set-up and build included)"; \
 	exit $$rc
 
