@@ -9,6 +9,8 @@
 # OMP_PROC_BIND=true OMP_PLACES=cores.
 # With -p OTHER_BUILD, that build's bench_step runs in the same rounds as "previous" (a commit
 # before a change, measured side by side with it) and the table adds its ms/step and ratio.
+# Each round also measures the cores' fp32 peak (bench/peak_flops, FMA chains in registers): the
+# table gives each side's share of it and the step time the model FLOPs alone would take at it.
 # Usage: bench/bench_step.sh [-r rounds] [-t threads] [-b build_dir] [-p other_build] [-o out_dir]
 set -euo pipefail
 
@@ -27,9 +29,9 @@ while getopts "r:t:b:p:o:h" opt; do
 done
 python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
 bench="$build/bench/bench_step"
-for b in "$bench" ${previous:+"$previous/bench/bench_step"}; do
+for b in "$bench" "$build/bench/peak_flops" ${previous:+"$previous/bench/bench_step"}; do
   if [[ ! -x $b ]]; then
-    echo "error: $b is missing: cmake --build $(dirname "$(dirname "$b")") --target bench_step" >&2
+    echo "error: $b is missing: cmake --build $(dirname "$(dirname "$b")") --target $(basename "$b")" >&2
     exit 1
   fi
 done
@@ -104,6 +106,8 @@ for c in "${cases[@]}"; do
     if ((r % 2)); then order=(mpitron torch ${previous:+previous}); else
       order=(${previous:+previous} torch mpitron); fi
     for impl in "${order[@]}"; do run_one "$impl" "$name" "$args"; done
+    "$build/bench/peak_flops" --threads "$threads" --repeats 3 --seconds 0.2 --json |
+      sed "s/^{/{\"impl\": \"peak\", \"config\": \"$name\", /" >>"$results"
   done
 done
 
@@ -126,6 +130,22 @@ for c in configs:
           f"{med('torch', c, 'tokens_per_s'):>8.0f} {med('mpitron', c, 'gflops'):>9.1f} "
           f"{med('torch', c, 'gflops'):>9.1f} {med('mpitron', c, 'allocations_per_step'):>11g} "
           f"{med('mpitron', c, 'ms_per_step', min) / med('torch', c, 'ms_per_step', min):>8.2f}")
+peaks = [r["peak_gflops"] for r in rows if r["impl"] == "peak"]
+if peaks:
+    peak = statistics.median(peaks)
+    print()
+    print(f"fp32 peak of {rows[0]['threads']} threads: {peak:.1f} GFLOP/s (median of "
+          f"{len(peaks)} rounds, range {min(peaks):.1f}-{max(peaks):.1f})")
+    print(f"{'config':<10} {'m % peak':>8} {'t % peak':>8} {'FLOPs at peak ms':>16} "
+          f"{'at peak / torch':>15}")
+    for c in configs:
+        m, t = med("mpitron", c, "gflops"), med("torch", c, "gflops")
+        r0 = next(r for r in rows if r["config"] == c and r["impl"] == "mpitron")
+        at_peak = 1e3 * r0["model_gflop_per_step"] / peak
+        print(f"{c:<10} {100 * m / peak:>7.1f}% {100 * t / peak:>7.1f}% {at_peak:>16.1f} "
+              f"{at_peak / med('torch', c, 'ms_per_step'):>15.2f}")
+    print("FLOPs at peak: the model FLOPs of one step at the peak (no memory traffic, no other "
+          "work): no step can be faster")
 if any(r["impl"] == "previous" for r in rows):
     print()
     print(f"{'config':<10} {'mpitron ms':>11} {'previous ms':>12} {'ratio m/p':>9} {'best m/p':>8}")

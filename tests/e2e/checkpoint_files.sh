@@ -49,7 +49,8 @@ expect_error "flipped.h5: params/h.3.mlp.c_fc.weight fails its checksum" \
 # (0.4 MB) fit; a second needs more than the about 0.7 MiB the check asks for.
 mkdir -p disk
 if mount -t tmpfs -o size=1930k tmpfs disk 2>/dev/null; then
-  on_exit 'umount "$WORK/disk" 2>/dev/null || true'
+  unmount_disk() { umount "$WORK/disk" 2>/dev/null || true; }
+  on_exit unmount_disk
   tiny=(--set model.n_layer=1 --set model.n_embd=32 --set model.n_head=2)
   expect_error "no room for checkpoint disk/run/ckpt_2.h5: .* the last complete one is disk/run/ckpt_1.h5" \
     mpiexec -n 2 "$MPITRON" train "${small[@]}" "${tiny[@]}" --steps 4 --ckpt-every 1 --out disk/run
