@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
 
   std::vector<Product> products;
   const int C = embd;
-  for (auto [layer, OC, IC] : {std::tuple{"c_attn", 3 * C, C}, std::tuple{"attn_proj", C, C},
-                               std::tuple{"c_fc", 4 * C, C}, std::tuple{"mlp_proj", C, 4 * C},
-                               std::tuple{"lm_head", vocab, C}}) {
+  for (auto [layer, OC, IC] :
+       {std::tuple{"c_attn", 3 * C, C}, std::tuple{"attn_proj", C, C}, std::tuple{"c_fc", 4 * C, C},
+        std::tuple{"mlp_proj", C, 4 * C}, std::tuple{"lm_head", vocab, C}}) {
     products.push_back({fmt::format("{} fwd", layer), false, true, rows, OC, IC});
     products.push_back({fmt::format("{} dinp", layer), false, false, rows, IC, OC});
     products.push_back({fmt::format("{} dW", layer), true, false, OC, IC, rows});
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     // op(A) is M x K, op(B) is K x N; row-major with the stored shapes.
     const int a_rows = p.ta ? p.K : p.M, a_cols = p.ta ? p.M : p.K;
     const int b_rows = p.tb ? p.N : p.K, b_cols = p.tb ? p.K : p.N;
-    std::vector<float> A(size_t(a_rows) * a_cols), B(size_t(b_rows) * b_cols), Cm(size_t(p.M) * p.N);
+    std::vector<float> A(size_t(a_rows) * a_cols), B(size_t(b_rows) * b_cols),
+        Cm(size_t(p.M) * p.N);
     for (float& x : A) x = u(rng);
     for (float& x : B) x = u(rng);
     auto time = [&](auto&& call) {
@@ -78,7 +79,9 @@ int main(int argc, char** argv) {
       for (int r = 0; r < repeats; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         call();
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       return median(ms);
     };
@@ -96,8 +99,9 @@ int main(int argc, char** argv) {
     const double gflop = 2.0 * p.M * p.N * p.K / 1e9;
     total_ours += ours;
     total_blas += blas;
-    fmt::print("{:<16} {:>6} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.1f} {:>10.1f} {:>7.2f}\n", p.name,
-               p.M, p.N, p.K, ours, blas, gflop / ours * 1e3, gflop / blas * 1e3, ours / blas);
+    fmt::print("{:<16} {:>6} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.1f} {:>10.1f} {:>7.2f}\n",
+               p.name, p.M, p.N, p.K, ours, blas, gflop / ours * 1e3, gflop / blas * 1e3,
+               ours / blas);
   }
   fmt::print("one layer's products x 1 and the head: ours {:.1f} ms, blas {:.1f} ms ({:.2f})\n",
              total_ours, total_blas, total_ours / total_blas);

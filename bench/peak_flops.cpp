@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   double seconds = 0.3;
   bool json = false;
   app.add_option("--threads", threads, "threads (one chain set each)")->capture_default_str();
-  app.add_option("--repeats", repeats, "timed repeats; the best is reported")->capture_default_str();
+  app.add_option("--repeats", repeats, "timed repeats; the best is reported")
+      ->capture_default_str();
   app.add_option("--seconds", seconds, "about how long each repeat runs")->capture_default_str();
   app.add_flag("--json", json, "one JSON line");
   CLI11_PARSE(app, argc, argv);
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
   // Calibrate: iterations for about `seconds` on one thread.
   long iterations = 1 << 20;
   const double calibration = peak_gflops(1, iterations);
-  iterations = std::max<long>(1 << 16, static_cast<long>(seconds * calibration * 1e9 / flops_per_iteration));
+  iterations =
+      std::max<long>(1 << 16, static_cast<long>(seconds * calibration * 1e9 / flops_per_iteration));
   double best = 0;
   for (int r = 0; r < repeats; ++r) best = std::max(best, peak_gflops(threads, iterations));
   if (json) {
