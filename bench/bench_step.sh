@@ -135,7 +135,7 @@ if peaks:
     peak = statistics.median(peaks)
     print()
     print(f"fp32 peak of {rows[0]['threads']} threads: {peak:.1f} GFLOP/s (median of "
-          f"{len(peaks)} rounds, range {min(peaks):.1f}-{max(peaks):.1f})")
+          f"{len(peaks)} measurements, range {min(peaks):.1f}-{max(peaks):.1f})")
     print(f"{'config':<10} {'m % peak':>8} {'t % peak':>8} {'FLOPs at peak ms':>16} "
           f"{'at peak / torch':>15}")
     for c in configs:
