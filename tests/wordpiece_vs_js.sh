@@ -20,7 +20,15 @@ REPO=$2
 WORK=$3
 rm -rf "$WORK"
 mkdir -p "$WORK"
+WORK=$(realpath "$WORK")
 cd "$WORK"
+# Passed or skipped: the folder goes (as tests/e2e/common.sh does); failed: it stays to look at.
+finish_work() {
+  local rc=$?
+  if [[ ($rc == 0 || $rc == 77) && ${MPITRON_KEEP_WORK:-0} != 1 ]]; then cd / && rm -rf "$WORK"; fi
+  return "$rc"
+}
+trap finish_work EXIT
 fail() {
   echo "FAIL: $*" >&2
   exit 1
