@@ -34,7 +34,8 @@ int world_rank() {
 bool needs_mpi(int argc, char** argv) {
   if (argc < 2) return true;
   const std::string command = argv[1];
-  return command != "compare" && command != "info" && command != "bleu" && command != "plan";
+  return command != "compare" && command != "info" && command != "bleu" && command != "plan" &&
+         command != "devices";
 }
 
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.

@@ -2,9 +2,13 @@
 # The jobs/ batch scripts on a real (single-node) Slurm cluster: every Bridges-2 profile and the
 # generic one train, on CPU ranks, and leave a trace, a checkpoint and the run record (revision,
 # job id, exact command, a copy of the script). GPU-shared runs unchanged on fake v100-32 GPUs
-# (one rank per GPU); the others get a CPU override (--gpus=0, fewer tasks). TP=2 and PP=2 (with
-# SCHEDULE) reach mpitron and train. A layout mpitron does not support (PP=5 for gpt-tiny's 4
-# blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by the script.
+# (one rank per GPU, 5 cores each) with DEVICE=cpu; the others get a CPU override (--gpus=0, fewer
+# tasks). TP=2 and PP=2 (with SCHEDULE) reach mpitron and train. A layout mpitron does not support
+# (PP=5 for gpt-tiny's 4 blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by
+# the script, and so is a job on GPUs whose mpitron has no CUDA (it would train on the cores while
+# charged for the GPUs). With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
+# `train` records its arguments) a GPU job picks --device cuda and --comm nccl by itself, and
+# --comm mpi where ZeRO 2 needs it.
 # Arguments: mpitron binary, checkout, work folder.
 set -euo pipefail
 # shellcheck source=tests/slurm/cluster.sh
@@ -29,15 +33,35 @@ gpu_args=()
 gpus=4
 if [[ $CLUSTER_GPUS == 0 ]]; then gpu_args=(--gpus=0) gpus=0; fi
 declare -A id
-id[gpu-shared]=$(submit gpu-shared bridges2-gpu-shared.sbatch "${gpu_args[@]}")
+id[gpu-shared]=$(DEVICE=cpu submit gpu-shared bridges2-gpu-shared.sbatch "${gpu_args[@]}")
 id[gpu]=$(submit gpu bridges2-gpu.sbatch --gpus=0 --ntasks-per-node=2)
 id[rm]=$(submit rm bridges2-rm.sbatch --ntasks-per-node=2 --cpus-per-task=1)
 id[generic]=$(ZERO=1 submit generic generic.sbatch --ntasks=2)
 id[tp]=$(TP=2 submit tp generic.sbatch --ntasks=2)
 id[pp]=$(PP=2 SCHEDULE=gpipe MICRO_BATCHES=2 submit pp generic.sbatch --ntasks=2)
 id[refused-pp]=$(PP=5 submit refused-pp generic.sbatch --ntasks=5)
+fake_cuda=$WORK/fake-cuda-mpitron
+cat >"$fake_cuda" <<'EOF'
+#!/bin/sh
+case $1 in
+  devices) printf 'cuda:0 Tesla V100-SXM2-32GB (sm_70), 31.7 GiB\nnccl: 2.18.3\ncpu: gemm via openblas\n' ;;
+  train)
+    out=. prev=
+    for a in "$@"; do
+      if [ "$prev" = --out ]; then out=$a; fi
+      prev=$a
+    done
+    echo "$*" >"$out/train-args.${OMPI_COMM_WORLD_RANK:-0}"
+    ;;
+esac
+EOF
+chmod +x "$fake_cuda"
 if [[ $CLUSTER_GPUS != 0 ]]; then
   id[refused-gpus]=$(submit refused-gpus bridges2-gpu-shared.sbatch --ntasks-per-node=2)
+  two_gpus=(--gpus=v100-32:2 --ntasks-per-node=2)
+  id[refused-cpu-build]=$(submit refused-cpu-build bridges2-gpu-shared.sbatch "${two_gpus[@]}")
+  id[cuda-auto]=$(MPITRON=$fake_cuda PRECISION=fp16 submit cuda-auto bridges2-gpu-shared.sbatch "${two_gpus[@]}")
+  id[cuda-zero2]=$(MPITRON=$fake_cuda ZERO=2 submit cuda-zero2 bridges2-gpu.sbatch "${two_gpus[@]}")
 fi
 # RM-shared through the Makefile, as a user would.
 mkdir -p "$WORK/rm-shared"
@@ -83,7 +107,9 @@ trained() {
 }
 
 trained gpu-shared bridges2-gpu-shared.sbatch 4 mpirun
-grep -q "gpus_per_node=$gpus" "$WORK/gpu-shared/jobs.log" || fail "gpu-shared: the job did not see $gpus GPUs"
+grep -q "gpus_per_node=$gpus cpus_per_task=5 threads=1 device=cpu comm=mpi " "$WORK/gpu-shared/jobs.log" ||
+  fail "gpu-shared: not $gpus GPUs, 5 cores a rank, DEVICE=cpu: $(cat "$WORK/gpu-shared/jobs.log")"
+grep -q -- "--device cpu --comm mpi" "$WORK/gpu-shared/jobs.log" || fail "gpu-shared: --device cpu not passed on"
 trained gpu bridges2-gpu.sbatch 2 mpirun
 trained rm bridges2-rm.sbatch 2 mpirun
 trained rm-shared bridges2-rm-shared.sbatch 2 mpirun
@@ -113,5 +139,21 @@ if [[ $CLUSTER_GPUS != 0 ]]; then
   grep -q "error: one rank per GPU" "$WORK"/refused-gpus/slurm-*.out ||
     fail "2 ranks on 4 GPUs were not refused: $(cat "$WORK"/refused-gpus/slurm-*.out)"
   [[ ! -e $WORK/refused-gpus/trace.h5 ]] || fail "the refused job trained"
+  expect refused-cpu-build FAILED
+  grep -q "error: this job holds 2 GPU(s) per node, but .*mpitron cannot use them (built without CUDA" \
+    "$WORK"/refused-cpu-build/slurm-*.out ||
+    fail "a GPU job with a CPU-only build was not refused: $(cat "$WORK"/refused-cpu-build/slurm-*.out)"
+  [[ ! -e $WORK/refused-cpu-build/trace.h5 ]] || fail "the GPU job with a CPU-only build trained"
+  # args NAME: what the fake CUDA build's rank 0 was asked to train.
+  args() {
+    expect "$1" COMPLETED
+    [[ -f $WORK/$1/train-args.0 && -f $WORK/$1/train-args.1 ]] || fail "$1: the fake build did not train on 2 ranks"
+    cat "$WORK/$1/train-args.0"
+  }
+  a=$(args cuda-auto)
+  grep -q -- "--device cuda --comm nccl --precision fp16" <<<"$a" || fail "cuda-auto: not on the GPUs with NCCL in fp16: $a"
+  a=$(args cuda-zero2)
+  grep -q -- "--zero 2 .*--device cuda --comm mpi" <<<"$a" || fail "cuda-zero2: ZeRO 2 did not take --comm mpi: $a"
+  log "GPU jobs: a CPU-only build refused; a CUDA build on the GPUs, NCCL where it may"
 fi
 log "batch jobs ok"

@@ -199,7 +199,7 @@ SlurmctldLogFile=$d/log/slurmctld.log
 SlurmdLogFile=$d/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 RealMemory=16000 $gres_node State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=128 RealMemory=16000 $gres_node State=UNKNOWN
 PartitionName=RM-shared Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 PartitionName=RM Nodes=localhost MaxTime=INFINITE State=UP
 PartitionName=GPU-shared Nodes=localhost MaxTime=INFINITE State=UP

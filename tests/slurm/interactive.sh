@@ -64,7 +64,7 @@ ran interact-mpirun bridges2-rm-shared.sbatch mpirun -n 2 -x OMP_NUM_THREADS
 gpu_args=(--gpus=v100-32:2)
 if [[ $CLUSTER_GPUS == 0 ]]; then gpu_args=(); fi
 session interact-srun -p GPU-shared "${gpu_args[@]}" --ntasks-per-node=2 -- \
-  srun -n 1 env LAUNCHER=srun "$REPO/jobs/interactive.sh" train --lr 1e-3
+  srun -n 1 env LAUNCHER=srun DEVICE=cpu "$REPO/jobs/interactive.sh" train --lr 1e-3
 ran interact-srun bridges2-gpu-shared.sbatch srun --mpi=pmix --ntasks=2 --kill-on-bad-exit=1 --overlap
 grep -q -- "--lr 1e-3" "$WORK/interact-srun/jobs.log" || fail "extra flags did not reach mpitron"
 [[ $(trace_attr "$WORK/interact-srun/trace.h5" train.lr) == 0.001 ]] || fail "--lr 1e-3 was not used"

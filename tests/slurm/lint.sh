@@ -36,6 +36,7 @@ for f in "${training[@]}"; do
 done
 for f in jobs/bridges2-gpu*.sbatch; do
   grep -Eq '^#SBATCH --gpus=v100-32:[1-8]$' "$f" || fail "$f: no --gpus=v100-32:N"
+  grep -Eq '^#SBATCH --cpus-per-task=5$' "$f" || fail "$f: no --cpus-per-task=5 (a V100 node's cores per GPU)"
 done
 echo "training scripts: one body, requeue and time-limit warning in each"
 
@@ -67,11 +68,15 @@ echo "make help: targets $targets"
 # What submit would run.
 dry() { make -s -n -f Makefile.slurm "$@"; }
 out=$(dry submit PARTITION=GPU NODES=2 ACCOUNT=abc123 RUN=runs/x)
-grep -q -- "-p GPU -N 2 --gpus=v100-32:16 --ntasks-per-node=8 .*-A abc123 .*jobs/bridges2-gpu.sbatch" <<<"$out" ||
+grep -q -- "-p GPU -N 2 --gpus=v100-32:16 --ntasks-per-node=8 --cpus-per-task=5 .*-A abc123 .*jobs/bridges2-gpu.sbatch" <<<"$out" ||
   fail "submit PARTITION=GPU NODES=2: $out"
 out=$(dry submit PARTITION=GPU-shared GPUS=2 RUN=runs/x)
-grep -q -- "-p GPU-shared -N 1 --gpus=v100-32:2 --ntasks-per-node=2 .*jobs/bridges2-gpu-shared.sbatch" <<<"$out" ||
+grep -q -- "-p GPU-shared -N 1 --gpus=v100-32:2 --ntasks-per-node=2 --cpus-per-task=5 .*jobs/bridges2-gpu-shared.sbatch" <<<"$out" ||
   fail "submit PARTITION=GPU-shared GPUS=2: $out"
+out=$(dry submit PARTITION=GPU-shared GPUS=1 GPU_TYPE=v100-16 CPUS=2 PRECISION=fp16 RUN=runs/x)
+grep -q -- "--gpus=v100-16:1 --ntasks-per-node=1 --cpus-per-task=2 " <<<"$out" ||
+  fail "submit GPU_TYPE=v100-16 CPUS=2: $out"
+grep -q "DEVICE='' COMM='' PRECISION='fp16'" <<<"$out" || fail "PRECISION not passed through: $out"
 out=$(dry submit PARTITION=RM-shared RANKS=8 DP=3 TP=2 PP=5 SCHEDULE=1f1b RUN=runs/x)
 grep -q "DP='3' TP='2' PP='5' ZERO='0' SCHEDULE='1f1b'" <<<"$out" || fail "layout not passed through: $out"
 grep -q -- "--ntasks=8 .*jobs/bridges2-rm-shared.sbatch" <<<"$out" || fail "submit PARTITION=RM-shared: $out"
@@ -80,10 +85,33 @@ grep -q -- "-p debug -N 1 --ntasks=3 .*jobs/generic.sbatch" <<<"$out" || fail "s
 out=$(dry validate RUN=runs/v CTEST_ARGS=-R\ dp2)
 grep -q "CTEST_ARGS='-R dp2'.*sbatch" <<<"$out" || fail "validate: $out"
 grep -q "jobs/validate.sbatch" <<<"$out" || fail "validate: $out"
+out=$(dry validate-gpu RUN=runs/v | tr -d '\\\n')
+grep -q "LABEL=gpu .*sbatch.*-p GPU-shared --gpus=v100-32:1 --ntasks=4 .*jobs/validate.sbatch" <<<"$out" ||
+  fail "validate-gpu: $out"
 echo "make -n submit/validate: resources and layout as documented"
 
 # The Bridges-2 environment file loads the modules the issue names, each editable.
 for m in CUDA MPI HDF5; do
   grep -q "^  module load \"\$MPITRON_MODULE_$m\"" jobs/bridges2.env || fail "bridges2.env: no module load for $m"
 done
+grep -Eq '^MPITRON_MODULE_CUDA=\$\{MPITRON_MODULE_CUDA:-cuda/12\.[0-9.]+\}$' jobs/bridges2.env ||
+  fail "bridges2.env: the CUDA module is not pinned to a 12.x release (the last to build sm_70)"
+
+# The build checks nvcc before it starts: a CUDA 13 nvcc (faked here) cannot build the V100s' sm_70.
+mkdir -p "$tmp/bin"
+cat >"$tmp/bin/nvcc" <<'EOF'
+#!/bin/sh
+case $1 in
+  --version) echo "Cuda compilation tools, release 13.0, V13.0.48" ;;
+  --list-gpu-arch) printf 'compute_75\ncompute_90\n' ;;
+esac
+EOF
+chmod +x "$tmp/bin/nvcc"
+rc=0
+PATH=$tmp/bin:$PATH MPITRON_CUDA_ARCH=70 make -s -f Makefile.slurm build SITE_ENV=none BUILD="$tmp/build" \
+  >"$tmp/build.txt" 2>&1 || rc=$?
+[[ $rc != 0 ]] || fail "make build with a CUDA 13 nvcc for sm_70 did not stop"
+grep -q "error: .*CUDA 13.0, which cannot build sm_70" "$tmp/build.txt" || fail "make build: $(cat "$tmp/build.txt")"
+[[ ! -e $tmp/build ]] || fail "make build configured a build with an nvcc that cannot build sm_70"
+echo "make build: stops before cmake where nvcc cannot build the GPUs' architecture"
 echo "slurm scripts lint ok"

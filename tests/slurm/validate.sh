@@ -2,7 +2,8 @@
 # jobs/validate.sbatch on a real (single-node) Slurm cluster, unchanged (RM-shared, 4 tasks): it
 # runs CTest's equivalence tests of this build inside the allocation (here two of them, to stay
 # quick: the baseline fixture and dp2 with allreduce) and leaves summary.txt, ctest.log and the
-# PNG of the compared loss curves in the run folder. A selection that matches no test fails.
+# PNG of the compared loss curves in the run folder. A selection that matches no test fails, and so
+# does the gpu label where the build sees no GPU.
 # Arguments: mpitron binary, checkout, work folder, build folder.
 set -euo pipefail
 # shellcheck source=tests/slurm/cluster.sh
@@ -19,6 +20,9 @@ id=$(RUN=$run CTEST_ARGS="-R ^equivalence_dp2_allreduce\$" sbatch --parsable \
   -o "$run/slurm-%j.out" "$REPO/jobs/validate.sbatch")
 none_id=$(RUN=$WORK/none CTEST_ARGS="-R ^no_such_test\$" sbatch --parsable \
   -o "$WORK/none/slurm-%j.out" "$REPO/jobs/validate.sbatch")
+# The gpu label where the build sees no GPU: its tests could only skip, so the job fails, saying so.
+mkdir -p "$WORK/gpu"
+gpu_id=$(RUN=$WORK/gpu LABEL=gpu sbatch --parsable -o "$WORK/gpu/slurm-%j.out" "$REPO/jobs/validate.sbatch")
 
 state=$(wait_job "$id" 240)
 log "validation job $id: $state"
@@ -40,4 +44,8 @@ grep -q "^plot: equivalence.png (2 traces)" "$run/summary.txt" || fail "no plot 
 state=$(wait_job "$none_id" 60)
 [[ $state == FAILED ]] || fail "a validation that ran no test ended $state"
 grep -q "verdict: FAILED" "$WORK/none/summary.txt" || fail "no FAILED verdict when no test ran"
+state=$(wait_job "$gpu_id" 60)
+[[ $state == FAILED ]] || fail "a gpu validation without a usable GPU ended $state"
+grep -q "error: LABEL=gpu, but .*mpitron sees no GPU here" "$WORK"/gpu/slurm-*.out ||
+  fail "no clear message for LABEL=gpu without a GPU: $(cat "$WORK"/gpu/slurm-*.out)"
 log "validation job ok"
