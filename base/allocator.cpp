@@ -23,7 +23,18 @@ void* DeviceAllocator::allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = nullptr;
   if (raw_allocate) {
-    p = raw_allocate(rounded);
+    try {
+      p = raw_allocate(rounded);
+    } catch (const DeviceOutOfMemory& e) {
+      throw DeviceMemoryExceeded(fmt::format(
+          "rank {}: out of {} memory: {} for {} (in use {}, peak so far {}{}): {}", rank, device,
+          human_bytes(double(bytes)), purpose, human_bytes(double(current_bytes)),
+          human_bytes(double(peak_bytes)),
+          planned_bytes > 0
+              ? fmt::format("; the plan predicts a peak of {}", human_bytes(double(planned_bytes)))
+              : "",
+          e.what()));
+    }
   } else {
     p = std::aligned_alloc(64, rounded);
     if (!p) throw std::bad_alloc();

@@ -38,6 +38,13 @@ struct DeviceMemoryExceeded : UsageError {
   using UsageError::UsageError;
 };
 
+// What a device's raw_allocate throws when the device itself has no room, its message saying what
+// the device had free; DeviceAllocator::allocate turns it into a DeviceMemoryExceeded that names
+// the rank, the purpose, the size and the peak so far, so every rank stops with that line.
+struct DeviceOutOfMemory : UsageError {
+  using UsageError::UsageError;
+};
+
 // Names what a DeviceAllocator's allocations are for while it lives (for the limit's error).
 struct AllocationPurpose {
   DeviceAllocator& alloc;

@@ -35,11 +35,13 @@
 #include "layers/cuda/embedding.cuh"
 #include "layers/cuda/gelu.cuh"
 #include "layers/cuda/layernorm.cuh"
+#include "layers/cuda/relu.cuh"
 #include "layers/cuda/residual.cuh"
 #include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
+#include "layers/relu.hpp"
 #include "layers/residual.hpp"
 #include "tests/cuda_test_support.hpp"
 
@@ -303,6 +305,38 @@ TYPED_TEST(CudaLayers, ResidualEqualsCpuBitwise) {
       cuda::residual_forward(ga.ptr(), ga.ptr(), gb.ptr(), n, stream.s);  // out == a
       stream.sync();
       expect_bitwise(ga.download(), narrow<T>(out), where + " forward in place");
+    }
+}
+
+TYPED_TEST(CudaLayers, ReluEqualsCpuBitwise) {
+  SKIP_WITHOUT_DEVICE();
+  using T = TypeParam;
+  Stream stream;
+  for (size_t n : kElementwiseSizes)
+    for (size_t off : {0, 1}) {
+      const std::string where = "n=" + std::to_string(n) + " off=" + std::to_string(off);
+      Data<T> x = random_values<T>(n, uint32_t(n + 10));
+      const Data<T> dy = random_values<T>(n, uint32_t(n + 11));
+      // The kink and signed zeros: -0 stays -0 forward, and 0 passes no gradient.
+      if (n > 2) {
+        x.host[0] = 0.0f;
+        x.host[1] = -0.0f;
+        x.dev[0] = from_f<T>(0.0f);
+        x.dev[1] = from_f<T>(-0.0f);
+      }
+      std::vector<float> y(n), dx(n);
+      cpu::relu_forward(y.data(), x.host.data(), n);
+      cpu::relu_backward(dx.data(), dy.host.data(), x.host.data(), n);
+
+      Guarded<T> gx(x.dev, off), gy(std::vector<T>(n, from_f<T>(-7.0f)), off);
+      Guarded<T> gdy(dy.dev, off);
+      settle();
+      cuda::relu_forward(gy.ptr(), gx.ptr(), n, stream.s);
+      cuda::relu_backward(gdy.ptr(), gdy.ptr(), gx.ptr(), n, stream.s);  // dinp == dout
+      stream.sync();
+      expect_bitwise(gy.download(), narrow<T>(y), where + " forward");
+      expect_bitwise(gdy.download(), narrow<T>(dx), where + " backward");
+      EXPECT_TRUE(gy.guards_intact() && gdy.guards_intact()) << where << ": wrote outside";
     }
 }
 

@@ -36,6 +36,38 @@ TEST(DeviceMemoryCap, RefusesAnAllocationPastItNamingWhatAndWhere) {
   EXPECT_EQ(alloc.current_bytes, 1000u);
 }
 
+// A device with no room left (a GPU's cudaMalloc failing) stops the rank with the same kind of
+// line: rank, size, purpose, peak so far, and what the device said.
+void* no_room(size_t) {
+  throw DeviceOutOfMemory("the GPU had 3.0 of 32768.0 MiB free");
+}
+void never_released(void*) {}
+
+TEST(DeviceMemoryCap, DeviceOutOfMemoryNamesRankPurposeAndPeak) {
+  DeviceAllocator alloc;
+  alloc.device = "cuda";
+  alloc.rank = 5;
+  alloc.planned_bytes = 4096;
+  alloc.current_bytes = 1024;
+  alloc.peak_bytes = 2048;
+  alloc.raw_allocate = no_room;
+  alloc.raw_release = never_released;
+  AllocationPurpose purpose(alloc, "the gradients");
+  try {
+    alloc.allocate(512);
+    FAIL() << "an allocation the device refused was made";
+  } catch (const DeviceMemoryExceeded& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 5: out of cuda memory: 512.0 B for the gradients (in use 1.0 KiB, "
+                        "peak so far 2.0 KiB; the plan predicts a peak of 4.0 KiB): the GPU had "
+                        "3.0 of 32768.0 MiB free"),
+              std::string::npos)
+        << what;
+  }
+  EXPECT_EQ(alloc.current_bytes, 1024u);
+  EXPECT_EQ(alloc.allocations, 0u);
+}
+
 TEST(DeviceMemoryCap, PurposeIsScoped) {
   DeviceAllocator alloc;
   {

@@ -16,10 +16,10 @@ void* allocate_zeroed(size_t bytes) {
     size_t free_bytes = 0, total = 0;
     cudaGetLastError();  // clear the sticky-free error before asking
     cudaMemGetInfo(&free_bytes, &total);
-    throw UsageError(fmt::format(
-        "out of GPU memory: {:.1f} MiB asked, {:.1f} of {:.1f} MiB free (lower --batch-size or "
-        "raise --micro-batches; --recompute block keeps less)",
-        double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total) / (1 << 20)));
+    throw DeviceOutOfMemory(fmt::format(
+        "the GPU had {:.1f} of {:.1f} MiB free (lower --batch-size or raise --micro-batches; "
+        "--recompute block keeps less; `mpitron plan` predicts what fits)",
+        double(free_bytes) / (1 << 20), double(total) / (1 << 20)));
   }
   CUDA_CHECK(err);
   CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, cudaStreamPerThread));

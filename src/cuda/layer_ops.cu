@@ -16,6 +16,7 @@
 #include "layers/cuda/gelu.cuh"
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/linear.cuh"
+#include "layers/cuda/relu.cuh"
 #include "layers/cuda/residual.cuh"
 #include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
@@ -156,6 +157,14 @@ template <class A>
 void gelu_backward(A* dinp, const A* dout, const A* inp, size_t n) {
   cuda::gelu_backward(dev(dinp), dev(dout), dev(inp), n, kStream);
 }
+template <class A>
+void relu_forward(A* out, const A* inp, size_t n) {
+  cuda::relu_forward(dev(out), dev(inp), n, kStream);
+}
+template <class A>
+void relu_backward(A* dinp, const A* dout, const A* inp, size_t n) {
+  cuda::relu_backward(dev(dinp), dev(dout), dev(inp), n, kStream);
+}
 // saved: the (B,NH,T) log-sum-exp; scratch: backward's (B,NH,T) rowsum(dout * out).
 template <class A>
 void attention_forward(A* out, float* saved, const A* qkv, int B, int T, int C, int NH, bool causal,
@@ -246,6 +255,8 @@ const LayerOpsT<A>& table() {
       linear_gelu_forward<A>,
       gelu_forward<A>,
       gelu_backward<A>,
+      relu_forward<A>,
+      relu_backward<A>,
       attention_forward<A>,
       attention_backward<A>,
       attention_saved_elements,

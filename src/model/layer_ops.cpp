@@ -15,6 +15,7 @@
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
+#include "layers/relu.hpp"
 #include "layers/residual.hpp"
 #include "src/cpu/step_ops.hpp"
 
@@ -87,6 +88,8 @@ const LayerOps& host_layer_ops() {
       linear_gelu_forward,
       cpu::gelu_forward<float>,
       cpu::gelu_backward<float>,
+      cpu::relu_forward<float>,
+      cpu::relu_backward<float>,
       attention_forward,
       attention_backward,
       attention_saved_elements,
@@ -196,7 +199,15 @@ void linear_gelu_forward_16(A* pre, A* out, const A* inp, const A* weight, const
   linear_forward_16(pre, inp, weight, bias, N, IC, OC);
   gelu_forward_16(out, pre, size_t(N) * OC);
 }
-// out = f(a, b) elementwise (gelu_backward, residual_forward).
+// out = f(a) elementwise (relu_forward).
+template <class A, void (*f)(float*, const float*, size_t)>
+void unary_16(A* out, const A* a, size_t n) {
+  Widened w;
+  float* o = w.out(n);
+  f(o, w.in(a, n), n);
+  round_to(out, o, n);
+}
+// out = f(a, b) elementwise (gelu_backward, relu_backward, residual_forward).
 template <class A, void (*f)(float*, const float*, const float*, size_t)>
 void binary_16(A* out, const A* a, const A* b, size_t n) {
   Widened w;
@@ -287,6 +298,8 @@ const LayerOpsT<A>& host_16_layer_ops() {
       linear_gelu_forward_16<A>,
       gelu_forward_16<A>,
       binary_16<A, cpu::gelu_backward<float>>,
+      unary_16<A, cpu::relu_forward<float>>,
+      binary_16<A, cpu::relu_backward<float>>,
       attention_forward_16<A>,
       attention_backward_16<A>,
       attention_saved_elements,

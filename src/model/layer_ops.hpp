@@ -46,6 +46,8 @@ struct LayerOpsT {
                               int IC, int OC);
   void (*gelu_forward)(A* out, const A* inp, size_t n);
   void (*gelu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
+  void (*relu_forward)(A* out, const A* inp, size_t n);
+  void (*relu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
   // saved: what backward needs of the softmax, attention_saved_elements(B, NH, T) of it (the CPU:
   // the (B,NH,T,T) probabilities; CUDA: the (B,NH,T) log-sum-exp). out is forward's output (the
   // CUDA backward reads it, the CPU's does not); scratch has as many elements as saved.

@@ -4,13 +4,7 @@
 
 #include <cmath>
 
-#include "layers/crossentropy.hpp"
-#include "layers/dropout.hpp"
-#include "layers/layernorm.hpp"
-#include "layers/linear.hpp"
-#include "layers/relu.hpp"
 #include "base/check.hpp"
-#include "src/cpu/step_ops.hpp"
 #include "src/model/activation_plan.hpp"
 
 namespace mpitron {
@@ -27,7 +21,8 @@ MlpModel::MlpModel(const ModelConfig& m, const ModelBuild& how)
       H(int(m.get("hidden"))),
       K(int(m.get("classes"))),
       B(how.micro_rows),
-      layernorm(m.get("layernorm") != 0) {
+      layernorm(m.get("layernorm") != 0),
+      layers_(how.layers ? how.layers : &cpu_layer_ops()) {
   MPITRON_REQUIRE(how.slice.tp == 1 && how.slice.stages == 1,
                   "the MLP runs unsharded (tp 1, one stage)");
   config = m;
@@ -70,6 +65,12 @@ MlpModel::MlpModel(const ModelConfig& m, const ModelBuild& how)
     dln = d.take(BH);
     dh = d.take(BH);
   });
+  // Another device's layers cannot read the host's samples: they are uploaded per micro-batch.
+  if (layers_->device != Device::cpu) {
+    inputs = Buffer<float>(alloc, size_t(B) * D);
+    labels = Buffer<int32_t>(alloc, size_t(B));
+  }
+  host_losses_.resize(size_t(B));
 }
 
 void MlpModel::bind_gradients(const std::function<float*(size_t)>& address) {
@@ -91,37 +92,57 @@ double MlpModel::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.samples.features && mb.samples.labels && mb.samples.rows <= B &&
                       mb.slot < int(slots.size()),
                   "micro-batch larger than planned, or not images");
+  const LayerOps& L = *layers_;
   Acts& a = slots[mb.slot];
   const int N = mb.samples.rows;
-  cpu::linear_forward(a.h, mb.samples.features, w.fc1_w, w.fc1_b, N, D, H);
-  if (layernorm) cpu::layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.h, w.ln_w, w.ln_b, N, H);
-  cpu::relu_forward(a.r, a.ln, size_t(N) * H);
+  const float* x = mb.samples.features;
+  const int32_t* y = mb.samples.labels;
+  if (inputs.data()) {
+    L.upload(inputs.data(), x, size_t(N) * D);
+    L.upload_int32(labels.data(), y, size_t(N));
+    x = inputs.data();
+    y = labels.data();
+  }
+  L.linear_forward(a.h, x, w.fc1_w, w.fc1_b, N, D, H);
+  if (layernorm) L.layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.h, w.ln_w, w.ln_b, N, H, 1e-5);
+  L.relu_forward(a.r, a.ln, size_t(N) * H);
   // Masks keyed by (seed, step, global sample, feature): the same in every layout.
-  cpu::dropout_forward(a.r, a.r, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), N, H);
-  cpu::linear_forward(a.logits, a.r, w.fc2_w, w.fc2_b, N, H, K);
-  cpu::crossentropy_forward(a.losses, a.lse, a.logits, mb.samples.labels, N, K);
+  L.dropout_forward(a.r, a.r, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), N, H);
+  L.linear_forward(a.logits, a.r, w.fc2_w, w.fc2_b, N, H, K);
+  L.crossentropy_forward(a.losses, a.lse, a.logits, y, N, K);
+  L.download(host_losses_.data(), a.losses, size_t(N));
   double sum = 0.0;
-  for (int i = 0; i < N; ++i) sum += a.losses[i];
+  for (int i = 0; i < N; ++i) sum += host_losses_[size_t(i)];
   return sum;
 }
 
 void MlpModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const LayerOps& L = *layers_;
   const Acts& a = slots[mb.slot];
   const int N = mb.samples.rows;
-  cpu::crossentropy_backward(a.logits, a.logits, a.lse, mb.samples.labels, dloss, N, K);
-  cpu::linear_backward(dr, dw.fc2_w, dw.fc2_b, a.logits, a.r, w.fc2_w, N, H, K);
+  const float* x = inputs.data() ? inputs.data() : mb.samples.features;
+  const int32_t* y = labels.data() ? labels.data() : mb.samples.labels;
+  L.crossentropy_backward(a.logits, a.logits, a.lse, y, dloss, N, K);
+  L.linear_backward(dr, dw.fc2_w, dw.fc2_b, a.logits, a.r, w.fc2_w, N, H, K);
   ready(fc2_segment);
-  cpu::dropout_backward(dr, dr, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), N, H);
-  cpu::relu_backward(dln, dr, a.ln, size_t(N) * H);
+  L.dropout_backward(dr, dr, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), N, H);
+  L.relu_backward(dln, dr, a.ln, size_t(N) * H);
   float* dfc1 = dln;
   if (layernorm) {
-    cpu::zero(dh, size_t(N) * H);  // layernorm_backward accumulates into its input gradient
-    cpu::layernorm_backward(dh, dw.ln_w, dw.ln_b, dln, a.h, w.ln_w, a.ln_mean, a.ln_rstd, N, H);
+    L.zero(dh, size_t(N) * H);  // layernorm_backward accumulates into its input gradient
+    L.layernorm_backward(dh, dw.ln_w, dw.ln_b, dln, a.h, w.ln_w, a.ln_mean, a.ln_rstd, N, H);
     dfc1 = dh;
   }
-  cpu::linear_backward(static_cast<float*>(nullptr), dw.fc1_w, dw.fc1_b, dfc1, mb.samples.features,
-                       w.fc1_w, N, D, H);
+  L.linear_backward(static_cast<float*>(nullptr), dw.fc1_w, dw.fc1_b, dfc1, x, w.fc1_w, N, D, H);
   ready(0);
+}
+
+ModelOutput MlpModel::output(int slot) const {
+  const float* logits = slots[size_t(slot)].logits;
+  if (layers_->device == Device::cpu) return {logits, 1, K};
+  host_logits_.resize(size_t(B) * K);
+  layers_->download(host_logits_.data(), logits, host_logits_.size());
+  return {host_logits_.data(), 1, K};
 }
 
 std::unique_ptr<Model> build_mlp(const ModelConfig& m, const ModelBuild& how) {

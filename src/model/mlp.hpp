@@ -1,7 +1,7 @@
 // The "mlp" model family: a small classifier on flattened images (Fashion-MNIST), the second
 // family that proves the trainer names none:
 //   h = fc1(x); h = layernorm(h) (optional); r = dropout(relu(h)); logits = fc2(r)
-// with softmax cross-entropy against the labels.
+// with softmax cross-entropy against the labels, on any device's layer table (fp32).
 #pragma once
 #include <memory>
 #include <vector>
@@ -20,7 +20,8 @@ class MlpModel final : public Model {
   void bind_gradients(const std::function<float*(size_t)>& address) override;
   double forward(const MicroBatch& mb) override;
   void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
-  ModelOutput output(int slot) const override { return {slots[slot].logits, 1, K}; }
+  // The slot's logits in host memory (from another device: a copy, valid until the next call).
+  ModelOutput output(int slot) const override;
   int loss_terms_per_sample() const override { return 1; }
 
   int D = 0, H = 0, K = 0, B = 0;  // input features, hidden width, classes, planned rows
@@ -42,8 +43,15 @@ class MlpModel final : public Model {
   Buffer<float> acts, dacts;
   float *dr, *dln, *dh;  // (B,H) backward scratch
 
+  // The samples in the device's memory (null on the CPU, whose layers read the host's).
+  Buffer<float> inputs;
+  Buffer<int32_t> labels;
+
  private:
   size_t fc2_segment = 0;
+  const LayerOps* layers_;
+  std::vector<float> host_losses_;
+  mutable std::vector<float> host_logits_;
 };
 
 }  // namespace mpitron
