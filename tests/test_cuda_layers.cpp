@@ -37,12 +37,15 @@
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/relu.cuh"
 #include "layers/cuda/residual.cuh"
+#include "layers/cuda/rows.cuh"
+#include "layers/cuda/tanh.cuh"
 #include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/relu.hpp"
 #include "layers/residual.hpp"
+#include "layers/tanh.hpp"
 #include "tests/cuda_test_support.hpp"
 
 using namespace mpitron;
@@ -338,6 +341,83 @@ TYPED_TEST(CudaLayers, ReluEqualsCpuBitwise) {
       expect_bitwise(gdy.download(), narrow<T>(dx), where + " backward");
       EXPECT_TRUE(gy.guards_intact() && gdy.guards_intact()) << where << ": wrote outside";
     }
+}
+
+TYPED_TEST(CudaLayers, TanhMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  using T = TypeParam;
+  Stream stream;
+  for (size_t n : kElementwiseSizes)
+    for (size_t off : {0, 1}) {
+      const std::string where = "n=" + std::to_string(n) + " off=" + std::to_string(off);
+      const Data<T> x = random_values<T>(n, uint32_t(n + 12), 2.0f);
+      const Data<T> dy = random_values<T>(n, uint32_t(n + 13));
+      std::vector<float> y(n), dx(n);
+      cpu::tanh_forward(y.data(), x.host.data(), n);
+      // Backward from the GPU's own output rounded to T (what the model keeps), as the CPU would.
+      Guarded<T> gx(x.dev, off), gy(std::vector<T>(n, from_f<T>(-7.0f)), off), gdy(dy.dev, off);
+      settle();
+      cuda::tanh_forward(gy.ptr(), gx.ptr(), n, stream.s);
+      stream.sync();
+      const std::vector<float> y_gpu = widen(gy.download());
+      cpu::tanh_backward(dx.data(), dy.host.data(), y_gpu.data(), n);
+      cuda::tanh_backward(gdy.ptr(), gdy.ptr(), gy.ptr(), n, stream.s);
+      stream.sync();
+      expect_close(y_gpu, y, kElementwiseTol<T>, where + " forward", 1.0);
+      expect_close(widen(gdy.download()), dx, kElementwiseTol<T>, where + " backward", 1.0);
+      EXPECT_TRUE(gy.guards_intact() && gdy.guards_intact()) << where << ": wrote outside";
+    }
+}
+
+// The encoder's rows by index, against loops written here: gathers and strided copies move bits;
+// the additions are one fp32 add per element rounded once (float: the CPU's bits exactly), and the
+// table's backward sums each column's rows in ascending order.
+TYPED_TEST(CudaLayers, RowsByIndexEqualTheirDefinitions) {
+  SKIP_WITHOUT_DEVICE();
+  using T = TypeParam;
+  Stream stream;
+  const int N = 37, C = 70, M = 11, types = 3;
+  const Data<T> x = random_values<T>(size_t(N) * C, 21),
+                table = random_values<T>(size_t(types) * C, 22);
+  const Data<T> src = random_values<T>(size_t(M) * C, 23);
+  std::vector<int32_t> rows(M), type_of(N);
+  for (int k = 0; k < M; ++k) rows[k] = (k * 7 + 3) % N;  // distinct: 7 and 37 are coprime
+  for (int n = 0; n < N; ++n) type_of[n] = (n * n) % types;
+  DeviceArray<int32_t> g_rows(rows), g_types(type_of);
+  auto round_host = [](std::vector<float> v) { return narrow<T>(v); };
+
+  std::vector<float> gathered(size_t(M) * C), scattered = x.host, added = x.host;
+  std::vector<float> dtable(size_t(types) * C, 0.5f), strided(size_t(N) * C, 0.0f);
+  for (int k = 0; k < M; ++k)
+    for (int c = 0; c < C; ++c) {
+      gathered[size_t(k) * C + c] = x.host[size_t(rows[k]) * C + c];
+      scattered[size_t(rows[k]) * C + c] += src.host[size_t(k) * C + c];
+    }
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      added[size_t(n) * C + c] += table.host[size_t(type_of[n]) * C + c];
+      dtable[size_t(type_of[n]) * C + c] += x.host[size_t(n) * C + c];
+    }
+  // Columns 5..5+20 of every third row of x into the first 20 columns of consecutive rows of 30.
+  const int rows_s = N / 3, cols_s = 20;
+  for (int r = 0; r < rows_s; ++r)
+    for (int c = 0; c < cols_s; ++c)
+      strided[size_t(r) * 30 + c] = x.host[size_t(r) * 3 * C + 5 + c];
+
+  DeviceArray<T> g_x(x.dev), g_table(table.dev), g_src(src.dev), g_out(size_t(M) * C);
+  DeviceArray<T> g_scatter(x.dev), g_added(x.dev), g_strided(std::vector<T>(size_t(N) * C));
+  DeviceArray<float> g_dtable(std::vector<float>(size_t(types) * C, 0.5f));
+  cuda::gather_rows(g_out.ptr, g_x.ptr, g_rows.ptr, M, C, stream.s);
+  cuda::scatter_add_rows(g_scatter.ptr, g_src.ptr, g_rows.ptr, M, C, stream.s);
+  cuda::add_table_rows(g_added.ptr, g_table.ptr, g_types.ptr, N, C, stream.s);
+  cuda::table_rows_backward(g_dtable.ptr, g_x.ptr, g_types.ptr, N, C, stream.s);
+  cuda::copy_strided(g_strided.ptr, 30, g_x.ptr + 5, 3 * C, rows_s, cols_s, stream.s);
+  stream.sync();
+  expect_bitwise(g_out.download(), round_host(gathered), "gather_rows");
+  expect_bitwise(g_scatter.download(), round_host(scattered), "scatter_add_rows");
+  expect_bitwise(g_added.download(), round_host(added), "add_table_rows");
+  expect_bitwise(g_dtable.download(), dtable, "table_rows_backward");
+  expect_bitwise(g_strided.download(), round_host(strided), "copy_strided");
 }
 
 TYPED_TEST(CudaLayers, DropoutMaskIsTheCpuMask) {

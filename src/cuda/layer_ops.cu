@@ -18,6 +18,8 @@
 #include "layers/cuda/linear.cuh"
 #include "layers/cuda/relu.cuh"
 #include "layers/cuda/residual.cuh"
+#include "layers/cuda/rows.cuh"
+#include "layers/cuda/tanh.cuh"
 #include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
 #include "src/model/layer_ops.hpp"
@@ -165,6 +167,42 @@ template <class A>
 void relu_backward(A* dinp, const A* dout, const A* inp, size_t n) {
   cuda::relu_backward(dev(dinp), dev(dout), dev(inp), n, kStream);
 }
+template <class A>
+void gelu_erf_forward(A* out, const A* inp, size_t n) {
+  cuda::gelu_erf_forward(dev(out), dev(inp), n, kStream);
+}
+template <class A>
+void gelu_erf_backward(A* dinp, const A* dout, const A* inp, size_t n) {
+  cuda::gelu_erf_backward(dev(dinp), dev(dout), dev(inp), n, kStream);
+}
+template <class A>
+void tanh_forward(A* out, const A* inp, size_t n) {
+  cuda::tanh_forward(dev(out), dev(inp), n, kStream);
+}
+template <class A>
+void tanh_backward(A* dinp, const A* dout, const A* out, size_t n) {
+  cuda::tanh_backward(dev(dinp), dev(dout), dev(out), n, kStream);
+}
+template <class A>
+void copy_strided(A* dst, int dst_stride, const A* src, int src_stride, int rows, int cols) {
+  cuda::copy_strided(dev(dst), dst_stride, dev(src), src_stride, rows, cols, kStream);
+}
+template <class A>
+void gather_rows(A* dst, const A* src, const int32_t* index, int M, int C) {
+  cuda::gather_rows(dev(dst), dev(src), index, M, C, kStream);
+}
+template <class A>
+void scatter_add_rows(A* dst, const A* src, const int32_t* index, int M, int C) {
+  cuda::scatter_add_rows(dev(dst), dev(src), index, M, C, kStream);
+}
+template <class A>
+void add_table_rows(A* x, const A* table, const int32_t* index, int N, int C) {
+  cuda::add_table_rows(dev(x), dev(table), index, N, C, kStream);
+}
+template <class A>
+void table_rows_backward(float* dtable, const A* dout, const int32_t* index, int N, int C) {
+  cuda::table_rows_backward(dtable, dev(dout), index, N, C, kStream);
+}
 // saved: the (B,NH,T) log-sum-exp; scratch: backward's (B,NH,T) rowsum(dout * out).
 template <class A>
 void attention_forward(A* out, float* saved, const A* qkv, int B, int T, int C, int NH, bool causal,
@@ -257,6 +295,15 @@ const LayerOpsT<A>& table() {
       gelu_backward<A>,
       relu_forward<A>,
       relu_backward<A>,
+      gelu_erf_forward<A>,
+      gelu_erf_backward<A>,
+      tanh_forward<A>,
+      tanh_backward<A>,
+      copy_strided<A>,
+      gather_rows<A>,
+      scatter_add_rows<A>,
+      add_table_rows<A>,
+      table_rows_backward<A>,
       attention_forward<A>,
       attention_backward<A>,
       attention_saved_elements,

@@ -8,13 +8,6 @@
 #include <string>
 
 #include "base/check.hpp"
-#include "layers/crossentropy.hpp"
-#include "layers/dropout.hpp"
-#include "layers/gelu.hpp"
-#include "layers/layernorm.hpp"
-#include "layers/linear.hpp"
-#include "layers/tanh.hpp"
-#include "src/cpu/step_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 
 namespace mpitron {
@@ -193,7 +186,10 @@ PhiloxStream masking_stream(const MicroBatch& mb) {
 }  // namespace
 
 BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
-    : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
+    : cfg(c),
+      B(how.micro_rows),
+      self_(comm::Group::solo()),
+      layers_(how.layers ? how.layers : &cpu_layer_ops()) {
   tp_ = tp::model_tp_group(how, self_);
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
@@ -238,7 +234,7 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   head_segment_ = segments.size();
   segments.push_back({head_begin, flat_size, false});
 
-  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps};
+  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, M = size_t(B) * m;
   const size_t K = size_t(cfg.classes());
   const int slot_count = std::max(1, how.slots);
@@ -280,18 +276,40 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
     ce_scratch = d.take(3 * M);
     block_scratch_carve(scratch, d, shape);
   });
+  // The integers each forward derives from its rows, made on the host; another device's layers
+  // read an uploaded copy of each slot's block.
   const size_t per_slot = 3 * BT + size_t(B) + M + size_t(B) + M;
   ints = Buffer<int32_t>(*how.alloc, per_slot * slots.size());
-  int32_t* q = ints.data();
+  const bool on_host = layers_->device == Device::cpu;
+  if (!on_host) host_ints_.assign(per_slot * slots.size(), 0);
+  int32_t* q = on_host ? ints.data() : host_ints_.data();
+  int32_t* d = ints.data();
   for (Acts& s : slots) {
-    s.ids = q, q += BT;
-    s.types = q, q += BT;
-    s.targets = q, q += BT;
-    s.lengths = q, q += B;
-    s.masked = q, q += M;
-    s.labels = q, q += B;
-    s.picked_targets = q, q += M;
+    s.int_block = q;
+    s.dev.block = d;
+    s.int_count = per_slot;
+    auto carve = [&](size_t n) {
+      int32_t* host = q;
+      q += n, d += n;
+      return host;
+    };
+    const int32_t* dev0 = s.dev.block;
+    auto on_dev = [&](const int32_t* host) { return dev0 + (host - s.int_block); };
+    s.ids = carve(BT);
+    s.types = carve(BT);
+    s.targets = carve(BT);
+    s.lengths = carve(size_t(B));
+    s.masked = carve(M);
+    s.labels = carve(size_t(B));
+    s.picked_targets = carve(M);
+    s.dev.ids = on_dev(s.ids);
+    s.dev.types = on_dev(s.types);
+    s.dev.lengths = on_dev(s.lengths);
+    s.dev.masked = on_dev(s.masked);
+    s.dev.labels = on_dev(s.labels);
+    s.dev.picked_targets = on_dev(s.picked_targets);
   }
+  host_losses_.resize(std::max(M, size_t(B)));
 }
 
 void BertModel::bind_gradients(const std::function<float*(size_t)>& address) {
@@ -360,29 +378,28 @@ void BertModel::prepare_inputs(Acts& a, const MicroBatch& mb) const {
       a.masked[size_t(b) * m + k] = b * T + t;  // flat row of the prediction
     }
   }
+  for (int k = 0; k < rows * m; ++k) a.picked_targets[k] = a.targets[a.masked[k]];
 }
 
 double BertModel::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 &&
                       mb.slot < int(slots.size()) && mb.chunk == 0,
                   "micro-batch larger than planned, or not tokens");
+  const LayerOps& L = *layers_;
   Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   last_rows_[mb.slot] = rows;
   prepare_inputs(a, mb);
+  if (a.dev.block != a.int_block) L.upload_int32(a.dev.block, a.int_block, a.int_count);
   comm::Group& group = *tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
-  tp::vocab_parallel_embedding_forward(group, a.embedded, a.ids, w.word, w.position, rows, T, C, v0,
-                                       Vl);
-  for (int n = 0; n < N; ++n) {
-    const float* type = w.token_type + size_t(a.types[n]) * C;
-    float* e = a.embedded + size_t(n) * C;
-    for (int c = 0; c < C; ++c) e[c] += type[c];
-  }
-  cpu::layernorm_forward(a.encoded, a.emb_mean, a.emb_rstd, a.embedded, w.emb_ln_w, w.emb_ln_b, N,
-                         C, kLnEps);
-  cpu::dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  const BlockShape shape{rows, T, C, cfg.n_head, false, a.lengths, tp_, kLnEps};
+  tp::vocab_parallel_embedding_forward(group, a.embedded, a.dev.ids, w.word, w.position, rows, T, C,
+                                       v0, Vl, L);
+  L.add_table_rows(a.embedded, w.token_type, a.dev.types, N, C);
+  L.layernorm_forward(a.encoded, a.emb_mean, a.emb_rstd, a.embedded, w.emb_ln_w, w.emb_ln_b, N, C,
+                      kLnEps);
+  L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  const BlockShape shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
   const float* x = a.encoded;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
@@ -393,70 +410,64 @@ double BertModel::forward(const MicroBatch& mb) {
   double sum = 0.0;
   if (cfg.task == 0) {
     const int M = rows * m;
-    for (int k = 0; k < M; ++k) {
-      std::memcpy(a.picked + size_t(k) * C, x + size_t(a.masked[k]) * C, sizeof(float) * C);
-      a.picked_targets[k] = a.targets[a.masked[k]];
-    }
-    cpu::linear_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
-    cpu::gelu_erf_forward(a.dense_gelu, a.dense, size_t(M) * C);
-    cpu::layernorm_forward(a.head_ln, a.head_mean, a.head_rstd, a.dense_gelu, w.mlm_ln_w,
-                           w.mlm_ln_b, M, C, kLnEps);
-    tp::column_parallel_linear_forward(group, a.logits, a.head_ln, w.word, w.mlm_bias, M, C, Vl);
+    L.gather_rows(a.picked, x, a.dev.masked, M, C);
+    L.linear_forward(a.dense, a.picked, w.mlm_dense_w, w.mlm_dense_b, M, C, C);
+    L.gelu_erf_forward(a.dense_gelu, a.dense, size_t(M) * C);
+    L.layernorm_forward(a.head_ln, a.head_mean, a.head_rstd, a.dense_gelu, w.mlm_ln_w, w.mlm_ln_b,
+                        M, C, kLnEps);
+    tp::column_parallel_linear_forward(group, a.logits, a.head_ln, w.word, w.mlm_bias, M, C, Vl, L);
     tp::vocab_parallel_crossentropy_forward(group, a.losses, a.lse, ce_scratch, a.logits,
-                                            a.picked_targets, M, Vl, v0, V);
-    for (int k = 0; k < M; ++k) sum += a.losses[k];
+                                            a.dev.picked_targets, M, Vl, v0, V, L);
+    L.download(host_losses_.data(), a.losses, size_t(M));
+    for (int k = 0; k < M; ++k) sum += host_losses_[size_t(k)];
     return sum;
   }
   const int K = cfg.classes();
-  for (int b = 0; b < rows; ++b)
-    std::memcpy(a.first + size_t(b) * C, x + size_t(b) * T * C, sizeof(float) * C);
-  cpu::linear_forward(a.pooled, a.first, w.pooler_w, w.pooler_b, rows, C, C);
-  cpu::tanh_forward(a.pooled, a.pooled, size_t(rows) * C);
-  cpu::dropout_forward(a.pooled_drop, a.pooled, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
-                       uint64_t(mb.first_sample), rows, C);
-  cpu::linear_forward(a.logits, a.pooled_drop, w.cls_w, w.cls_b, rows, C, K);
-  cpu::crossentropy_forward(a.losses, a.lse, a.logits, a.labels, rows, K);
-  for (int b = 0; b < rows; ++b) sum += a.losses[b];
+  L.copy_strided(a.first, C, x, T * C, rows, C);  // each sequence's first token ([CLS])
+  L.linear_forward(a.pooled, a.first, w.pooler_w, w.pooler_b, rows, C, C);
+  L.tanh_forward(a.pooled, a.pooled, size_t(rows) * C);
+  L.dropout_forward(a.pooled_drop, a.pooled, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
+                    uint64_t(mb.first_sample), rows, C);
+  L.linear_forward(a.logits, a.pooled_drop, w.cls_w, w.cls_b, rows, C, K);
+  L.crossentropy_forward(a.losses, a.lse, a.logits, a.dev.labels, rows, K);
+  L.download(host_losses_.data(), a.losses, size_t(rows));
+  for (int b = 0; b < rows; ++b) sum += host_losses_[size_t(b)];
   return sum;
 }
 
 void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const LayerOps& L = *layers_;
   const Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   const size_t NC = size_t(N) * C;
   comm::Group& group = *tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
-  cpu::zero(dresidual, NC);
+  L.zero(dresidual, NC);
   if (cfg.task == 0) {
     const int M = rows * m;
-    tp::vocab_parallel_crossentropy_backward(group, a.logits, a.logits, a.lse, a.picked_targets,
-                                             dloss, M, Vl, v0, V);
+    tp::vocab_parallel_crossentropy_backward(group, a.logits, a.logits, a.lse, a.dev.picked_targets,
+                                             dloss, M, Vl, v0, V, L);
     tp::column_parallel_linear_backward(group, dhead, dw.word, dw.mlm_bias, a.logits, a.head_ln,
-                                        w.word, M, C, Vl);
-    cpu::zero(dhead2, size_t(M) * C);
-    cpu::layernorm_backward(dhead2, dw.mlm_ln_w, dw.mlm_ln_b, dhead, a.dense_gelu, w.mlm_ln_w,
-                            a.head_mean, a.head_rstd, M, C);
-    cpu::gelu_erf_backward(dhead, dhead2, a.dense, size_t(M) * C);
-    cpu::linear_backward(dhead2, dw.mlm_dense_w, dw.mlm_dense_b, dhead, a.picked, w.mlm_dense_w, M,
-                         C, C);
-    for (int k = 0; k < M; ++k) {  // each flat row is predicted at most once
-      float* d = dresidual + size_t(a.masked[k]) * C;
-      const float* g = dhead2 + size_t(k) * C;
-      for (int c = 0; c < C; ++c) d[c] += g[c];
-    }
+                                        w.word, M, C, Vl, L);
+    L.zero(dhead2, size_t(M) * C);
+    L.layernorm_backward(dhead2, dw.mlm_ln_w, dw.mlm_ln_b, dhead, a.dense_gelu, w.mlm_ln_w,
+                         a.head_mean, a.head_rstd, M, C);
+    L.gelu_erf_backward(dhead, dhead2, a.dense, size_t(M) * C);
+    L.linear_backward(dhead2, dw.mlm_dense_w, dw.mlm_dense_b, dhead, a.picked, w.mlm_dense_w, M, C,
+                      C);
+    L.scatter_add_rows(dresidual, dhead2, a.dev.masked, M, C);  // each row predicted at most once
   } else {
     const int K = cfg.classes();
-    cpu::crossentropy_backward(a.logits, a.logits, a.lse, a.labels, dloss, rows, K);
-    cpu::linear_backward(dhead, dw.cls_w, dw.cls_b, a.logits, a.pooled_drop, w.cls_w, rows, C, K);
-    cpu::dropout_backward(dhead2, dhead, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
-                          uint64_t(mb.first_sample), rows, C);
-    cpu::tanh_backward(dhead, dhead2, a.pooled, size_t(rows) * C);
-    cpu::linear_backward(dhead2, dw.pooler_w, dw.pooler_b, dhead, a.first, w.pooler_w, rows, C, C);
-    for (int b = 0; b < rows; ++b)
-      std::memcpy(dresidual + size_t(b) * T * C, dhead2 + size_t(b) * C, sizeof(float) * C);
+    L.crossentropy_backward(a.logits, a.logits, a.lse, a.dev.labels, dloss, rows, K);
+    L.linear_backward(dhead, dw.cls_w, dw.cls_b, a.logits, a.pooled_drop, w.cls_w, rows, C, K);
+    L.dropout_backward(dhead2, dhead, mb.dropout, dropout_stream(mb, 1 + 2 * cfg.n_layer),
+                       uint64_t(mb.first_sample), rows, C);
+    L.tanh_backward(dhead, dhead2, a.pooled, size_t(rows) * C);
+    L.linear_backward(dhead2, dw.pooler_w, dw.pooler_b, dhead, a.first, w.pooler_w, rows, C, C);
+    L.copy_strided(dresidual, T * C, dhead2, C, rows, C);
   }
   ready(head_segment_);
-  const BlockShape shape{rows, T, C, cfg.n_head, false, a.lengths, tp_, kLnEps};
+  const BlockShape shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const float* x = l == 0 ? a.encoded : a.layer[l - 1].ln_2;
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
@@ -464,23 +475,25 @@ void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready)
     encoder_block_backward(dresidual, dw.layer[l], scratch, a.layer[l], x, w.layer[l], shape, drop);
     ready(segment_of_layer_[l]);
   }
-  cpu::dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  cpu::zero(dresidual, NC);
-  cpu::layernorm_backward(dresidual, dw.emb_ln_w, dw.emb_ln_b, scratch.dbranch, a.embedded,
-                          w.emb_ln_w, a.emb_mean, a.emb_rstd, N, C);
-  for (int n = 0; n < N; ++n) {
-    float* d = dw.token_type + size_t(a.types[n]) * C;
-    const float* g = dresidual + size_t(n) * C;
-    for (int c = 0; c < C; ++c) d[c] += g[c];
-  }
-  tp::vocab_parallel_embedding_backward(group, dw.word, dw.position, dresidual, a.ids, rows, T, C,
-                                        v0, Vl);
+  L.dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
+  L.zero(dresidual, NC);
+  L.layernorm_backward(dresidual, dw.emb_ln_w, dw.emb_ln_b, scratch.dbranch, a.embedded, w.emb_ln_w,
+                       a.emb_mean, a.emb_rstd, N, C);
+  L.table_rows_backward(dw.token_type, dresidual, a.dev.types, N, C);
+  tp::vocab_parallel_embedding_backward(group, dw.word, dw.position, dresidual, a.dev.ids, rows, T,
+                                        C, v0, Vl, L);
   ready(embedding_segment_);
 }
 
 ModelOutput BertModel::output(int slot) const {
-  if (cfg.task == 0) return {slots[slot].logits, m, Vl};
-  return {slots[slot].logits, 1, cfg.classes()};
+  const int positions = cfg.task == 0 ? m : 1, classes = cfg.task == 0 ? Vl : cfg.classes();
+  const float* logits = slots[size_t(slot)].logits;
+  if (layers_->device != Device::cpu) {
+    host_logits_.resize(size_t(B) * size_t(positions) * size_t(classes));
+    layers_->download(host_logits_.data(), logits, host_logits_.size());
+    logits = host_logits_.data();
+  }
+  return {logits, positions, classes};
 }
 
 std::vector<DumpTensor> BertModel::input_dump(int slot) const {

@@ -81,6 +81,14 @@ class BertModel final : public Model {
     // classifier head over the B first tokens
     float *first, *pooled, *pooled_drop;  // (B,C)
     float *logits, *lse, *losses;         // (M,Vl) or (B,K); (M or B); (M or B)
+    // The integers above are one block of int_count on the host; the layers read them at dev
+    // (the block itself on the CPU, its uploaded copy on another device).
+    int32_t* int_block = nullptr;
+    size_t int_count = 0;
+    struct {
+      int32_t* block = nullptr;
+      const int32_t *ids, *types, *lengths, *masked, *labels, *picked_targets;
+    } dev{};
   };
 
   BertConfig cfg;
@@ -99,6 +107,10 @@ class BertModel final : public Model {
   size_t embedding_segment_ = 0, head_segment_ = 0;
   std::vector<size_t> segment_of_layer_;
   std::vector<int> last_rows_;  // rows of each slot's last forward (input_dump)
+  const LayerOps* layers_;
+  std::vector<int32_t> host_ints_;  // the slots' integer blocks off the CPU
+  std::vector<float> host_losses_;
+  mutable std::vector<float> host_logits_;  // output() off the CPU
   void prepare_inputs(Acts& a, const MicroBatch& mb) const;
 };
 

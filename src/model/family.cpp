@@ -163,7 +163,11 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return m.get("block_size"); },
      [](const ModelConfig& m) { return int64_t(bert_config(m).classes()); },
      nullptr,
-     [](const ModelConfig& m, const RegistrySlice& s) { return bert_registry(bert_config(m), s); }},
+     [](const ModelConfig& m, const RegistrySlice& s) { return bert_registry(bert_config(m), s); },
+     nullptr,
+     false,
+     false,
+     true},
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "layers/linear.hpp"
 #include "layers/relu.hpp"
 #include "layers/residual.hpp"
+#include "layers/tanh.hpp"
 #include "src/cpu/step_ops.hpp"
 
 namespace mpitron {
@@ -45,6 +46,40 @@ void linear_gelu_forward(float* pre, float* out, const float* inp, const float* 
                          const float* bias, int N, int IC, int OC) {
   cpu::linear_forward(pre, inp, weight, bias, N, IC, OC);
   cpu::gelu_forward(out, pre, size_t(N) * OC);
+}
+
+template <class A>
+void copy_strided(A* dst, int dst_stride, const A* src, int src_stride, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(static_cast<void*>(dst + size_t(r) * dst_stride), src + size_t(r) * src_stride,
+                sizeof(A) * size_t(cols));
+}
+template <class A>
+void gather_rows(A* dst, const A* src, const int32_t* index, int M, int C) {
+  for (int k = 0; k < M; ++k)
+    std::memcpy(static_cast<void*>(dst + size_t(k) * C), src + size_t(index[k]) * C,
+                sizeof(A) * size_t(C));
+}
+void scatter_add_rows(float* dst, const float* src, const int32_t* index, int M, int C) {
+  for (int k = 0; k < M; ++k) {
+    float* d = dst + size_t(index[k]) * C;
+    const float* g = src + size_t(k) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+void add_table_rows(float* x, const float* table, const int32_t* index, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* t = table + size_t(index[n]) * C;
+    float* e = x + size_t(n) * C;
+    for (int c = 0; c < C; ++c) e[c] += t[c];
+  }
+}
+void table_rows_backward(float* dtable, const float* dout, const int32_t* index, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    float* d = dtable + size_t(index[n]) * C;
+    const float* g = dout + size_t(n) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
 }
 
 template <class A>
@@ -90,6 +125,15 @@ const LayerOps& host_layer_ops() {
       cpu::gelu_backward<float>,
       cpu::relu_forward<float>,
       cpu::relu_backward<float>,
+      cpu::gelu_erf_forward<float>,
+      cpu::gelu_erf_backward<float>,
+      cpu::tanh_forward<float>,
+      cpu::tanh_backward<float>,
+      copy_strided<float>,
+      gather_rows<float>,
+      scatter_add_rows,
+      add_table_rows,
+      table_rows_backward,
       attention_forward,
       attention_backward,
       attention_saved_elements,
@@ -300,6 +344,15 @@ const LayerOpsT<A>& host_16_layer_ops() {
       binary_16<A, cpu::gelu_backward<float>>,
       unary_16<A, cpu::relu_forward<float>>,
       binary_16<A, cpu::relu_backward<float>>,
+      unary_16<A, cpu::gelu_erf_forward<float>>,
+      binary_16<A, cpu::gelu_erf_backward<float>>,
+      unary_16<A, cpu::tanh_forward<float>>,
+      binary_16<A, cpu::tanh_backward<float>>,
+      copy_strided<A>,
+      gather_rows<A>,
+      nullptr,  // the encoder's rows by index in fp32 only
+      nullptr,
+      nullptr,
       attention_forward_16<A>,
       attention_backward_16<A>,
       attention_saved_elements,

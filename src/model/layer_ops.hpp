@@ -48,6 +48,23 @@ struct LayerOpsT {
   void (*gelu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
   void (*relu_forward)(A* out, const A* inp, size_t n);
   void (*relu_backward)(A* dinp, const A* dout, const A* inp, size_t n);
+  // The exact GELU (BERT's) and tanh (its pooler; backward reads forward's output).
+  void (*gelu_erf_forward)(A* out, const A* inp, size_t n);
+  void (*gelu_erf_backward)(A* dinp, const A* dout, const A* inp, size_t n);
+  void (*tanh_forward)(A* out, const A* inp, size_t n);
+  void (*tanh_backward)(A* dinp, const A* dout, const A* out, size_t n);
+
+  // ---- rows by index (the encoder's token types, masked-LM rows and first tokens) ----
+  // dst row r = cols elements at dst + r dst_stride, likewise src (a block of columns).
+  void (*copy_strided)(A* dst, int dst_stride, const A* src, int src_stride, int rows, int cols);
+  // dst[k] = src[index[k]] for k < M; rows of C.
+  void (*gather_rows)(A* dst, const A* src, const int32_t* index, int M, int C);
+  // dst[index[k]] += src[k] for k < M, the indices distinct.
+  void (*scatter_add_rows)(A* dst, const A* src, const int32_t* index, int M, int C);
+  // x[n] += table[index[n]] for n < N (a small embedding table added to every row).
+  void (*add_table_rows)(A* x, const A* table, const int32_t* index, int N, int C);
+  // Its backward: dtable[index[n]] += dout[n], n ascending (the same bits on every device).
+  void (*table_rows_backward)(float* dtable, const A* dout, const int32_t* index, int N, int C);
   // saved: what backward needs of the softmax, attention_saved_elements(B, NH, T) of it (the CPU:
   // the (B,NH,T,T) probabilities; CUDA: the (B,NH,T) log-sum-exp). out is forward's output (the
   // CUDA backward reads it, the CPU's does not); scratch has as many elements as saved.

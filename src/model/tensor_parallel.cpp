@@ -90,8 +90,10 @@ void reduce_from_tp_backward(comm::Group&, const float*, size_t) {}
 // ---- a region: copy_to_tp backward once for its consumers ----
 
 TpRegion copy_to_tp_backward_begin(comm::Group& tp, float* dinp, float* partial, const float* base,
-                                   int N, int IC, bool per_layer) {
+                                   int N, int IC, bool per_layer, const LayerOps& ops) {
+  require_host_layers_above_tp1(tp, ops);
   TpRegion r;
+  r.ops = &ops;
   r.tp = &tp;
   r.dinp = dinp;
   r.partial = partial;
@@ -101,9 +103,9 @@ TpRegion copy_to_tp_backward_begin(comm::Group& tp, float* dinp, float* partial,
   if (base && dinp) {
     const size_t n = size_t(N) * IC;
     if (per_layer || tp.rank() == 0) {
-      if (base != dinp) std::copy_n(base, n, dinp);
+      if (base != dinp) ops.copy(dinp, base, n);
     } else {
-      std::fill_n(dinp, n, 0.0f);
+      ops.zero(dinp, n);
     }
     r.holds = true;
   }
@@ -144,10 +146,9 @@ void column_parallel_linear_backward_input(TpRegion& r, const float* dout, const
   const size_t n = size_t(r.N) * r.IC;
   float* const product = r.holds ? r.partial : r.dinp;
   MPITRON_REQUIRE(product, "a region's second product (or one after a base) needs partial");
-  cpu::linear_backward(product, static_cast<float*>(nullptr), static_cast<float*>(nullptr), dout,
-                       static_cast<const float*>(nullptr), w, r.N, r.IC, OCl);
+  r.ops->linear_backward(product, nullptr, nullptr, dout, nullptr, w, r.N, r.IC, OCl);
   if (r.per_layer) copy_to_tp_backward(*r.tp, product, n);
-  if (r.holds) cpu::residual_forward(r.dinp, r.dinp, r.partial, n);
+  if (r.holds) r.ops->residual_forward(r.dinp, r.dinp, r.partial, n);
   r.holds = true;
 }
 
@@ -155,8 +156,7 @@ void column_parallel_linear_backward_weights(TpRegion& r, float* dw, float* db, 
                                              const float* inp, int OCl) {
   // A poke at the all-reduce in flight: MPI progresses a non-blocking collective inside its calls.
   if (r.pending.pending()) r.pending.test();
-  cpu::linear_backward(static_cast<float*>(nullptr), dw, db, dout, inp,
-                       static_cast<const float*>(nullptr), r.N, r.IC, OCl);
+  r.ops->linear_backward(nullptr, dw, db, dout, inp, nullptr, r.N, r.IC, OCl);
 }
 
 void column_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, float* db,
@@ -164,7 +164,7 @@ void column_parallel_linear_backward(comm::Group& tp, float* dinp, float* dw, fl
                                      int IC, int OCl, const LayerOps& ops) {
   if (tp.size() == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
   require_host_layers_above_tp1(tp, ops);
-  TpRegion r = copy_to_tp_backward_begin(tp, dinp, nullptr, nullptr, N, IC);
+  TpRegion r = copy_to_tp_backward_begin(tp, dinp, nullptr, nullptr, N, IC, false, ops);
   if (dinp) column_parallel_linear_backward_input(r, dout, w, OCl);
   copy_to_tp_backward_start(r);
   column_parallel_linear_backward_weights(r, dw, db, dout, inp, OCl);

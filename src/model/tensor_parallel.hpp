@@ -81,9 +81,10 @@ struct TpRegion {
   float* partial = nullptr;  // (N,IC) scratch for a product before it is added, or nullptr where
                              // the only product assigns dinp (one consumer, no base)
   int N = 0, IC = 0;
-  bool per_layer = false;  // the reference: one blocking all-reduce per consumer
-  bool holds = false;      // dinp holds a sum already (the base, or a product): products add
-  comm::Request pending;   // the all-reduce in flight between start and wait
+  bool per_layer = false;         // the reference: one blocking all-reduce per consumer
+  bool holds = false;             // dinp holds a sum already (the base, or a product): products add
+  comm::Request pending;          // the all-reduce in flight between start and wait
+  const LayerOps* ops = nullptr;  // the device's layers (the CPU's above tp 1)
 };
 
 // Opens a region's backward. base (N,IC) or nullptr: a gradient of the input from outside the
@@ -95,7 +96,8 @@ TpRegion copy_to_tp_backward_begin(comm::Group& tp,
                                    float* dinp,        // (N,IC) =, or nullptr
                                    float* partial,     // (N,IC) scratch, or nullptr
                                    const float* base,  // (N,IC) or nullptr
-                                   int N, int IC, bool per_layer = false);
+                                   int N, int IC, bool per_layer = false,
+                                   const LayerOps& ops = cpu_layer_ops());
 // Starts the all-reduce (sum) of r.dinp in place, after the region's last input product; nothing
 // at tp 1, for per_layer, or without products.
 void copy_to_tp_backward_start(TpRegion& r);

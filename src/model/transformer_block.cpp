@@ -112,51 +112,36 @@ MPITRON_GPT_BLOCK(bf16_t)
 MPITRON_GPT_BLOCK(fp16_t)
 #undef MPITRON_GPT_BLOCK
 
-namespace {
-
-// Part p (0 q, 1 k, 2 v) of the fused (N,3Cl) attention input and a (N,Cl) buffer, either way.
-void qkv_part_to(float* part, const float* qkv, int p, int N, int Cl) {
-  for (int n = 0; n < N; ++n)
-    std::memcpy(part + size_t(n) * Cl, qkv + size_t(n) * 3 * Cl + size_t(p) * Cl,
-                sizeof(float) * size_t(Cl));
-}
-void qkv_part_from(float* qkv, const float* part, int p, int N, int Cl) {
-  for (int n = 0; n < N; ++n)
-    std::memcpy(qkv + size_t(n) * 3 * Cl + size_t(p) * Cl, part + size_t(n) * Cl,
-                sizeof(float) * size_t(Cl));
-}
-
-}  // namespace
-
 void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,
                            const BlockShape& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   comm::Group& group = *s.tp_group;
+  const LayerOps& L = s.layers();
   // Query, key and value are separate tensors (BERT's names), one region: each is projected into
   // atty, then into its columns of the fused buffer the attention kernel reads.
   tp::copy_to_tp_forward(group, x, size_t(N) * C);
   const float* const W[3] = {w.q_w, w.k_w, w.v_w};
   const float* const Bias[3] = {w.q_b, w.k_b, w.v_b};
   for (int p = 0; p < 3; ++p) {
-    tp::column_parallel_linear_forward(group, a.atty, x, W[p], Bias[p], N, C, Cl);
-    qkv_part_from(a.qkv, a.atty, p, N, Cl);
+    tp::column_parallel_linear_forward(group, a.atty, x, W[p], Bias[p], N, C, Cl, L);
+    L.copy_strided(a.qkv + size_t(p) * Cl, 3 * Cl, a.atty, Cl, N, Cl);
   }
-  cpu::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, s.causal, s.lengths);
-  tp::row_parallel_linear_forward(group, a.attn_out, a.atty, w.attn_proj_w, w.attn_proj_b, N, Cl,
-                                  C);
-  cpu::dropout_forward(a.attn_out, a.attn_out, drop.p, drop.attn, drop.row0, N, C);
-  cpu::residual_forward(a.res_attn, x, a.attn_out, size_t(N) * C);
-  cpu::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, a.res_attn, w.ln_1_w, w.ln_1_b, N, C,
-                         s.ln_eps);
+  L.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, s.causal, s.lengths);
+  tp::row_parallel_linear_forward(group, a.attn_out, a.atty, w.attn_proj_w, w.attn_proj_b, N, Cl, C,
+                                  L);
+  L.dropout_forward(a.attn_out, a.attn_out, drop.p, drop.attn, drop.row0, N, C);
+  L.residual_forward(a.res_attn, x, a.attn_out, size_t(N) * C);
+  L.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, a.res_attn, w.ln_1_w, w.ln_1_b, N, C,
+                      s.ln_eps);
   tp::copy_to_tp_forward(group, a.ln_1, size_t(N) * C);  // the MLP region
-  tp::column_parallel_linear_forward(group, a.fc, a.ln_1, w.c_fc_w, w.c_fc_b, N, C, 4 * Cl);
-  cpu::gelu_erf_forward(a.fc_gelu, a.fc, size_t(N) * 4 * Cl);
+  tp::column_parallel_linear_forward(group, a.fc, a.ln_1, w.c_fc_w, w.c_fc_b, N, C, 4 * Cl, L);
+  L.gelu_erf_forward(a.fc_gelu, a.fc, size_t(N) * 4 * Cl);
   tp::row_parallel_linear_forward(group, a.mlp_out, a.fc_gelu, w.mlp_proj_w, w.mlp_proj_b, N,
-                                  4 * Cl, C);
-  cpu::dropout_forward(a.mlp_out, a.mlp_out, drop.p, drop.mlp, drop.row0, N, C);
-  cpu::residual_forward(a.res_mlp, a.ln_1, a.mlp_out, size_t(N) * C);
-  cpu::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_mlp, w.ln_2_w, w.ln_2_b, N, C,
-                         s.ln_eps);
+                                  4 * Cl, C, L);
+  L.dropout_forward(a.mlp_out, a.mlp_out, drop.p, drop.mlp, drop.row0, N, C);
+  L.residual_forward(a.res_mlp, a.ln_1, a.mlp_out, size_t(N) * C);
+  L.layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_mlp, w.ln_2_w, w.ln_2_b, N, C,
+                      s.ln_eps);
 }
 
 void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, const BlockScratch& d,
@@ -165,31 +150,32 @@ void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, con
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   const size_t NC = size_t(N) * C;
   comm::Group& group = *s.tp_group;
+  const LayerOps& L = s.layers();
   // d.dln = dL/d res_mlp; its MLP branch then gives dL/d ln_1 (in dresidual) with the skip added.
-  cpu::zero(d.dln, NC);
-  cpu::layernorm_backward(d.dln, dw.ln_2_w, dw.ln_2_b, dresidual, a.res_mlp, w.ln_2_w, a.ln_2_mean,
-                          a.ln_2_rstd, N, C);
-  cpu::dropout_backward(d.dbranch, d.dln, drop.p, drop.mlp, drop.row0, N, C);
+  L.zero(d.dln, NC);
+  L.layernorm_backward(d.dln, dw.ln_2_w, dw.ln_2_b, dresidual, a.res_mlp, w.ln_2_w, a.ln_2_mean,
+                       a.ln_2_rstd, N, C);
+  L.dropout_backward(d.dbranch, d.dln, drop.p, drop.mlp, drop.row0, N, C);
   tp::row_parallel_linear_backward(group, d.dfc_gelu, dw.mlp_proj_w, dw.mlp_proj_b, d.dbranch,
-                                   a.fc_gelu, w.mlp_proj_w, N, 4 * Cl, C);
-  cpu::gelu_erf_backward(d.dfc, d.dfc_gelu, a.fc, size_t(N) * 4 * Cl);
+                                   a.fc_gelu, w.mlp_proj_w, N, 4 * Cl, C, L);
+  L.gelu_erf_backward(d.dfc, d.dfc_gelu, a.fc, size_t(N) * 4 * Cl);
   // The MLP region (c_fc alone): dresidual = its input gradient, the all-reduce overlapping dW.
   tp::TpRegion mlp =
-      tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer);
+      tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer, L);
   tp::column_parallel_linear_backward_input(mlp, d.dfc, w.c_fc_w, 4 * Cl);
   tp::copy_to_tp_backward_start(mlp);
   tp::column_parallel_linear_backward_weights(mlp, dw.c_fc_w, dw.c_fc_b, d.dfc, a.ln_1, 4 * Cl);
   tp::copy_to_tp_backward_wait(mlp);
-  cpu::residual_forward(dresidual, dresidual, d.dln, NC);
+  L.residual_forward(dresidual, dresidual, d.dln, NC);
   // d.dln = dL/d res_attn: the skip's share of dL/dx, and the attention branch's gradient.
-  cpu::zero(d.dln, NC);
-  cpu::layernorm_backward(d.dln, dw.ln_1_w, dw.ln_1_b, dresidual, a.res_attn, w.ln_1_w, a.ln_1_mean,
-                          a.ln_1_rstd, N, C);
-  cpu::dropout_backward(d.dbranch, d.dln, drop.p, drop.attn, drop.row0, N, C);
+  L.zero(d.dln, NC);
+  L.layernorm_backward(d.dln, dw.ln_1_w, dw.ln_1_b, dresidual, a.res_attn, w.ln_1_w, a.ln_1_mean,
+                       a.ln_1_rstd, N, C);
+  L.dropout_backward(d.dbranch, d.dln, drop.p, drop.attn, drop.row0, N, C);
   tp::row_parallel_linear_backward(group, d.datty, dw.attn_proj_w, dw.attn_proj_b, d.dbranch,
-                                   a.atty, w.attn_proj_w, N, Cl, C);
-  cpu::attention_backward(d.dqkv, d.datt, d.datty, a.qkv, a.att, B, T, Cl, NHl, s.causal,
-                          s.lengths);
+                                   a.atty, w.attn_proj_w, N, Cl, C, L);
+  L.attention_backward(d.dqkv, d.datt, d.datty, a.atty, a.qkv, a.att, B, T, Cl, NHl, s.causal,
+                       s.lengths);
   // The attention region (q, k, v): dresidual = the skip's share (d.dln, counted once over TP) +
   // the three input products, added in the order q, k, v; one all-reduce, overlapping the three
   // weight products (each re-reads its part of dqkv into datty).
@@ -197,14 +183,14 @@ void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, con
   float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
   const float* const W[3] = {w.q_w, w.k_w, w.v_w};
   tp::TpRegion in =
-      tp::copy_to_tp_backward_begin(group, dresidual, d.dbranch, d.dln, N, C, s.tp_per_layer);
+      tp::copy_to_tp_backward_begin(group, dresidual, d.dbranch, d.dln, N, C, s.tp_per_layer, L);
   for (int p = 0; p < 3; ++p) {
-    qkv_part_to(d.datty, d.dqkv, p, N, Cl);
+    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
     tp::column_parallel_linear_backward_input(in, d.datty, W[p], Cl);
   }
   tp::copy_to_tp_backward_start(in);
   for (int p = 0; p < 3; ++p) {
-    qkv_part_to(d.datty, d.dqkv, p, N, Cl);
+    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
     tp::column_parallel_linear_backward_weights(in, dW[p], dB[p], d.datty, x, Cl);
   }
   tp::copy_to_tp_backward_wait(in);

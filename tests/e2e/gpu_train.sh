@@ -3,8 +3,8 @@
 # follow the CPU's trace within 1e-4 relative at every step; --recompute block gives the GPU's
 # losses bit for bit; a GPU run stopped at step 10 and resumed ends where the straight one does
 # (the checkpoint passes through host copies); dp 2 on one GPU follows the CPU's dp 2 runs; bf16
-# and fp16 stay within 2% of the CPU's fp32 losses. The MLP on the GPU follows the CPU, at dp 1 and
-# dp 2. Skipped, saying why, without a CUDA build or GPU.
+# and fp16 stay within 2% of the CPU's fp32 losses. BERT (masked LM, classifier) and the MLP on the
+# GPU follow the CPU, at dp 1 and dp 2. Skipped, saying why, without a CUDA build or GPU.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 "$MPITRON" devices >devices.txt 2>&1 || true
@@ -94,6 +94,24 @@ for layout in "--zero 0" "--zero 0 --bucket-mb 0.05" "--zero 1" "--zero 2"; do
   "$MPITRON" compare "cpu_$name/trace.h5" "gpu_$name/trace.h5" --rtol 1e-4 ||
     fail "the GPU at dp 2 ($layout) left the CPU's losses"
 done
+# BERT on the GPU's layer table, the masked LM and the testament classifier (padding masks): within
+# 1e-4 of the CPU's losses, and dp 2 on the one GPU within 1e-5 of the GPU's one-rank run.
+# bert_gpu TASK ARGS...: the CPU and the GPU, and the GPU at dp 2.
+bert_gpu() {
+  local task=$1
+  shift
+  "$MPITRON" train "$@" --device cpu --out "bert_${task}_cpu" >/dev/null
+  "$MPITRON" train "$@" --device cuda --out "bert_${task}_gpu" | tee "bert_${task}_gpu.log"
+  "$MPITRON" compare "bert_${task}_cpu/trace.h5" "bert_${task}_gpu/trace.h5" --rtol 1e-4 ||
+    fail "bert ($task): the GPU's losses left the CPU's"
+  mpiexec -n 2 "$MPITRON" train "$@" --dp 2 --device cuda --out "bert_${task}_gpu_dp2" >/dev/null
+  "$MPITRON" compare "bert_${task}_gpu/trace.h5" "bert_${task}_gpu_dp2/trace.h5" --rtol 1e-5 ||
+    fail "bert ($task) at dp 2 on the GPU left its one-rank run"
+}
+bert_gpu mlm --config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 20 --batch-size 8 \
+  --seq-len 64 --log-every 5 --eval-every 10 --eval-batches 2
+bert_gpu testament --config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 20 \
+  --batch-size 8 --log-every 5 --eval-every 10 --eval-batches 2
 # The MLP on the GPU's layer table: within 1e-4 of the CPU's losses and validation accuracy's
 # evaluations, and dp 2 on the one GPU within 1e-5 of the GPU's one-rank run.
 fmnist=/usr/share/datasets/fashion-mnist
