@@ -167,7 +167,15 @@ const ModelFamily kFamilies[] = {
      nullptr,
      false,
      false,
-     true},
+     true,
+     false,
+     nullptr,
+     false,
+     [](const ModelConfig& m) -> std::vector<std::string> {
+       if (m.get("task") == 1) return {"Old Testament", "New Testament"};
+       if (m.get("task") == 2) return {"not the next verse", "the next verse"};
+       return {};
+     }},
 };
 
 }  // namespace

@@ -64,13 +64,17 @@ struct ModelFamily {
   // Samples whose statistics batch norm shares (nullptr: none): every micro-batch holds whole
   // groups.
   int64_t (*sample_group)(const ModelConfig& model) = nullptr;
-  bool generates = false;        // a causal language model: `mpitron generate` samples from it
+  bool generates =
+      false;  // a causal LM: `mpitron generate` samples from it, span objectives train it
   bool recomputes = false;       // builds with ModelBuild::recompute (--recompute block)
   bool on_device = false;        // builds on a device's layer table (--device cuda, cpu-staged)
   bool mixed_precision = false;  // 16-bit activations and weight copies (--precision bf16, fp16)
   // What a build allocates, counted without building (`mpitron plan`; nullptr: no plan yet).
   ModelMemory (*memory)(const ModelConfig& model, const ModelBuild& how) = nullptr;
   bool chunks_head = false;  // an LM head over ModelBuild::head_chunk_rows (--lm-head-chunk)
+  // Names of the classes a labelled task predicts, for `eval`'s confusion matrix (nullptr or
+  // empty: the data's names, else the class numbers).
+  std::vector<std::string> (*class_names)(const ModelConfig& model) = nullptr;
 };
 
 // --data when none is given, and how to get it (pairs: data/es-en, whatever the family).

@@ -45,9 +45,9 @@ BatchSource BatchSource::load(const ModelConfig& model, const std::string& path,
         span_loss));
   if (span_loss == "span" && !spans)
     throw UsageError("train.span_loss = \"span\" is for a span-corruption train.objective");
-  if (spans && (model.type != "gpt" || s.kind != DataKind::text))
-    throw UsageError(fmt::format(
-        "train.objective = \"{}\" is for the gpt family on text (model.task = 0)", objective));
+  if (spans && (!model_family(model.type).generates || s.kind != DataKind::text))
+    throw UsageError(fmt::format("train.objective = \"{}\" is for the {} on text (model.task = 0)",
+                                 objective, family_types_with(&ModelFamily::generates)));
   if (s.kind == DataKind::text) {
     s.seq_len = seq_len;
     s.text = io::load_text_dataset(path, seq_len);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "io/dataset.hpp"
+#include "src/model/family.hpp"
 
 namespace mpitron {
 
@@ -68,11 +69,10 @@ EvalTotals evaluate_split(Model& model, BatchSource& data, int classes, const Ev
 
 std::vector<std::string> class_names(const ModelConfig& model, const std::string& data_path,
                                      int classes) {
+  const ModelFamily& family = model_family(model.type);
   std::vector<std::string> names;
-  if (model.type == "bert" && classes == 2 && model.get("task") == 1)
-    names = {"Old Testament", "New Testament"};
-  else if (model.type == "bert" && classes == 2 && model.get("task") == 2)
-    names = {"not the next verse", "the next verse"};
+  if (family.class_names) names = family.class_names(model);
+  if (names.size() != size_t(classes)) names.clear();
   std::string lower = data_path;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });

@@ -32,6 +32,7 @@ grep -q "acc " cls.txt || fail "no validation accuracy in the progress lines"
 cat eval.txt
 grep -qE "^val_accuracy [01]\.[0-9]+" eval.txt || fail "eval printed no accuracy"
 [[ $(grep -cE '^ +[0-9]+( +[0-9]+){2}$' eval.txt) == 2 ]] || fail "eval printed no 2x2 confusion matrix"
+grep -q "^classes: 0 Old Testament, 1 New Testament" eval.txt || fail "eval did not name the classes"
 
 # The dump of one batch: exactly m masked positions per sample, in 1..T-2, 80/10/10; a pair row's
 # token types switch after its first [SEP].

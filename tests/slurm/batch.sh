@@ -5,8 +5,8 @@
 # (one rank per GPU, 5 cores each) with DEVICE=cpu; the others get a CPU override (--gpus=0, fewer
 # tasks). TP=2 and PP=2 (with SCHEDULE) reach mpitron and train. A layout mpitron does not support
 # (PP=5 for gpt-tiny's 4 blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by
-# the script, and so is a job on GPUs whose mpitron has no CUDA (it would train on the cores while
-# charged for the GPUs). With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
+# the script, and so is a job on GPUs whose mpitron cannot use them (no CUDA in the build, or no
+# driver: it would train on the cores while charged for the GPUs). With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
 # `train` records its arguments) a GPU job picks --device cuda and --comm nccl by itself, and
 # --comm mpi where ZeRO 2 needs it.
 # Arguments: mpitron binary, checkout, work folder.
@@ -140,10 +140,11 @@ if [[ $CLUSTER_GPUS != 0 ]]; then
     fail "2 ranks on 4 GPUs were not refused: $(cat "$WORK"/refused-gpus/slurm-*.out)"
   [[ ! -e $WORK/refused-gpus/trace.h5 ]] || fail "the refused job trained"
   expect refused-cpu-build FAILED
-  grep -q "error: this job holds 2 GPU(s) per node, but .*mpitron cannot use them (built without CUDA" \
+  # This build cannot use the fake GPUs: built without CUDA, or with CUDA but no driver or device.
+  grep -q "error: this job holds 2 GPU(s) per node, but .*mpitron cannot use them (" \
     "$WORK"/refused-cpu-build/slurm-*.out ||
-    fail "a GPU job with a CPU-only build was not refused: $(cat "$WORK"/refused-cpu-build/slurm-*.out)"
-  [[ ! -e $WORK/refused-cpu-build/trace.h5 ]] || fail "the GPU job with a CPU-only build trained"
+    fail "a GPU job whose build cannot use GPUs was not refused: $(cat "$WORK"/refused-cpu-build/slurm-*.out)"
+  [[ ! -e $WORK/refused-cpu-build/trace.h5 ]] || fail "the GPU job whose build cannot use GPUs trained"
   # args NAME: what the fake CUDA build's rank 0 was asked to train.
   args() {
     expect "$1" COMPLETED
@@ -154,6 +155,6 @@ if [[ $CLUSTER_GPUS != 0 ]]; then
   grep -q -- "--device cuda --comm nccl --precision fp16" <<<"$a" || fail "cuda-auto: not on the GPUs with NCCL in fp16: $a"
   a=$(args cuda-zero2)
   grep -q -- "--zero 2 .*--device cuda --comm mpi" <<<"$a" || fail "cuda-zero2: ZeRO 2 did not take --comm mpi: $a"
-  log "GPU jobs: a CPU-only build refused; a CUDA build on the GPUs, NCCL where it may"
+  log "GPU jobs: a build that cannot use them refused; a CUDA build on the GPUs, NCCL where it may"
 fi
 log "batch jobs ok"
