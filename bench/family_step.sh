@@ -35,6 +35,7 @@ mpitron=$build/mpitron
 [[ -z $prev || -x $prev/mpitron ]] || { echo "error: $prev/mpitron is missing" >&2; exit 1; }
 $python -c "import torch" 2>/dev/null || { echo "error: $python cannot import torch" >&2; exit 1; }
 out=$(mktemp -d /tmp/family_step.XXXXXX)
+trap 'rm -rf "$out"' EXIT # its runs' checkpoints take GBs (BERT-base: 1.3 GB each)
 # shellcheck source=bench/same_footing.sh
 source "$here/same_footing.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=$threads

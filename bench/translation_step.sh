@@ -28,6 +28,7 @@ data=$repo/data/es-en
 [[ -x $build/mpitron ]] || { echo "error: $build/mpitron is missing (make build)" >&2; exit 1; }
 [[ -z $prev || -x $prev/mpitron ]] || { echo "error: $prev/mpitron is missing" >&2; exit 1; }
 out=$(mktemp -d /tmp/translation_step.XXXXXX)
+trap 'rm -rf "$out"' EXIT # the runs and their checkpoints
 # The preset without its buckets, which a build from before them would not know.
 grep -v '^length_buckets' "$repo/configs/mt-es-en.toml" >"$out/plain.toml"
 ways=()
