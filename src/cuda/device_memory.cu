@@ -66,9 +66,17 @@ void upload_int32(int32_t* dst, const int32_t* host_src, size_t n) {
 }
 
 void download(float* host_dst, const float* src, size_t n) {
-  if (n == 0) return;
-  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost,
-                             cudaStreamPerThread));
+  download_bytes(host_dst, src, n * sizeof(float));
+}
+
+void upload_bytes(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cudaStreamPerThread));
+}
+
+void download_bytes(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 

@@ -20,5 +20,7 @@ DeviceAllocator device_allocator();
 void upload(float* dst, const float* host_src, size_t n);
 void upload_int32(int32_t* dst, const int32_t* host_src, size_t n);
 void download(float* host_dst, const float* src, size_t n);
+void upload_bytes(void* dst, const void* host_src, size_t bytes);
+void download_bytes(void* host_dst, const void* src, size_t bytes);
 
 }  // namespace mpitron::cuda

@@ -10,12 +10,17 @@
 
 #include "base/cuda_check.hpp"
 #include "layers/cuda/attention.cuh"
+#include "layers/cuda/batchnorm.cuh"
+#ifdef MPITRON_HAVE_CUDNN
+#include "layers/cuda/conv2d.cuh"
+#endif
 #include "layers/cuda/crossentropy.cuh"
 #include "layers/cuda/dropout.cuh"
 #include "layers/cuda/embedding.cuh"
 #include "layers/cuda/gelu.cuh"
 #include "layers/cuda/layernorm.cuh"
 #include "layers/cuda/linear.cuh"
+#include "layers/cuda/pool.cuh"
 #include "layers/cuda/relu.cuh"
 #include "layers/cuda/residual.cuh"
 #include "layers/cuda/rows.cuh"
@@ -64,6 +69,10 @@ void* layernorm_scratch(size_t bytes) {
   return s.get(bytes);
 }
 void* embedding_scratch(size_t bytes) {
+  thread_local GrowingScratch s;
+  return s.get(bytes);
+}
+void* batchnorm_scratch(size_t bytes) {
   thread_local GrowingScratch s;
   return s.get(bytes);
 }
@@ -276,6 +285,80 @@ void lm_head_backward(A* dinp, float* dweight, const A* dout, const A* inp, cons
                         dev(weight), N, IC, OC, kStream, dout_scale);
 }
 
+// ---- the convolutional families' layers, float only ----
+#ifdef MPITRON_HAVE_CUDNN
+std::shared_ptr<const void> conv2d_plan(const cpu::Conv2dShape& s) {
+  return cuda::conv2d_plan(s);
+}
+const cuda::Conv2dCudnn& conv_plan(const void* plan) {
+  return *static_cast<const cuda::Conv2dCudnn*>(plan);
+}
+size_t conv2d_workspace(const void* plan) {
+  return (cuda::conv2d_workspace_bytes(conv_plan(plan)) + sizeof(float) - 1) / sizeof(float);
+}
+void conv2d_forward(float* out, float* workspace, const float* inp, const float* weight,
+                    const void* plan, int N) {
+  cuda::conv2d_forward(out, workspace, inp, weight, conv_plan(plan), N, kStream);
+}
+void conv2d_backward(float* dinp, float* dweight, float* workspace, const float* dout,
+                     const float* inp, const float* weight, const void* plan, int N) {
+  cuda::conv2d_backward(dinp, dweight, workspace, dout, inp, weight, conv_plan(plan), N, kStream);
+}
+#endif
+void batchnorm2d_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C, int HW, int G,
+                         float eps) {
+  cuda::batchnorm2d_forward(out, mean, rstd, inp, weight, bias, N, C, HW, G, eps, kStream);
+}
+void batchnorm2d_forward_eval(float* out, const float* inp, const float* weight, const float* bias,
+                              const float* running_mean, const float* running_var, int N, int C,
+                              int HW, float eps) {
+  cuda::batchnorm2d_forward_eval(out, inp, weight, bias, running_mean, running_var, N, C, HW, eps,
+                                 kStream);
+}
+void batchnorm2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C, int HW, int G) {
+  void* scratch = batchnorm_scratch(cuda::batchnorm2d_backward_scratch_bytes(N, C, G));
+  cuda::batchnorm2d_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, HW, G,
+                             scratch, kStream);
+}
+void batchnorm2d_group_stats(double* mean_sum, double* var_sum, const float* mean,
+                             const float* rstd, int groups, int C, int HW, int G, float eps) {
+  cuda::batchnorm2d_group_stats(mean_sum, var_sum, mean, rstd, groups, C, HW, G, eps, kStream);
+}
+void maxpool2d_forward(float* out, int32_t* argmax, const float* inp, const cpu::Pool2dShape& s) {
+  cuda::maxpool2d_forward(out, argmax, inp, s, kStream);
+}
+void maxpool2d_backward(float* dinp, const float* dout, const int32_t* argmax,
+                        const cpu::Pool2dShape& s) {
+  cuda::maxpool2d_backward(dinp, dout, argmax, s, kStream);
+}
+void global_avgpool_forward(float* out, const float* inp, int N, int C, int HW) {
+  cuda::global_avgpool_forward(out, inp, N, C, HW, kStream);
+}
+void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int HW) {
+  cuda::global_avgpool_backward(dinp, dout, N, C, HW, kStream);
+}
+
+// A float layer as a table entry: itself in the float table, null in the 16-bit ones, whose
+// entries have another type (the convolutional families run in fp32).
+template <class F>
+struct FloatOnly {
+  F* f;
+  template <class G>
+  constexpr operator G*() const {
+    if constexpr (std::is_same_v<G, F>)
+      return f;
+    else
+      return nullptr;
+  }
+};
+template <class F>
+constexpr FloatOnly<F> float_only(F* f) {
+  return {f};
+}
+
 template <class A>
 const LayerOpsT<A>& table() {
   static constexpr LayerOpsT<A> ops{
@@ -321,6 +404,27 @@ const LayerOpsT<A>& table() {
       lm_head_backward<A>,
       nullptr,
       nullptr,
+      cuda::upload_bytes,
+      cuda::download_bytes,
+#ifdef MPITRON_HAVE_CUDNN
+      float_only(conv2d_plan),
+      float_only(conv2d_workspace),
+      float_only(conv2d_forward),
+      float_only(conv2d_backward),
+#else
+      nullptr,  // convolutions need cuDNN
+      nullptr,
+      nullptr,
+      nullptr,
+#endif
+      float_only(batchnorm2d_forward),
+      float_only(batchnorm2d_forward_eval),
+      float_only(batchnorm2d_backward),
+      float_only(batchnorm2d_group_stats),
+      float_only(maxpool2d_forward),
+      float_only(maxpool2d_backward),
+      float_only(global_avgpool_forward),
+      float_only(global_avgpool_backward),
   };
   return ops;
 }

@@ -175,15 +175,19 @@ PhiloxStream dropout_stream(const MicroBatch& mb) {
   return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), 0), 0xD50Full)};
 }
 
-void add_into(float* dst, const float* src, size_t n) {
-#pragma omp simd
-  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 }  // namespace
 
 CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
-    : spec(s), B(how.micro_rows), self_(comm::Group::solo()) {
+    : spec(s),
+      B(how.micro_rows),
+      layers_(how.layers ? how.layers : &cpu_layer_ops()),
+      self_(comm::Group::solo()) {
+  const LayerOps& L = *layers_;
+  if (!L.conv2d_forward)
+    throw UsageError(fmt::format(
+        "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
+        "family runs on the cpu)",
+        device_name(L.device), m.type));
   tp_ = tp::model_tp_group(how, self_);
   const int tp = how.slice.tp;
   config = m;
@@ -208,7 +212,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     const int ic = u.split == ChannelSplit::row ? u.IC / tp : u.IC;
     const int oc = u.split == ChannelSplit::column ? u.OC / tp : u.OC;
     c.shape = {B, ic, u.H, u.W, oc, u.K, u.K, u.stride, u.pad};
-    c.plan = cpu::conv2d_plan(c.shape);
+    c.plan = L.conv2d_plan(c.shape);
     c.C = oc;
     return c;
   };
@@ -248,6 +252,12 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     stat_at += 2 * size_t(u.C);
   });
   stat_sums.assign(stat_at + 1, 0.0);  // the last: groups counted
+  stat_dev = stat_sums.data();
+  if (L.device != Device::cpu) {
+    stat_store_ = Buffer<double>(*how.alloc, stat_sums.size());
+    stat_dev = stat_store_.data();
+    L.upload_bytes(stat_dev, stat_sums.data(), stat_sums.size() * sizeof(double));
+  }
 
   // Gradient segments in flat order: the trunk, each block, the classifier (those held here).
   std::vector<std::pair<size_t, size_t*>> starts;  // (flat offset, where its index goes)
@@ -275,7 +285,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
     widest = std::max({widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
                        size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
-    work = std::max(work, cpu::conv2d_workspace(u.plan));
+    work = std::max(work, L.conv2d_workspace(u.plan.get()));
     if (u.spec.pool) argmax_count += pooled(u);
   };
   each_unit(note);
@@ -334,6 +344,34 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     for (float** t : {&d0, &d1, &t0, &t1, &t2}) *t = d.take(size_t(B) * widest);
     workspace = d.take(std::max<size_t>(work, 1));
   });
+  // Another device's layers cannot read the host's samples: they are uploaded per micro-batch.
+  // One per slot: backward reads its micro-batch's images (the first convolution's weight
+  // gradient) and labels after other micro-batches' forwards.
+  if (L.device != Device::cpu) {
+    if (chunks.front().first) images_ = Buffer<float>(*how.alloc, slot_count * image_elements());
+    labels_ = Buffer<int32_t>(*how.alloc, size_t(slot_count) * B);
+  }
+  host_losses_.resize(size_t(B));
+}
+
+size_t CnnModel::image_elements() const {
+  return size_t(B) * spec.channels * spec.image * spec.image;
+}
+
+const float* CnnModel::device_images(const MicroBatch& mb, bool upload) {
+  if (!images_.data()) return mb.samples.features;
+  float* at = images_.data() + size_t(mb.slot) * image_elements();
+  if (upload)
+    layers_->upload(at, mb.samples.features,
+                    size_t(mb.samples.rows) * spec.channels * spec.image * spec.image);
+  return at;
+}
+
+const int32_t* CnnModel::device_labels(const MicroBatch& mb, bool upload) {
+  if (!labels_.data()) return mb.samples.labels;
+  int32_t* at = labels_.data() + size_t(mb.slot) * B;
+  if (upload) layers_->upload_int32(at, mb.samples.labels, size_t(mb.samples.rows));
+  return at;
 }
 
 void CnnModel::bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address,
@@ -364,22 +402,22 @@ void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bo
   shape.N = rows;
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
-  cpu::conv2d_forward(a.conv, workspace, x, u.w, static_cast<const float*>(nullptr), u.plan, rows);
+  const LayerOps& L = *layers_;
+  L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
   if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(*tp_, a.conv, n);
   if (training) {
     const int G = spec.group;
-    cpu::batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G,
-                             kBnEps);
-    cpu::batchnorm2d_group_stats(stat_sums.data() + u.stats, stat_sums.data() + u.stats + u.C,
-                                 a.mean, a.rstd, rows / G, u.C, HW, G, kBnEps);
+    L.batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G, kBnEps);
+    L.batchnorm2d_group_stats(stat_dev + u.stats, stat_dev + u.stats + u.C, a.mean, a.rstd,
+                              rows / G, u.C, HW, G, kBnEps);
   } else {
-    cpu::batchnorm2d_forward_eval(a.bn, a.conv, u.bn_w, u.bn_b, u.running_mean, u.running_var, rows,
-                                  u.C, HW, kBnEps);
+    L.batchnorm2d_forward_eval(a.bn, a.conv, u.bn_w, u.bn_b, u.running_mean, u.running_var, rows,
+                               u.C, HW, kBnEps);
   }
-  if (u.spec.relu) cpu::relu_forward(a.relu, a.bn, n);
+  if (u.spec.relu) L.relu_forward(a.relu, a.bn, n);
   if (u.spec.pool)
-    cpu::maxpool2d_forward(a.pool, a.argmax, a.relu ? a.relu : a.bn,
-                           cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
+    L.maxpool2d_forward(a.pool, a.argmax, a.relu ? a.relu : a.bn,
+                        cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
 }
 
 void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x,
@@ -389,17 +427,18 @@ void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const
   shape.N = rows;
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
+  const LayerOps& L = *layers_;
   float* g = dy;
   if (u.spec.pool) {
-    cpu::maxpool2d_backward(t0, g, a.argmax,
-                            cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
+    L.maxpool2d_backward(t0, g, a.argmax,
+                         cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
     g = t0;
   }
   // ReLU's output is positive exactly where its input is: it stands in for the input.
-  if (u.spec.relu) cpu::relu_backward(g, g, a.relu, n);
-  cpu::batchnorm2d_backward(t1, u.dbn_w, u.dbn_b, g, a.conv, u.bn_w, a.mean, a.rstd, rows, u.C, HW,
-                            spec.group);
-  cpu::conv2d_backward(dx, u.dw, static_cast<float*>(nullptr), workspace, t1, x, u.w, u.plan, rows);
+  if (u.spec.relu) L.relu_backward(g, g, a.relu, n);
+  L.batchnorm2d_backward(t1, u.dbn_w, u.dbn_b, g, a.conv, u.bn_w, a.mean, a.rstd, rows, u.C, HW,
+                         spec.group);
+  L.conv2d_backward(dx, u.dw, workspace, t1, x, u.w, u.plan.get(), rows);
   // A column split's input is replicated: its gradient is the sum of every rank's part.
   if (dx && u.spec.split == ChannelSplit::column)
     tp::copy_to_tp_backward(*tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W);
@@ -423,25 +462,23 @@ void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool 
     conv_bn_forward(b.down, slot, x, rows, training);
     shortcut = b.down.slots[slot].out;
   }
-  const float* branch = b.c2.slots[slot].out;
-  float* sum = b.sum[slot];
-#pragma omp simd
-  for (size_t i = 0; i < n; ++i) sum[i] = branch[i] + shortcut[i];
-  cpu::relu_forward(b.out[slot], sum, n);
+  layers_->residual_forward(b.sum[slot], b.c2.slots[slot].out, shortcut, n);
+  layers_->relu_forward(b.out[slot], b.sum[slot], n);
 }
 
 void CnnModel::block_backward(Block& b, int slot, float* dout, float* dx, const float* x,
                               int rows) {
   if (!b.residual) return conv_bn_backward(b.c1, slot, dout, dx, x, rows);
   const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
-  cpu::relu_backward(dout, dout, b.out[slot], n);                      // dout now holds d(sum)
+  layers_->relu_backward(dout, dout, b.out[slot], n);                  // dout now holds d(sum)
   conv_bn_backward(b.c2, slot, dout, t2, b.c1.slots[slot].out, rows);  // c2 has no ReLU
   conv_bn_backward(b.c1, slot, t2, dx, x, rows);
   if (b.projection) {
     conv_bn_backward(b.down, slot, dout, t2, x, rows);
-    add_into(dx, t2, size_t(rows) * b.c1.shape.IC * b.c1.shape.H * b.c1.shape.W);
+    layers_->residual_forward(dx, dx, t2,
+                              size_t(rows) * b.c1.shape.IC * b.c1.shape.H * b.c1.shape.W);
   } else {
-    add_into(dx, dout, n);
+    layers_->residual_forward(dx, dx, dout, n);
   }
 }
 
@@ -454,10 +491,11 @@ double CnnModel::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(!mb.training || rows % spec.group == 0,
                   "a training micro-batch must hold whole batch-norm groups");
   if (mb.training && mb.chunk == 0) stat_groups += rows / spec.group;
+  const LayerOps& L = *layers_;
   const float* x = ch.input[slot];
   if (ch.first) {
     MPITRON_REQUIRE(mb.samples.features && mb.samples.labels, "the model reads images");
-    x = trunk_forward(slot, mb.samples.features, rows, mb.training);
+    x = trunk_forward(slot, device_images(mb, true), rows, mb.training);
   }
   for (Block& b : ch.blocks) {
     block_forward(b, slot, x, rows, mb.training);
@@ -467,22 +505,27 @@ double CnnModel::forward(const MicroBatch& mb) {
   HeadActs& h = head_slots[slot];
   const int F = spec.features, K = spec.classes;
   if (spec.kind == CnnKind::alexnet) {
-    cpu::dropout_forward(h.features, x, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample),
-                         rows, F);
+    L.dropout_forward(h.features, x, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample),
+                      rows, F);
     tp::column_parallel_linear_forward(*tp_, h.hidden, h.features, head.fc1_w, head.fc1_b, rows, F,
-                                       head.Hl);
-    cpu::relu_forward(h.relu, h.hidden, size_t(rows) * head.Hl);
+                                       head.Hl, L);
+    L.relu_forward(h.relu, h.hidden, size_t(rows) * head.Hl);
     tp::row_parallel_linear_forward(*tp_, h.logits, h.relu, head.fc2_w, head.fc2_b, rows, head.Hl,
-                                    K);
+                                    K, L);
   } else {
     const ConvBn& last = ch.blocks.back().c2;
-    cpu::global_avgpool_forward(h.features, x, rows, F, last.shape.OH() * last.shape.OW());
-    cpu::linear_forward(h.logits, h.features, head.fc1_w, head.fc1_b, rows, F, K);
+    L.global_avgpool_forward(h.features, x, rows, F, last.shape.OH() * last.shape.OW());
+    L.linear_forward(h.logits, h.features, head.fc1_w, head.fc1_b, rows, F, K);
   }
   MPITRON_REQUIRE(mb.samples.labels || !ch.first, "the model reads labels");
-  cpu::crossentropy_forward(h.losses, h.lse, h.logits, mb.samples.labels, rows, K);
+  L.crossentropy_forward(h.losses, h.lse, h.logits, device_labels(mb, true), rows, K);
+  const float* losses = h.losses;
+  if (L.device != Device::cpu) {
+    L.download(host_losses_.data(), h.losses, size_t(rows));
+    losses = host_losses_.data();
+  }
   double sum = 0.0;
-  for (int i = 0; i < rows; ++i) sum += h.losses[i];
+  for (int i = 0; i < rows; ++i) sum += losses[i];
   return sum;
 }
 
@@ -490,41 +533,42 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   Chunk& ch = chunks[mb.chunk];
   const int rows = mb.samples.rows, slot = mb.slot;
   const int F = spec.features, K = spec.classes;
+  const LayerOps& L = *layers_;
   if (ch.last) {
     HeadActs& h = head_slots[slot];
-    cpu::crossentropy_backward(h.logits, h.logits, h.lse, mb.samples.labels, dloss, rows, K);
+    L.crossentropy_backward(h.logits, h.logits, h.lse, device_labels(mb, false), dloss, rows, K);
     if (spec.kind == CnnKind::alexnet) {
       tp::row_parallel_linear_backward(*tp_, t0, head.dfc2_w, head.dfc2_b, h.logits, h.relu,
-                                       head.fc2_w, rows, head.Hl, K);
-      cpu::relu_backward(t0, t0, h.hidden, size_t(rows) * head.Hl);
+                                       head.fc2_w, rows, head.Hl, K, L);
+      L.relu_backward(t0, t0, h.hidden, size_t(rows) * head.Hl);
       tp::column_parallel_linear_backward(*tp_, t1, head.dfc1_w, head.dfc1_b, t0, h.features,
-                                          head.fc1_w, rows, F, head.Hl);
-      cpu::dropout_backward(d0, t1, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), rows,
-                            F);
+                                          head.fc1_w, rows, F, head.Hl, L);
+      L.dropout_backward(d0, t1, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), rows,
+                         F);
     } else {
       const ConvBn& last = ch.blocks.back().c2;
-      cpu::linear_backward(t0, head.dfc1_w, head.dfc1_b, h.logits, h.features, head.fc1_w, rows, F,
-                           K);
-      cpu::global_avgpool_backward(d0, t0, rows, F, last.shape.OH() * last.shape.OW());
+      L.linear_backward(t0, head.dfc1_w, head.dfc1_b, h.logits, h.features, head.fc1_w, rows, F, K);
+      L.global_avgpool_backward(d0, t0, rows, F, last.shape.OH() * last.shape.OW());
     }
     ready(head_segment_);
   }  // else d0 holds the gradient of the chunk's output, received from the next stage
+  const float* image = device_images(mb, false);
   float *g = d0, *other = d1;
   for (int k = int(ch.blocks.size()) - 1; k >= 0; --k) {
     Block& b = ch.blocks[k];
-    const bool image = ch.first && k == 0 && trunk.empty();  // no gradient for the image
+    const bool first = ch.first && k == 0 && trunk.empty();  // no gradient for the image
     const float* x = k > 0       ? ch.blocks[k - 1].out[slot]
                      : !ch.first ? ch.input[slot]
-                     : image     ? mb.samples.features
+                     : first     ? image
                                  : trunk.back().slots[slot].out;
-    block_backward(b, slot, g, image ? nullptr : other, x, rows);
+    block_backward(b, slot, g, first ? nullptr : other, x, rows);
     std::swap(g, other);
     ready(segment_of_block_[b.index]);
   }
   // g is the chunk's input gradient (boundary().input_grad)
   if (!ch.first || trunk.empty()) return;
   for (int i = int(trunk.size()) - 1; i >= 0; --i) {
-    const float* x = i > 0 ? trunk[i - 1].slots[slot].out : mb.samples.features;
+    const float* x = i > 0 ? trunk[i - 1].slots[slot].out : image;
     conv_bn_backward(trunk[i], slot, g, i > 0 ? other : nullptr, x, rows);
     std::swap(g, other);
   }
@@ -532,7 +576,11 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
 }
 
 ModelOutput CnnModel::output(int slot) const {
-  return {head_slots[slot].logits, 1, spec.classes};
+  const float* logits = head_slots[slot].logits;
+  if (layers_->device == Device::cpu) return {logits, 1, spec.classes};
+  host_logits_.resize(size_t(B) * spec.classes);
+  layers_->download(host_logits_.data(), logits, host_logits_.size());
+  return {host_logits_.data(), 1, spec.classes};
 }
 
 StageBoundary CnnModel::boundary(int chunk, int slot) {
@@ -552,20 +600,35 @@ StageBoundary CnnModel::boundary(int chunk, int slot) {
 }
 
 void CnnModel::end_step(comm::Group& dp) {
+  const LayerOps& L = *layers_;
   std::vector<double>& sums = stat_sums;
+  const bool off_host = L.device != Device::cpu;
+  // Off the CPU the sums and the running statistics come to the host and go back: C values each.
+  if (off_host) L.download_bytes(sums.data(), stat_dev, sums.size() * sizeof(double));
   sums.back() = double(stat_groups);
   dp.allreduce_sum(sums.data(), sums.size());
   const double groups = sums.back();
   stat_groups = 0;
+  float* running = buffers.data();
+  if (off_host && groups > 0) {
+    host_buffers_.resize(buffers.size());
+    L.download(host_buffers_.data(), buffers.data(), buffers.size());
+    running = host_buffers_.data();
+  }
   if (groups > 0)
     each_unit([&](ConvBn& u) {
+      float* rm = running + (u.running_mean - buffers.data());
+      float* rv = running + (u.running_var - buffers.data());
       for (int c = 0; c < u.C; ++c) {
         const double mean = sums[u.stats + c] / groups, var = sums[u.stats + u.C + c] / groups;
-        u.running_mean[c] = float((1 - kBnMomentum) * u.running_mean[c] + kBnMomentum * mean);
-        u.running_var[c] = float((1 - kBnMomentum) * u.running_var[c] + kBnMomentum * var);
+        rm[c] = float((1 - kBnMomentum) * rm[c] + kBnMomentum * mean);
+        rv[c] = float((1 - kBnMomentum) * rv[c] + kBnMomentum * var);
       }
     });
   std::fill(sums.begin(), sums.end(), 0.0);
+  if (!off_host) return;
+  if (groups > 0) L.upload(buffers.data(), host_buffers_.data(), buffers.size());
+  L.upload_bytes(stat_dev, sums.data(), sums.size() * sizeof(double));
 }
 
 std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how) {

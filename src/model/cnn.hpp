@@ -15,6 +15,7 @@
 #include "layers/conv2d.hpp"
 #include "layers/pool.hpp"
 #include "src/model/config.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
 
 namespace mpitron {
@@ -69,9 +70,9 @@ std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how)
 // A conv-BN unit at this rank's sizes, with its weights and one slot's activations.
 struct ConvBn {
   ConvBnSpec spec;
-  cpu::Conv2dShape shape;  // N = planned rows; IC/OC this rank's
-  cpu::Conv2dPlan plan;    // its kernels, for up to shape.N rows
-  int C = 0;               // batch-norm channels held here (OC, or OC/tp after a column split)
+  cpu::Conv2dShape shape;            // N = planned rows; IC/OC this rank's
+  std::shared_ptr<const void> plan;  // its kernels on the model's device (LayerOps::conv2d_plan)
+  int C = 0;  // batch-norm channels held here (OC, or OC/tp after a column split)
   float *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;     // (OC,IC,K,K), (C), (C)
   float *dw = nullptr, *dbn_w = nullptr, *dbn_b = nullptr;  // their gradients
   float *running_mean = nullptr, *running_var = nullptr;    // (C) buffers
@@ -125,9 +126,11 @@ class CnnModel final : public Model {
   Buffer<int32_t> argmax_store;
   float *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
   float *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
-  float* workspace = nullptr;                         // convolution im2col scratch
+  float* workspace = nullptr;                         // convolution scratch
   std::vector<double> stat_sums;  // per BN: (C) mean sums, (C) var sums; last, the groups summed
   int64_t stat_groups = 0;        // groups counted into stat_sums this step
+  // Where the layers add to the sums: stat_sums itself on the CPU, else the device's copy.
+  double* stat_dev = nullptr;
 
  private:
   void conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training);
@@ -148,8 +151,19 @@ class CnnModel final : public Model {
         if (b.projection) fn(b.down);
       }
   }
+  // The micro-batch's images and labels where the layers read them: the host's on the CPU, else
+  // the slot's device copy (uploaded when asked: by forward).
+  const float* device_images(const MicroBatch& mb, bool upload);
+  const int32_t* device_labels(const MicroBatch& mb, bool upload);
+  size_t image_elements() const;  // per slot
+  const LayerOps* layers_;
   comm::Group self_;
   comm::Group* tp_ = nullptr;
+  Buffer<float> images_;
+  Buffer<int32_t> labels_;
+  Buffer<double> stat_store_;  // stat_dev off the CPU
+  std::vector<float> host_losses_, host_buffers_;
+  mutable std::vector<float> host_logits_;
   size_t trunk_segment_ = SIZE_MAX, head_segment_ = SIZE_MAX;
   std::vector<size_t> segment_of_block_;
 };

@@ -114,7 +114,10 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m, const RegistrySlice& s) {
        return cnn_registry(cnn_spec(CnnKind::alexnet, m), s);
      },
-     [](const ModelConfig& m) { return m.get("norm_group"); }},
+     [](const ModelConfig& m) { return m.get("norm_group"); },
+     false,
+     false,
+     true},
     {"resnet",
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
      "blocks split into pipeline stages",
@@ -136,7 +139,10 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m, const RegistrySlice& s) {
        return cnn_registry(cnn_spec(CnnKind::resnet, m), s);
      },
-     [](const ModelConfig& m) { return m.get("norm_group"); }},
+     [](const ModelConfig& m) { return m.get("norm_group"); },
+     false,
+     false,
+     true},
     {"bert",
      "BERT-style encoder: masked-LM pretraining (task 0) or classification of verses (task 1: "
      "testament, task 2: consecutive pairs)",

@@ -9,12 +9,15 @@
 
 #include "base/check.hpp"
 #include "layers/attention.hpp"
+#include "layers/batchnorm.hpp"
+#include "layers/conv2d.hpp"
 #include "layers/crossentropy.hpp"
 #include "layers/dropout.hpp"
 #include "layers/embedding.hpp"
 #include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
+#include "layers/pool.hpp"
 #include "layers/relu.hpp"
 #include "layers/residual.hpp"
 #include "layers/tanh.hpp"
@@ -104,6 +107,29 @@ void expand_rows(A* x, const int32_t* rows, int M, int N, int C) {
   std::memset(static_cast<void*>(x), 0, size_t(above) * row_bytes);  // +0: all zero bits
 }
 
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+std::shared_ptr<const void> conv2d_plan(const cpu::Conv2dShape& s) {
+  return std::make_shared<const cpu::Conv2dPlan>(cpu::conv2d_plan(s));
+}
+const cpu::Conv2dPlan& conv_plan(const void* plan) {
+  return *static_cast<const cpu::Conv2dPlan*>(plan);
+}
+size_t conv2d_workspace(const void* plan) {
+  return cpu::conv2d_workspace(conv_plan(plan));
+}
+void conv2d_forward(float* out, float* workspace, const float* inp, const float* weight,
+                    const void* plan, int N) {
+  cpu::conv2d_forward(out, workspace, inp, weight, static_cast<const float*>(nullptr),
+                      conv_plan(plan), N);
+}
+void conv2d_backward(float* dinp, float* dweight, float* workspace, const float* dout,
+                     const float* inp, const float* weight, const void* plan, int N) {
+  cpu::conv2d_backward(dinp, dweight, static_cast<float*>(nullptr), workspace, dout, inp, weight,
+                       conv_plan(plan), N);
+}
+
 // The CPU's layers under another name: a model on "cpu-staged" takes the paths of a device whose
 // memory the host cannot read (uploads, downloads), with the CPU's math.
 template <bool kStaged>
@@ -151,6 +177,20 @@ const LayerOps& host_layer_ops() {
       nullptr,
       compact_rows<float>,
       expand_rows<float>,
+      copy_bytes,
+      copy_bytes,
+      conv2d_plan,
+      conv2d_workspace,
+      conv2d_forward,
+      conv2d_backward,
+      cpu::batchnorm2d_forward<float>,
+      cpu::batchnorm2d_forward_eval<float>,
+      cpu::batchnorm2d_backward<float>,
+      cpu::batchnorm2d_group_stats<float>,
+      cpu::maxpool2d_forward<float>,
+      cpu::maxpool2d_backward<float>,
+      cpu::global_avgpool_forward<float>,
+      cpu::global_avgpool_backward<float>,
   };
   return ops;
 }
@@ -370,6 +410,20 @@ const LayerOpsT<A>& host_16_layer_ops() {
       nullptr,
       compact_rows<A>,
       expand_rows<A>,
+      copy_bytes,
+      copy_bytes,
+      nullptr,  // the convolutional families in fp32 only
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
   };
   return ops;
 }

@@ -6,10 +6,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "base/device.hpp"
 #include "base/philox.hpp"
+#include "layers/conv2d.hpp"
+#include "layers/pool.hpp"
 #include "src/model/precision.hpp"
 
 namespace mpitron {
@@ -113,6 +116,36 @@ struct LayerOpsT {
   // zeroes the other N - M rows. The LM head on the loss rows alone. Null: the head runs every row.
   void (*compact_rows)(A* x, const int32_t* rows, int M, int C);
   void (*expand_rows)(A* x, const int32_t* rows, int M, int N, int C);
+
+  // ---- the convolutional families' layers (NCHW; float storage: null in the 16-bit tables) ----
+  // Raw host <-> device copies (batch norm's double statistics sums); download waits.
+  void (*upload_bytes)(void* dst, const void* host_src, size_t bytes);
+  void (*download_bytes)(void* host_dst, const void* src, size_t bytes);
+  // A convolution's kernels for one shape, made once (the CPU: oneDNN's primitives or im2col;
+  // CUDA: cuDNN's descriptors and deterministic algorithms; null where the build has no cuDNN)
+  // and used by every call on up to shape.N images; calls on one plan must not overlap.
+  std::shared_ptr<const void> (*conv2d_plan)(const cpu::Conv2dShape& shape);
+  size_t (*conv2d_workspace)(const void* plan);  // elements of A a call on the plan needs
+  void (*conv2d_forward)(A* out, A* workspace, const A* inp, const A* weight, const void* plan,
+                         int N);  // no bias (batch norm follows)
+  void (*conv2d_backward)(A* dinp, float* dweight, A* workspace, const A* dout, const A* inp,
+                          const A* weight, const void* plan, int N);  // dinp may be null
+  void (*batchnorm2d_forward)(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                              const A* bias, int N, int C, int HW, int G, float eps);
+  void (*batchnorm2d_forward_eval)(A* out, const A* inp, const A* weight, const A* bias,
+                                   const float* running_mean, const float* running_var, int N,
+                                   int C, int HW, float eps);
+  void (*batchnorm2d_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                               const A* weight, const float* mean, const float* rstd, int N, int C,
+                               int HW, int G);
+  // The groups' statistics added to (C) double sums in the device's memory, groups in order.
+  void (*batchnorm2d_group_stats)(double* mean_sum, double* var_sum, const float* mean,
+                                  const float* rstd, int groups, int C, int HW, int G, float eps);
+  void (*maxpool2d_forward)(A* out, int32_t* argmax, const A* inp, const cpu::Pool2dShape& s);
+  void (*maxpool2d_backward)(A* dinp, const A* dout, const int32_t* argmax,
+                             const cpu::Pool2dShape& s);
+  void (*global_avgpool_forward)(A* out, const A* inp, int N, int C, int HW);
+  void (*global_avgpool_backward)(A* dinp, const A* dout, int N, int C, int HW);
 };
 
 using LayerOps = LayerOpsT<float>;
