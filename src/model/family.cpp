@@ -92,6 +92,7 @@ const ModelFamily kFamilies[] = {
      nullptr,
      false,
      false,
+     true,
      true},
     {"alexnet",
      "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "base/check.hpp"
 #include "src/model/activation_plan.hpp"
@@ -16,15 +17,17 @@ void validate_mlp(const ModelConfig& m, const TrainConfig&) {
     throw UsageError(fmt::format("model.classes must be at least 2 (got {})", m.get("classes")));
 }
 
-MlpModel::MlpModel(const ModelConfig& m, const ModelBuild& how)
+template <class A>
+MlpModelT<A>::MlpModelT(const ModelConfig& m, const ModelBuild& how)
     : D(int(m.get("input"))),
       H(int(m.get("hidden"))),
       K(int(m.get("classes"))),
       B(how.micro_rows),
       layernorm(m.get("layernorm") != 0),
-      layers_(how.layers ? how.layers : &cpu_layer_ops()) {
+      layers_(&layer_ops<A>(how.layers ? how.layers->device : Device::cpu)) {
   MPITRON_REQUIRE(how.slice.tp == 1 && how.slice.stages == 1,
                   "the MLP runs unsharded (tp 1, one stage)");
+  MPITRON_REQUIRE(how.precision == dtype_of<A>(), "an MLP built for another precision");
   config = m;
   DeviceAllocator& alloc = *how.alloc;
   registry = ParamRegistry(how.slice);
@@ -38,42 +41,54 @@ MlpModel::MlpModel(const ModelConfig& m, const ModelBuild& how)
   registry.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
   registry.add("fc2.bias", {K}, InitKind::zeros, 0, false);
   allocate_tensors(how);
-  float* p = params.data();
-  bind_gradients([p](size_t o) { return p + o; });
-  w = dw;
-  dw = {};
+  A* read = nullptr;
+  if constexpr (std::is_same_v<A, float>) {
+    read = params.data();
+  } else {
+    weights = Buffer<A>(alloc, flat_size);
+    read = weights.data();
+  }
+  auto at = [&](const char* name) {
+    const ParamInfo* p = registry.find(name);
+    return p ? read + p->offset : nullptr;
+  };
+  w = {at("fc1.weight"), at("fc1.bias"),   at("ln.weight"),
+       at("ln.bias"),    at("fc2.weight"), at("fc2.bias")};
+  parameters_changed();
   const size_t fc2 = registry.at("fc2.weight").offset;
   segments = {{0, fc2, false}, {fc2, flat_size, false}};
   fc2_segment = 1;
 
+  // Another device's layers cannot read the host's samples, nor 16-bit layers float ones: the
+  // images go to each slot's copy (backward reads them for fc1's weight gradient).
+  const bool own_images = layers_->device != Device::cpu || !std::is_same_v<A, float>;
   slots.resize(size_t(std::max(1, how.slots)));
   const size_t BH = size_t(B) * H;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
     for (Acts& s : slots) {
-      s.h = a.take(BH);
-      s.ln = layernorm ? a.take(BH) : s.h;
+      s.h = a.take_as<A>(BH);
+      s.ln = layernorm ? a.take_as<A>(BH) : s.h;
       s.ln_mean = a.take(B);
       s.ln_rstd = a.take(B);
-      s.r = a.take(BH);
-      s.logits = a.take(size_t(B) * K);
+      s.r = a.take_as<A>(BH);
+      s.logits = a.take_as<A>(size_t(B) * K);
       s.lse = a.take(B);
       s.losses = a.take(B);
+      s.x = own_images ? a.take_as<A>(size_t(B) * D) : nullptr;
     }
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
-    dr = d.take(BH);
-    dln = d.take(BH);
-    dh = d.take(BH);
+    dr = d.take_as<A>(BH);
+    dln = d.take_as<A>(BH);
+    dh = d.take_as<A>(BH);
   });
-  // Another device's layers cannot read the host's samples: they are uploaded per micro-batch.
-  if (layers_->device != Device::cpu) {
-    inputs = Buffer<float>(alloc, size_t(B) * D);
-    labels = Buffer<int32_t>(alloc, size_t(B));
-  }
+  if (layers_->device != Device::cpu) labels = Buffer<int32_t>(alloc, slots.size() * size_t(B));
+  if (!std::is_same_v<A, float>) staging_ = Buffer<float>(alloc, size_t(B) * D);
   host_losses_.resize(size_t(B));
 }
 
-void MlpModel::bind_gradients(const std::function<float*(size_t)>& address) {
+template <class A>
+void MlpModelT<A>::bind_gradients(const std::function<float*(size_t)>& address) {
   auto at = [&](const char* name) {
     const ParamInfo* p = registry.find(name);
     return p ? address(p->offset) : nullptr;
@@ -82,27 +97,52 @@ void MlpModel::bind_gradients(const std::function<float*(size_t)>& address) {
         at("ln.bias"),    at("fc2.weight"), at("fc2.bias")};
 }
 
+template <class A>
+void MlpModelT<A>::parameters_changed() {
+  if constexpr (!std::is_same_v<A, float>)
+    layers_->round_weights(weights.data(), params.data(), flat_size);
+}
+
 namespace {
 PhiloxStream dropout_stream(const MicroBatch& mb) {
   return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), 1), 0xD50Full)};
 }
 }  // namespace
 
-double MlpModel::forward(const MicroBatch& mb) {
+template <class A>
+const A* MlpModelT<A>::inputs(const MicroBatch& mb) const {
+  const A* x = slots[size_t(mb.slot)].x;
+  if constexpr (std::is_same_v<A, float>)
+    if (!x) return mb.samples.features;
+  return x;
+}
+
+template <class A>
+const int32_t* MlpModelT<A>::device_labels(const MicroBatch& mb) const {
+  return labels.data() ? labels.data() + size_t(mb.slot) * B : mb.samples.labels;
+}
+
+template <class A>
+double MlpModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.samples.features && mb.samples.labels && mb.samples.rows <= B &&
                       mb.slot < int(slots.size()),
                   "micro-batch larger than planned, or not images");
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   Acts& a = slots[mb.slot];
   const int N = mb.samples.rows;
-  const float* x = mb.samples.features;
-  const int32_t* y = mb.samples.labels;
-  if (inputs.data()) {
-    L.upload(inputs.data(), x, size_t(N) * D);
-    L.upload_int32(labels.data(), y, size_t(N));
-    x = inputs.data();
-    y = labels.data();
+  const size_t ND = size_t(N) * D;
+  if (a.x) {
+    if constexpr (std::is_same_v<A, float>) {
+      L.upload(a.x, mb.samples.features, ND);
+    } else {  // rounded to A where the layers run, as the weights are
+      L.upload(staging_.data(), mb.samples.features, ND);
+      L.round_weights(a.x, staging_.data(), ND);
+    }
   }
+  if (labels.data())
+    L.upload_int32(labels.data() + size_t(mb.slot) * B, mb.samples.labels, size_t(N));
+  const A* x = inputs(mb);
+  const int32_t* y = device_labels(mb);
   L.linear_forward(a.h, x, w.fc1_w, w.fc1_b, N, D, H);
   if (layernorm) L.layernorm_forward(a.ln, a.ln_mean, a.ln_rstd, a.h, w.ln_w, w.ln_b, N, H, 1e-5);
   L.relu_forward(a.r, a.ln, size_t(N) * H);
@@ -116,36 +156,58 @@ double MlpModel::forward(const MicroBatch& mb) {
   return sum;
 }
 
-void MlpModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
-  const LayerOps& L = *layers_;
+template <class A>
+void MlpModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const LayerOpsT<A>& L = *layers_;
   const Acts& a = slots[mb.slot];
   const int N = mb.samples.rows;
-  const float* x = inputs.data() ? inputs.data() : mb.samples.features;
-  const int32_t* y = labels.data() ? labels.data() : mb.samples.labels;
+  const A* x = inputs(mb);
+  const int32_t* y = device_labels(mb);
   L.crossentropy_backward(a.logits, a.logits, a.lse, y, dloss, N, K);
   L.linear_backward(dr, dw.fc2_w, dw.fc2_b, a.logits, a.r, w.fc2_w, N, H, K);
   ready(fc2_segment);
   L.dropout_backward(dr, dr, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), N, H);
   L.relu_backward(dln, dr, a.ln, size_t(N) * H);
-  float* dfc1 = dln;
+  A* dfc1 = dln;
   if (layernorm) {
     L.zero(dh, size_t(N) * H);  // layernorm_backward accumulates into its input gradient
     L.layernorm_backward(dh, dw.ln_w, dw.ln_b, dln, a.h, w.ln_w, a.ln_mean, a.ln_rstd, N, H);
     dfc1 = dh;
   }
-  L.linear_backward(static_cast<float*>(nullptr), dw.fc1_w, dw.fc1_b, dfc1, x, w.fc1_w, N, D, H);
+  L.linear_backward(static_cast<A*>(nullptr), dw.fc1_w, dw.fc1_b, dfc1, x, w.fc1_w, N, D, H);
   ready(0);
 }
 
-ModelOutput MlpModel::output(int slot) const {
-  const float* logits = slots[size_t(slot)].logits;
-  if (layers_->device == Device::cpu) return {logits, 1, K};
-  host_logits_.resize(size_t(B) * K);
-  layers_->download(host_logits_.data(), logits, host_logits_.size());
+template <class A>
+ModelOutput MlpModelT<A>::output(int slot) const {
+  const A* logits = slots[size_t(slot)].logits;
+  const size_t n = size_t(B) * K;
+  if constexpr (std::is_same_v<A, float>) {
+    if (layers_->device == Device::cpu) return {logits, 1, K};
+    host_logits_.resize(n);
+    layers_->download(host_logits_.data(), logits, n);
+  } else {
+    host_logits_16_.resize(n);
+    layers_->download_bytes(host_logits_16_.data(), logits, n * sizeof(A));
+    host_logits_.resize(n);
+    widen(host_logits_.data(), host_logits_16_.data(), n);
+  }
   return {host_logits_.data(), 1, K};
 }
 
+template class MlpModelT<float>;
+template class MlpModelT<bf16_t>;
+template class MlpModelT<fp16_t>;
+
 std::unique_ptr<Model> build_mlp(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return std::make_unique<MlpModelT<bf16_t>>(m, how);
+    case DType::f16:
+      return std::make_unique<MlpModelT<fp16_t>>(m, how);
+    case DType::f32:
+      break;
+  }
   return std::make_unique<MlpModel>(m, how);
 }
 
