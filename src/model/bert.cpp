@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "base/check.hpp"
 #include "src/model/tensor_parallel.hpp"
@@ -126,13 +127,13 @@ ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice) {
 
 namespace {
 
-template <class At>
-BertModel::Weights bert_weights(const ParamRegistry& reg, const BertConfig& cfg, At address) {
-  auto at = [&](const std::string& name) -> float* {
+template <class W, class At>
+BertWeightsT<W> bert_weights(const ParamRegistry& reg, const BertConfig& cfg, At address) {
+  auto at = [&](const std::string& name) -> W* {
     const ParamInfo* p = reg.find(name);
     return p ? address(p->offset) : nullptr;
   };
-  BertModel::Weights w;
+  BertWeightsT<W> w;
   w.word = at("embeddings.word_embeddings.weight");
   w.position = at("embeddings.position_embeddings.weight");
   w.token_type = at("embeddings.token_type_embeddings.weight");
@@ -185,12 +186,15 @@ PhiloxStream masking_stream(const MicroBatch& mb) {
 
 }  // namespace
 
-BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
+template <class A>
+BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
     : cfg(c),
       B(how.micro_rows),
       self_(comm::Group::solo()),
-      layers_(how.layers ? how.layers : &cpu_layer_ops()) {
+      layers_(&layer_ops<A>(how.layers ? how.layers->device : Device::cpu)) {
+  MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a BERT built for another precision");
   tp_ = tp::model_tp_group(how, self_);
+  if constexpr (!std::is_same_v<A, float>) tp::require_serial(*tp_, dtype_of<A>());
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",
@@ -214,8 +218,15 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   m = bert_masked_per_sample(T);
   registry = bert_registry(cfg, how.slice);
   allocate_tensors(how);
-  float* p = params.data();
-  w = bert_weights(registry, cfg, [p](size_t offset) { return p + offset; });
+  A* read = nullptr;
+  if constexpr (std::is_same_v<A, float>) {
+    read = params.data();
+  } else {
+    weights = Buffer<A>(*how.alloc, flat_size);
+    read = weights.data();
+  }
+  w = bert_weights<A>(registry, cfg, [read](size_t offset) { return read + offset; });
+  parameters_changed();
 
   // Gradient segments in flat order: the embeddings, each layer, the head.
   auto begin_of = [&](int l) {
@@ -234,7 +245,7 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   head_segment_ = segments.size();
   segments.push_back({head_begin, flat_size, false});
 
-  const BlockShape shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps, layers_};
+  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, M = size_t(B) * m;
   const size_t K = size_t(cfg.classes());
   const int slot_count = std::max(1, how.slots);
@@ -242,27 +253,27 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   last_rows_.assign(slot_count, 0);
   acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
     for (Acts& s : slots) {
-      s.embedded = a.take(BT * C);
-      s.encoded = a.take(BT * C);
+      s.embedded = a.take_as<A>(BT * C);
+      s.encoded = a.take_as<A>(BT * C);
       s.emb_mean = a.take(BT);
       s.emb_rstd = a.take(BT);
       s.layer.resize(cfg.n_layer);
-      for (BlockActs& b : s.layer) block_acts_carve(b, a, shape);
+      for (BlockActsT<A>& b : s.layer) block_acts_carve(b, a, shape);
       if (cfg.task == 0) {
-        s.picked = a.take(M * C);
-        s.dense = a.take(M * C);
-        s.dense_gelu = a.take(M * C);
-        s.head_ln = a.take(M * C);
+        s.picked = a.take_as<A>(M * C);
+        s.dense = a.take_as<A>(M * C);
+        s.dense_gelu = a.take_as<A>(M * C);
+        s.head_ln = a.take_as<A>(M * C);
         s.head_mean = a.take(M);
         s.head_rstd = a.take(M);
-        s.logits = a.take(M * size_t(Vl));
+        s.logits = a.take_as<A>(M * size_t(Vl));
         s.lse = a.take(M);
         s.losses = a.take(M);
       } else {
-        s.first = a.take(size_t(B) * C);
-        s.pooled = a.take(size_t(B) * C);
-        s.pooled_drop = a.take(size_t(B) * C);
-        s.logits = a.take(size_t(B) * K);
+        s.first = a.take_as<A>(size_t(B) * C);
+        s.pooled = a.take_as<A>(size_t(B) * C);
+        s.pooled_drop = a.take_as<A>(size_t(B) * C);
+        s.logits = a.take_as<A>(size_t(B) * K);
         s.lse = a.take(size_t(B));
         s.losses = a.take(size_t(B));
       }
@@ -270,9 +281,9 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   });
   const size_t head_rows = cfg.task == 0 ? M : size_t(B);
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
-    dresidual = d.take(BT * C);
-    dhead = d.take(head_rows * C);
-    dhead2 = d.take(head_rows * C);
+    dresidual = d.take_as<A>(BT * C);
+    dhead = d.take_as<A>(head_rows * C);
+    dhead2 = d.take_as<A>(head_rows * C);
     ce_scratch = d.take(3 * M);
     block_scratch_carve(scratch, d, shape);
   });
@@ -312,11 +323,19 @@ BertModel::BertModel(const BertConfig& c, const ModelBuild& how)
   host_losses_.resize(std::max(M, size_t(B)));
 }
 
-void BertModel::bind_gradients(const std::function<float*(size_t)>& address) {
-  dw = bert_weights(registry, cfg, address);
+template <class A>
+void BertModelT<A>::bind_gradients(const std::function<float*(size_t)>& address) {
+  dw = bert_weights<float>(registry, cfg, address);
 }
 
-void BertModel::prepare_inputs(Acts& a, const MicroBatch& mb) const {
+template <class A>
+void BertModelT<A>::parameters_changed() {
+  if constexpr (!std::is_same_v<A, float>)
+    layers_->round_weights(weights.data(), params.data(), flat_size);
+}
+
+template <class A>
+void BertModelT<A>::prepare_inputs(Acts& a, const MicroBatch& mb) const {
   const int rows = mb.samples.rows, V = cfg.vocab_size;
   const int32_t* tok = mb.samples.tokens;
   std::fill(a.types, a.types + size_t(rows) * T, 0);
@@ -381,11 +400,12 @@ void BertModel::prepare_inputs(Acts& a, const MicroBatch& mb) const {
   for (int k = 0; k < rows * m; ++k) a.picked_targets[k] = a.targets[a.masked[k]];
 }
 
-double BertModel::forward(const MicroBatch& mb) {
+template <class A>
+double BertModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.samples.tokens && mb.samples.rows <= B && mb.slot >= 0 &&
                       mb.slot < int(slots.size()) && mb.chunk == 0,
                   "micro-batch larger than planned, or not tokens");
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   last_rows_[mb.slot] = rows;
@@ -399,8 +419,8 @@ double BertModel::forward(const MicroBatch& mb) {
   L.layernorm_forward(a.encoded, a.emb_mean, a.emb_rstd, a.embedded, w.emb_ln_w, w.emb_ln_b, N, C,
                       kLnEps);
   L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  const BlockShape shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
-  const float* x = a.encoded;
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
+  const A* x = a.encoded;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
                             dropout_stream(mb, 2 + 2 * l), row0};
@@ -435,8 +455,9 @@ double BertModel::forward(const MicroBatch& mb) {
   return sum;
 }
 
-void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
-  const LayerOps& L = *layers_;
+template <class A>
+void BertModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+  const LayerOpsT<A>& L = *layers_;
   const Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   const size_t NC = size_t(N) * C;
@@ -467,9 +488,9 @@ void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready)
     L.copy_strided(dresidual, T * C, dhead2, C, rows, C);
   }
   ready(head_segment_);
-  const BlockShape shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
-    const float* x = l == 0 ? a.encoded : a.layer[l - 1].ln_2;
+    const A* x = l == 0 ? a.encoded : a.layer[l - 1].ln_2;
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
                             dropout_stream(mb, 2 + 2 * l), row0};
     encoder_block_backward(dresidual, dw.layer[l], scratch, a.layer[l], x, w.layer[l], shape, drop);
@@ -485,18 +506,26 @@ void BertModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready)
   ready(embedding_segment_);
 }
 
-ModelOutput BertModel::output(int slot) const {
+template <class A>
+ModelOutput BertModelT<A>::output(int slot) const {
   const int positions = cfg.task == 0 ? m : 1, classes = cfg.task == 0 ? Vl : cfg.classes();
-  const float* logits = slots[size_t(slot)].logits;
-  if (layers_->device != Device::cpu) {
-    host_logits_.resize(size_t(B) * size_t(positions) * size_t(classes));
-    layers_->download(host_logits_.data(), logits, host_logits_.size());
-    logits = host_logits_.data();
+  const A* logits = slots[size_t(slot)].logits;
+  const size_t n = size_t(B) * size_t(positions) * size_t(classes);
+  if constexpr (std::is_same_v<A, float>) {
+    if (layers_->device == Device::cpu) return {logits, positions, classes};
+    host_logits_.resize(n);
+    layers_->download(host_logits_.data(), logits, n);
+  } else {
+    host_logits_16_.resize(n);
+    layers_->download_bytes(host_logits_16_.data(), logits, n * sizeof(A));
+    host_logits_.resize(n);
+    widen(host_logits_.data(), host_logits_16_.data(), n);
   }
-  return {logits, positions, classes};
+  return {host_logits_.data(), positions, classes};
 }
 
-std::vector<DumpTensor> BertModel::input_dump(int slot) const {
+template <class A>
+std::vector<DumpTensor> BertModelT<A>::input_dump(int slot) const {
   const Acts& a = slots[slot];
   const int rows = last_rows_[slot];
   auto floats = [](const int32_t* p, size_t n) { return std::vector<float>(p, p + n); };
@@ -513,7 +542,19 @@ std::vector<DumpTensor> BertModel::input_dump(int slot) const {
   return out;
 }
 
+template class BertModelT<float>;
+template class BertModelT<bf16_t>;
+template class BertModelT<fp16_t>;
+
 std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return std::make_unique<BertModelT<bf16_t>>(bert_config(m), how);
+    case DType::f16:
+      return std::make_unique<BertModelT<fp16_t>>(bert_config(m), how);
+    case DType::f32:
+      break;
+  }
   return std::make_unique<BertModel>(bert_config(m), how);
 }
 

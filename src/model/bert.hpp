@@ -1,4 +1,4 @@
-// BERT-style encoder (Devlin et al. 2019) on the CPU backend: the "bert" model family.
+// BERT-style encoder (Devlin et al. 2019), the "bert" model family, on any device's layer table.
 //   x0 = dropout(LN(word[tok] + position[t] + token_type[tt]))
 //   x_{l+1} = encoder_block(x_l)            post-LN, bidirectional, padding mask
 //                                           (src/model/transformer_block.hpp)
@@ -46,41 +46,55 @@ void validate_bert(const ModelConfig& m, const TrainConfig& t);
 // .weight, ...); the MLM head (cls.predictions.*) for task 0, pooler and classifier otherwise.
 ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice = {});
 
-class BertModel final : public Model {
+// Pointers to the parameters this rank holds inside one flat buffer (parameters, their rounded
+// copy, or gradients); null for the ones the task does not have. W: the storage type.
+template <class W>
+struct BertWeightsT {
+  W *word = nullptr, *position = nullptr, *token_type = nullptr;  // (Vl,C) (P,C) (2,C)
+  W *emb_ln_w = nullptr, *emb_ln_b = nullptr;                     // (C)
+  std::vector<EncoderBlockWeightsT<W>> layer;
+  W *mlm_dense_w = nullptr, *mlm_dense_b = nullptr;  // (C,C), (C)
+  W *mlm_ln_w = nullptr, *mlm_ln_b = nullptr;        // (C)
+  W* mlm_bias = nullptr;                             // (Vl)
+  W *pooler_w = nullptr, *pooler_b = nullptr;        // (C,C), (C)
+  W *cls_w = nullptr, *cls_b = nullptr;              // (K,C), (K)
+};
+// A: the storage type of activations and of the weights the layers read (--precision: float,
+// bf16_t or fp16_t; below fp32 a rounded copy of the fp32 parameters, refreshed by
+// parameters_changed, at tp 1). Gradients, losses and statistics are fp32 either way.
+template <class A>
+class BertModelT final : public Model {
  public:
-  BertModel(const BertConfig& cfg, const ModelBuild& how);
+  BertModelT(const BertConfig& cfg, const ModelBuild& how);
 
   void bind_gradients(const std::function<float*(size_t)>& address) override;
   double forward(const MicroBatch& mb) override;
   void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
+  // The slot's logits in host memory as float (off the CPU or in 16 bits: a copy).
   ModelOutput output(int slot) const override;
   int loss_terms_per_sample() const override { return cfg.task == 0 ? m : 1; }
   std::vector<DumpTensor> input_dump(int slot) const override;
+  void parameters_changed() override;
+  size_t weight_copy_bytes() const override { return weights.size() * sizeof(A); }
 
-  struct Weights {
-    float *word = nullptr, *position = nullptr, *token_type = nullptr;  // (Vl,C) (P,C) (2,C)
-    float *emb_ln_w = nullptr, *emb_ln_b = nullptr;                     // (C)
-    std::vector<EncoderBlockWeights> layer;
-    float *mlm_dense_w = nullptr, *mlm_dense_b = nullptr;  // (C,C), (C)
-    float *mlm_ln_w = nullptr, *mlm_ln_b = nullptr;        // (C)
-    float* mlm_bias = nullptr;                             // (Vl)
-    float *pooler_w = nullptr, *pooler_b = nullptr;        // (C,C), (C)
-    float *cls_w = nullptr, *cls_b = nullptr;              // (K,C), (K)
-  };
+  template <class W>
+  using WeightsT = BertWeightsT<W>;
   // One micro-batch in flight.
   struct Acts {
     int32_t *ids, *types, *lengths, *targets;  // (B,T) (B,T) (B) (B,T): -1 where not predicted
     int32_t *masked, *labels;                  // (B,m) flat row index of each prediction; (B)
-    float* embedded;                           // (B,T,C) before the embedding LayerNorm
-    float* encoded;                            // (B,T,C) after it and dropout
+    A* embedded;                               // (B,T,C) before the embedding LayerNorm
+    A* encoded;                                // (B,T,C) after it and dropout
     float *emb_mean, *emb_rstd;                // (B,T)
-    std::vector<BlockActs> layer;
+    std::vector<BlockActsT<A>> layer;
     // masked LM head over M = B*m predicted rows
-    float *picked, *dense, *dense_gelu, *head_ln, *head_mean, *head_rstd;  // (M,C).. (M)
-    int32_t* picked_targets;                                               // (M)
+    A *picked, *dense, *dense_gelu, *head_ln;  // (M,C)
+    float *head_mean, *head_rstd;              // (M)
+    int32_t* picked_targets;                   // (M)
     // classifier head over the B first tokens
-    float *first, *pooled, *pooled_drop;  // (B,C)
-    float *logits, *lse, *losses;         // (M,Vl) or (B,K); (M or B); (M or B)
+    A *first, *pooled, *pooled_drop;  // (B,C)
+    A* logits;                        // (M,Vl) or (B,K)
+    float *lse, *losses;              // (M or B); (M or B)
     // The integers above are one block of int_count on the host; the layers read them at dev
     // (the block itself on the CPU, its uploaded copy on another device).
     int32_t* int_block = nullptr;
@@ -94,12 +108,15 @@ class BertModel final : public Model {
   BertConfig cfg;
   int B = 0, T = 0, m = 0;
   int Vl = 0, v0 = 0;  // this rank's vocabulary rows [v0, v0 + Vl)
-  Weights w, dw;
+  WeightsT<A> w;       // what the layers read: params (fp32), else the rounded copy in weights
+  WeightsT<float> dw;
+  Buffer<A> weights;  // below fp32: params rounded to A (flat_size); empty in fp32
   Buffer<float> acts, dacts;
   Buffer<int32_t> ints;
   std::vector<Acts> slots;
-  float *dresidual, *dhead, *dhead2, *ce_scratch;  // backward scratch
-  BlockScratch scratch;
+  A *dresidual, *dhead, *dhead2;  // backward scratch
+  float* ce_scratch;
+  BlockScratchT<A> scratch;
 
  private:
   comm::Group self_;
@@ -107,12 +124,15 @@ class BertModel final : public Model {
   size_t embedding_segment_ = 0, head_segment_ = 0;
   std::vector<size_t> segment_of_layer_;
   std::vector<int> last_rows_;  // rows of each slot's last forward (input_dump)
-  const LayerOps* layers_;
+  const LayerOpsT<A>* layers_;
   std::vector<int32_t> host_ints_;  // the slots' integer blocks off the CPU
   std::vector<float> host_losses_;
-  mutable std::vector<float> host_logits_;  // output() off the CPU
+  mutable std::vector<float> host_logits_;  // output() off the CPU or in 16 bits
+  mutable std::vector<A> host_logits_16_;
   void prepare_inputs(Acts& a, const MicroBatch& mb) const;
 };
+
+using BertModel = BertModelT<float>;
 
 std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how);
 

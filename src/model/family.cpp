@@ -175,7 +175,7 @@ const ModelFamily kFamilies[] = {
      false,
      false,
      true,
-     false,
+     true,
      nullptr,
      false,
      [](const ModelConfig& m) -> std::vector<std::string> {

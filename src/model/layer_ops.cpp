@@ -365,6 +365,43 @@ void crossentropy_backward_16(A* dlogits, const A* logits, const float* lse, con
   round_to(dlogits, d, NV);
 }
 
+// Rows by index: each touched row widened, the fp32 sum rounded once (as the CUDA kernels).
+template <class A>
+void scatter_add_rows_16(A* dst, const A* src, const int32_t* index, int M, int C) {
+  Widened w;
+  float* d = w.out(size_t(C));
+  float* g = w.out(size_t(C));
+  for (int k = 0; k < M; ++k) {
+    A* row = dst + size_t(index[k]) * C;
+    widen(d, row, size_t(C));
+    widen(g, src + size_t(k) * C, size_t(C));
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+    round_to(row, d, size_t(C));
+  }
+}
+template <class A>
+void add_table_rows_16(A* x, const A* table, const int32_t* index, int N, int C) {
+  Widened w;
+  float* e = w.out(size_t(C));
+  float* t = w.out(size_t(C));
+  for (int n = 0; n < N; ++n) {
+    widen(e, x + size_t(n) * C, size_t(C));
+    widen(t, table + size_t(index[n]) * C, size_t(C));
+    for (int c = 0; c < C; ++c) e[c] += t[c];
+    round_to(x + size_t(n) * C, e, size_t(C));
+  }
+}
+template <class A>
+void table_rows_backward_16(float* dtable, const A* dout, const int32_t* index, int N, int C) {
+  Widened w;
+  float* g = w.out(size_t(C));
+  for (int n = 0; n < N; ++n) {
+    widen(g, dout + size_t(n) * C, size_t(C));
+    float* d = dtable + size_t(index[n]) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+
 template <class A>
 const LayerOpsT<A>& host_16_layer_ops() {
   static constexpr LayerOpsT<A> ops{
@@ -390,9 +427,9 @@ const LayerOpsT<A>& host_16_layer_ops() {
       binary_16<A, cpu::tanh_backward<float>>,
       copy_strided<A>,
       gather_rows<A>,
-      nullptr,  // the encoder's rows by index in fp32 only
-      nullptr,
-      nullptr,
+      scatter_add_rows_16<A>,
+      add_table_rows_16<A>,
+      table_rows_backward_16<A>,
       attention_forward_16<A>,
       attention_backward_16<A>,
       attention_saved_elements,

@@ -112,16 +112,17 @@ MPITRON_GPT_BLOCK(bf16_t)
 MPITRON_GPT_BLOCK(fp16_t)
 #undef MPITRON_GPT_BLOCK
 
-void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,
-                           const BlockShape& s, const BlockDropout& drop) {
+template <class A>
+void encoder_block_forward(BlockActsT<A>& a, const A* x, const EncoderBlockWeightsT<A>& w,
+                           const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   comm::Group& group = *s.tp_group;
-  const LayerOps& L = s.layers();
+  const LayerOpsT<A>& L = s.layers();
   // Query, key and value are separate tensors (BERT's names), one region: each is projected into
   // atty, then into its columns of the fused buffer the attention kernel reads.
   tp::copy_to_tp_forward(group, x, size_t(N) * C);
-  const float* const W[3] = {w.q_w, w.k_w, w.v_w};
-  const float* const Bias[3] = {w.q_b, w.k_b, w.v_b};
+  const A* const W[3] = {w.q_w, w.k_w, w.v_w};
+  const A* const Bias[3] = {w.q_b, w.k_b, w.v_b};
   for (int p = 0; p < 3; ++p) {
     tp::column_parallel_linear_forward(group, a.atty, x, W[p], Bias[p], N, C, Cl, L);
     L.copy_strided(a.qkv + size_t(p) * Cl, 3 * Cl, a.atty, Cl, N, Cl);
@@ -144,13 +145,78 @@ void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeigh
                       s.ln_eps);
 }
 
-void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, const BlockScratch& d,
-                            const BlockActs& a, const float* x, const EncoderBlockWeights& w,
-                            const BlockShape& s, const BlockDropout& drop) {
+namespace {
+
+// The encoder's two backward regions (copy_to_tp backward, once per region): float through the TP
+// regions; 16-bit storage runs at tp 1, where a region is its products added in the same order.
+// The MLP region: dresidual = dfc W_fc, and W_fc's gradients.
+template <class A>
+void encoder_mlp_region_backward(A* dresidual, const EncoderBlockWeights& dw, const A* dfc,
+                                 const A* ln_1, const EncoderBlockWeightsT<A>& w,
+                                 const BlockShapeT<A>& s, int N, int C, int Cl) {
+  const LayerOpsT<A>& L = s.layers();
+  if constexpr (std::is_same_v<A, float>) {
+    comm::Group& group = *s.tp_group;
+    tp::TpRegion mlp =
+        tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer, L);
+    tp::column_parallel_linear_backward_input(mlp, dfc, w.c_fc_w, 4 * Cl);
+    tp::copy_to_tp_backward_start(mlp);
+    tp::column_parallel_linear_backward_weights(mlp, dw.c_fc_w, dw.c_fc_b, dfc, ln_1, 4 * Cl);
+    tp::copy_to_tp_backward_wait(mlp);
+  } else {
+    tp::require_serial(*s.tp_group, dtype_of<A>());
+    L.linear_backward(dresidual, dw.c_fc_w, dw.c_fc_b, dfc, ln_1, w.c_fc_w, N, C, 4 * Cl);
+  }
+}
+
+// The attention region: dresidual = base + the input products of q, k and v, added in that
+// order (partial holds each), and their weight gradients (each re-reads its part of dqkv into
+// datty).
+template <class A>
+void encoder_attention_region_backward(A* dresidual, const EncoderBlockWeights& dw,
+                                       const BlockScratchT<A>& d, const A* base, A* partial,
+                                       const A* x, const EncoderBlockWeightsT<A>& w,
+                                       const BlockShapeT<A>& s, int N, int C, int Cl) {
+  const LayerOpsT<A>& L = s.layers();
+  float* const dW[3] = {dw.q_w, dw.k_w, dw.v_w};
+  float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
+  const A* const W[3] = {w.q_w, w.k_w, w.v_w};
+  if constexpr (std::is_same_v<A, float>) {
+    comm::Group& group = *s.tp_group;
+    tp::TpRegion in =
+        tp::copy_to_tp_backward_begin(group, dresidual, partial, base, N, C, s.tp_per_layer, L);
+    for (int p = 0; p < 3; ++p) {
+      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
+      tp::column_parallel_linear_backward_input(in, d.datty, W[p], Cl);
+    }
+    tp::copy_to_tp_backward_start(in);
+    for (int p = 0; p < 3; ++p) {
+      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
+      tp::column_parallel_linear_backward_weights(in, dW[p], dB[p], d.datty, x, Cl);
+    }
+    tp::copy_to_tp_backward_wait(in);
+  } else {
+    tp::require_serial(*s.tp_group, dtype_of<A>());
+    const size_t NC = size_t(N) * C;
+    L.copy(dresidual, base, NC);
+    for (int p = 0; p < 3; ++p) {
+      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
+      L.linear_backward(partial, dW[p], dB[p], d.datty, x, W[p], N, C, Cl);
+      L.residual_forward(dresidual, dresidual, partial, NC);
+    }
+  }
+}
+
+}  // namespace
+
+template <class A>
+void encoder_block_backward(A* dresidual, const EncoderBlockWeights& dw, const BlockScratchT<A>& d,
+                            const BlockActsT<A>& a, const A* x, const EncoderBlockWeightsT<A>& w,
+                            const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   const size_t NC = size_t(N) * C;
   comm::Group& group = *s.tp_group;
-  const LayerOps& L = s.layers();
+  const LayerOpsT<A>& L = s.layers();
   // d.dln = dL/d res_mlp; its MLP branch then gives dL/d ln_1 (in dresidual) with the skip added.
   L.zero(d.dln, NC);
   L.layernorm_backward(d.dln, dw.ln_2_w, dw.ln_2_b, dresidual, a.res_mlp, w.ln_2_w, a.ln_2_mean,
@@ -160,12 +226,7 @@ void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, con
                                    a.fc_gelu, w.mlp_proj_w, N, 4 * Cl, C, L);
   L.gelu_erf_backward(d.dfc, d.dfc_gelu, a.fc, size_t(N) * 4 * Cl);
   // The MLP region (c_fc alone): dresidual = its input gradient, the all-reduce overlapping dW.
-  tp::TpRegion mlp =
-      tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer, L);
-  tp::column_parallel_linear_backward_input(mlp, d.dfc, w.c_fc_w, 4 * Cl);
-  tp::copy_to_tp_backward_start(mlp);
-  tp::column_parallel_linear_backward_weights(mlp, dw.c_fc_w, dw.c_fc_b, d.dfc, a.ln_1, 4 * Cl);
-  tp::copy_to_tp_backward_wait(mlp);
+  encoder_mlp_region_backward(dresidual, dw, d.dfc, a.ln_1, w, s, N, C, Cl);
   L.residual_forward(dresidual, dresidual, d.dln, NC);
   // d.dln = dL/d res_attn: the skip's share of dL/dx, and the attention branch's gradient.
   L.zero(d.dln, NC);
@@ -178,22 +239,19 @@ void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, con
                        s.lengths);
   // The attention region (q, k, v): dresidual = the skip's share (d.dln, counted once over TP) +
   // the three input products, added in the order q, k, v; one all-reduce, overlapping the three
-  // weight products (each re-reads its part of dqkv into datty).
-  float* const dW[3] = {dw.q_w, dw.k_w, dw.v_w};
-  float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
-  const float* const W[3] = {w.q_w, w.k_w, w.v_w};
-  tp::TpRegion in =
-      tp::copy_to_tp_backward_begin(group, dresidual, d.dbranch, d.dln, N, C, s.tp_per_layer, L);
-  for (int p = 0; p < 3; ++p) {
-    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
-    tp::column_parallel_linear_backward_input(in, d.datty, W[p], Cl);
-  }
-  tp::copy_to_tp_backward_start(in);
-  for (int p = 0; p < 3; ++p) {
-    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
-    tp::column_parallel_linear_backward_weights(in, dW[p], dB[p], d.datty, x, Cl);
-  }
-  tp::copy_to_tp_backward_wait(in);
+  // weight products.
+  encoder_attention_region_backward(dresidual, dw, d, d.dln, d.dbranch, x, w, s, N, C, Cl);
 }
+
+#define MPITRON_ENCODER_BLOCK(A)                                                                   \
+  template void encoder_block_forward<A>(BlockActsT<A>&, const A*, const EncoderBlockWeightsT<A>&, \
+                                         const BlockShapeT<A>&, const BlockDropout&);              \
+  template void encoder_block_backward<A>(                                                         \
+      A*, const EncoderBlockWeights&, const BlockScratchT<A>&, const BlockActsT<A>&, const A*,     \
+      const EncoderBlockWeightsT<A>&, const BlockShapeT<A>&, const BlockDropout&);
+MPITRON_ENCODER_BLOCK(float)
+MPITRON_ENCODER_BLOCK(bf16_t)
+MPITRON_ENCODER_BLOCK(fp16_t)
+#undef MPITRON_ENCODER_BLOCK
 
 }  // namespace mpitron

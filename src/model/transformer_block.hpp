@@ -24,8 +24,8 @@
 
 namespace mpitron {
 
-// A: the storage type of activations and weights (float, bf16_t, fp16_t: precision.hpp); the GPT
-// block runs in any, the encoder block in float.
+// A: the storage type of activations and weights (float, bf16_t, fp16_t: precision.hpp); both
+// blocks run in any (tensor parallelism in float only).
 template <class A>
 struct BlockShapeT {
   int B = 0, T = 0, C = 0, NH = 0;
@@ -56,15 +56,18 @@ struct BlockWeightsT {
 };
 using BlockWeights = BlockWeightsT<float>;
 
-// The encoder block's parameters (or gradients): this rank's shards, BERT's names.
-struct EncoderBlockWeights {
-  float *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;  // (Cl,C), (Cl): attention.self.{query,key,value}
-  float *attn_proj_w, *attn_proj_b;          // (C,Cl), (C): attention.output.dense
-  float *ln_1_w, *ln_1_b;                    // (C): attention.output.LayerNorm
-  float *c_fc_w, *c_fc_b;                    // (4Cl,C), (4Cl): intermediate.dense
-  float *mlp_proj_w, *mlp_proj_b;            // (C,4Cl), (C): output.dense
-  float *ln_2_w, *ln_2_b;                    // (C): output.LayerNorm
+// The encoder block's parameters (or gradients): this rank's shards, BERT's names. W is the
+// storage type of the weights (gradients are float).
+template <class W>
+struct EncoderBlockWeightsT {
+  W *q_w, *q_b, *k_w, *k_b, *v_w, *v_b;  // (Cl,C), (Cl): attention.self.{query,key,value}
+  W *attn_proj_w, *attn_proj_b;          // (C,Cl), (C): attention.output.dense
+  W *ln_1_w, *ln_1_b;                    // (C): attention.output.LayerNorm
+  W *c_fc_w, *c_fc_b;                    // (4Cl,C), (4Cl): intermediate.dense
+  W *mlp_proj_w, *mlp_proj_b;            // (C,4Cl), (C): output.dense
+  W *ln_2_w, *ln_2_b;                    // (C): output.LayerNorm
 };
+using EncoderBlockWeights = EncoderBlockWeightsT<float>;
 
 // Saved by forward for backward, one set per block and micro-batch in flight. The encoder block
 // fills the same fields in its own order: res_attn = x + attn_out, ln_1 = LN_1(res_attn),
@@ -121,12 +124,14 @@ void transformer_block_backward(A* dresidual, const BlockWeights& dw, const Bloc
                                 const BlockShapeT<A>& s, const BlockDropout& drop);
 
 // The encoder block: fills a from x (B,T,C); the block output is a.ln_2.
-void encoder_block_forward(BlockActs& a, const float* x, const EncoderBlockWeights& w,
-                           const BlockShape& s, const BlockDropout& drop);
+template <class A>
+void encoder_block_forward(BlockActsT<A>& a, const A* x, const EncoderBlockWeightsT<A>& w,
+                           const BlockShapeT<A>& s, const BlockDropout& drop);
 
 // dresidual (B,T,C): on entry dL/d(block output), on exit dL/dx. Parameter gradients accumulate.
-void encoder_block_backward(float* dresidual, const EncoderBlockWeights& dw, const BlockScratch& d,
-                            const BlockActs& a, const float* x, const EncoderBlockWeights& w,
-                            const BlockShape& s, const BlockDropout& drop);
+template <class A>
+void encoder_block_backward(A* dresidual, const EncoderBlockWeights& dw, const BlockScratchT<A>& d,
+                            const BlockActsT<A>& a, const A* x, const EncoderBlockWeightsT<A>& w,
+                            const BlockShapeT<A>& s, const BlockDropout& drop);
 
 }  // namespace mpitron

@@ -112,6 +112,14 @@ bert_gpu mlm --config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 20 --
   --seq-len 64 --log-every 5 --eval-every 10 --eval-batches 2
 bert_gpu testament --config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 20 \
   --batch-size 8 --log-every 5 --eval-every 10 --eval-batches 2
+# The encoder in 16 bits on the GPU's bf16 and fp16 kernels: within 2% of the CPU's fp32 run.
+for p in bf16 fp16; do
+  "$MPITRON" train --config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 20 \
+    --batch-size 8 --log-every 5 --eval-every 10 --eval-batches 2 --device cuda --precision "$p" \
+    --out "bert_testament_gpu_$p" >/dev/null
+  "$MPITRON" compare bert_testament_cpu/trace.h5 "bert_testament_gpu_$p/trace.h5" --rtol 0.02 ||
+    fail "bert (testament) in $p on the GPU strays from the CPU's fp32"
+done
 # The MLP on the GPU's layer table: within 1e-4 of the CPU's losses and validation accuracy's
 # evaluations, and dp 2 on the one GPU within 1e-5 of the GPU's one-rank run.
 fmnist=/usr/share/datasets/fashion-mnist

@@ -6,7 +6,7 @@
 # 2^-9 (a master weight whose last fp32 bit differs may round to the neighbouring bf16 value);
 # fp16 from a loss scale of 2^32 overflows, skips and halves until 2^24, then trains; one line for
 # each refused combination. The learning rate is one where gpt-tiny trains without loss spikes (a
-# spike magnifies any difference, in fp32 too). The MLP in bf16 and fp16 as well (below).
+# spike magnifies any difference, in fp32 too). BERT and the MLP in bf16 and fp16 as well (below).
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -66,6 +66,31 @@ assert scale[-1] <= 25, "an fp16 logit gradient overflows above 2^25 here"
 assert loss[-1] < loss[k] - 0.5, f"no learning after the recovery: {loss}"
 PY
 
+# BERT in 16 bits (the encoder block's regions as their serial products, the rows by index
+# rounded once per row, the logits widened for accuracy): the masked LM and the testament
+# classifier track fp32 within the same bounds, and bf16 is not fp32's bits.
+# bert_precision TASK ARGS...: fp32, bf16 and fp16 runs, compared.
+bert_precision() {
+  local task=$1 p
+  shift
+  for p in fp32 bf16 fp16; do
+    "$MPITRON" train "$@" --precision "$p" --out "bert_${task}_$p" >"bert_${task}_$p.log"
+  done
+  "$MPITRON" compare "bert_${task}_fp32/trace.h5" "bert_${task}_bf16/trace.h5" --rtol 0.00390625 ||
+    fail "bert ($task) in bf16 strays from fp32"
+  "$MPITRON" compare "bert_${task}_fp32/trace.h5" "bert_${task}_fp16/trace.h5" \
+    --rtol 0.00048828125 || fail "bert ($task) in fp16 strays from fp32"
+  if cmp -s <(trace_column "bert_${task}_fp32/trace.h5" loss) \
+    <(trace_column "bert_${task}_bf16/trace.h5" loss); then
+    fail "bert ($task) in bf16 gave fp32's bits: not 16-bit"
+  fi
+}
+bert_precision mlm --config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 12 \
+  --batch-size 8 --seq-len 32 --log-every 0 --eval-every 6 --eval-batches 1
+bert_precision testament --config "$REPO/configs/bert-testament.toml" --data "$(verses)" \
+  --steps 12 --batch-size 8 --log-every 0 --eval-every 6 --eval-batches 2
+grep -q "acc " bert_testament_bf16.log || fail "no validation accuracy from bf16 bert"
+
 # The MLP in 16 bits (its images rounded to the format as its weights, its logits widened back
 # for the validation accuracy): 10 steps track fp32 within the same bounds, and dp 2 with ZeRO 1
 # agrees with dp 1 within bf16's 2^-9. (The preset's learning rate spreads the runs apart after
@@ -81,8 +106,9 @@ if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
     fail "the mlp in bf16 strays from fp32"
   "$MPITRON" compare mlp_fp32/trace.h5 mlp_fp16/trace.h5 --rtol 0.00048828125 ||
     fail "the mlp in fp16 strays from fp32"
-  cmp -s <(trace_column mlp_fp32/trace.h5 loss) <(trace_column mlp_bf16/trace.h5 loss) &&
+  if cmp -s <(trace_column mlp_fp32/trace.h5 loss) <(trace_column mlp_bf16/trace.h5 loss); then
     fail "the mlp in bf16 gave fp32's bits: not 16-bit"
+  fi
   grep -q "acc " mlp_bf16.log || fail "no validation accuracy from the bf16 mlp: $(cat mlp_bf16.log)"
   mpiexec -n 2 "$MPITRON" train "${mlp[@]}" --precision bf16 --dp 2 --zero 1 --out mlp_bf16_dp2 \
     >/dev/null
@@ -96,6 +122,6 @@ expect_error "--precision bf16: --device cpu-staged runs in fp32 only" \
   "$MPITRON" train "${common[@]}" --precision bf16 --device cpu-staged --out bad
 expect_error "--precision fp16 runs with data parallelism only so far" \
   mpiexec -n 2 "$MPITRON" train "${common[@]}" --precision fp16 --tp 2 --out bad
-expect_error "--precision bf16 trains the gpt and mlp families so far; the resnet family runs in fp32" \
+expect_error "--precision bf16 trains the gpt, mlp and bert families so far; the resnet family runs in fp32" \
   "$MPITRON" train --config "$REPO/configs/resnet-fmnist.toml" --steps 1 --precision bf16 --out bad
 echo "precision ok"
