@@ -25,8 +25,12 @@ double seconds_since(Clock::time_point t0) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
-                                   DeviceAllocator& alloc)
-    : pp_(pp), slots_(slots), message_elements_(message_elements), alloc_(alloc) {
+                                   DeviceAllocator& alloc, StageTransfers transfers)
+    : pp_(pp),
+      slots_(slots),
+      message_elements_(message_elements),
+      alloc_(alloc),
+      transfers_(transfers) {
   MPITRON_REQUIRE(chunks >= 1 && slots >= 1, "a pipeline stage needs a chunk and a slot");
   slot_of_.resize(size_t(chunks));
   free_slots_.resize(size_t(chunks));
@@ -56,6 +60,28 @@ size_t PipelineExecutor::free_send_buffer() {
 
 void PipelineExecutor::finish_sends() {
   for (comm::Request& r : sends_) r.wait();
+}
+
+comm::Request PipelineExecutor::staged_irecv(float* dst, size_t n, int peer, int tag) {
+  if (free_recv_buffers_.empty()) {
+    AllocationPurpose purpose(alloc_, "a pipeline receive buffer");
+    recv_buffers_.emplace_back(alloc_, message_elements_);
+    free_recv_buffers_.push_back(recv_buffers_.size() - 1);
+  }
+  const size_t k = free_recv_buffers_.back();
+  free_recv_buffers_.pop_back();
+  staged_recvs_.push_back({dst, k, n});
+  return pp_.irecv(recv_buffers_[k].data(), n, peer, tag);
+}
+
+void PipelineExecutor::finish_receives() {
+  for (comm::Request& r : recvs_) r.wait();
+  recvs_.clear();
+  for (const StagedReceive& r : staged_recvs_) {
+    transfers_.upload(r.dst, recv_buffers_[r.buffer].data(), r.n);
+    free_recv_buffers_.push_back(r.buffer);
+  }
+  staged_recvs_.clear();
 }
 
 double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWork& work,
@@ -97,9 +123,11 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
   };
   auto wait_receives = [&] {
     const auto t0 = Clock::now();
-    for (comm::Request& r : recvs_) r.wait();
-    recvs_.clear();
+    finish_receives();
     timing_.wait_s += seconds_since(t0);
+  };
+  auto irecv = [&](float* dst, size_t n, int peer, int tag) {
+    return transfers_.staged() ? staged_irecv(dst, n, peer, tag) : pp_.irecv(dst, n, peer, tag);
   };
   // Elements of micro-batch mb's message across the chunk's input (or its output) boundary.
   auto message = [&](size_t per_sample, int mb) {
@@ -110,7 +138,10 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
   auto send = [&](const float* data, size_t n, int peer, int tag) {
     MPITRON_REQUIRE(data != nullptr, "send from a chunk with no neighbour on that side");
     const size_t k = free_send_buffer();
-    std::memcpy(send_buffers_[k].data(), data, n * sizeof(float));
+    if (transfers_.staged())
+      transfers_.download(send_buffers_[k].data(), data, n);
+    else
+      std::memcpy(send_buffers_[k].data(), data, n * sizeof(float));
     sends_[k] = pp_.isend(send_buffers_[k].data(), n, peer, tag);
   };
 
@@ -131,14 +162,14 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         const StageBoundary b = work.boundary(a.chunk, slot_for(a));
         MPITRON_REQUIRE(b.input != nullptr, "receive into a chunk with no previous stage");
         recvs_.push_back(
-            pp_.irecv(b.input, message(b.input_elements, a.micro_batch), a.peer, kActivationTag));
+            irecv(b.input, message(b.input_elements, a.micro_batch), a.peer, kActivationTag));
         break;
       }
       case Op::recv_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         MPITRON_REQUIRE(b.output_grad != nullptr, "receive into a chunk with no next stage");
-        recvs_.push_back(pp_.irecv(b.output_grad, message(b.output_elements, a.micro_batch), a.peer,
-                                   kGradientTag));
+        recvs_.push_back(
+            irecv(b.output_grad, message(b.output_elements, a.micro_batch), a.peer, kGradientTag));
         break;
       }
       case Op::forward: {

@@ -9,6 +9,9 @@
 // rank; GPipe: m) however many micro-batches run. Forward only (evaluation), a stage starts a
 // micro-batch once its sends of the one before were received, so message buffers stay bounded.
 //
+// A model whose memory MPI cannot read (a GPU's; Open MPI here is not CUDA-aware): every message
+// passes through host buffers, downloaded before its send, uploaded once its receive completed.
+//
 // Failure: an exception inside the pipeline on one rank would leave its neighbours waiting for
 // messages that never come, so it ends the whole job (MPI_Abort) after printing the error.
 #pragma once
@@ -16,8 +19,8 @@
 #include <functional>
 #include <vector>
 
-#include "comm/group.hpp"
 #include "base/allocator.hpp"
+#include "comm/group.hpp"
 #include "src/model/model.hpp"
 #include "src/pipeline/schedule.hpp"
 
@@ -33,6 +36,13 @@ struct StageWork {
   std::function<int(int mb)> rows;  // samples of micro-batch mb
 };
 
+// Copies between the model's memory and the host's, where they differ (null: the same memory).
+struct StageTransfers {
+  void (*download)(float* host_dst, const float* src, size_t n) = nullptr;  // waits for it
+  void (*upload)(float* dst, const float* host_src, size_t n) = nullptr;
+  bool staged() const { return download != nullptr; }
+};
+
 struct PipelineTiming {
   double busy_s = 0;   // in forward and backward
   double wait_s = 0;   // waiting for messages (receives, and the last sends at the end)
@@ -42,23 +52,28 @@ struct PipelineTiming {
 class PipelineExecutor {
  public:
   // pp: the pipeline group (its rank is this stage); slots per chunk as the model was built;
-  // message_elements: the largest message (a full micro-batch's boundary tensor).
+  // message_elements: the largest message (a full micro-batch's boundary tensor); alloc: where the
+  // message buffers live (the host's memory); transfers: how boundary tensors reach them.
   PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
-                   DeviceAllocator& alloc);
+                   DeviceAllocator& alloc, StageTransfers transfers = {});
 
   // Runs the actions (training: rank_actions; otherwise forward_only_actions); returns the sum
   // of the forwards' results. Ends the job on any exception.
   double run(const std::vector<Action>& actions, const StageWork& work, bool training);
   const PipelineTiming& timing() const { return timing_; }
-  // Message buffers allocated so far (they grow to the most sends in flight at once).
+  // Message buffers allocated so far (they grow to the most sends, and staged receives, in flight
+  // at once).
   size_t send_buffer_bytes() const {
-    return send_buffers_.size() * message_elements_ * sizeof(float);
+    return (send_buffers_.size() + recv_buffers_.size()) * message_elements_ * sizeof(float);
   }
 
  private:
   double walk(const std::vector<Action>& actions, const StageWork& work, bool training);
   size_t free_send_buffer();  // index of a send buffer no pending send uses (a new one if none)
   void finish_sends();
+  // Staged: a receive into a host buffer, uploaded to dst by finish_receives.
+  comm::Request staged_irecv(float* dst, size_t n, int peer, int tag);
+  void finish_receives();  // waits for every posted receive (and uploads the staged ones)
 
   comm::Group& pp_;
   int slots_;
@@ -69,6 +84,14 @@ class PipelineExecutor {
   std::vector<Buffer<float>> send_buffers_;
   std::vector<comm::Request> sends_;  // sends_[i] uses send_buffers_[i]
   std::vector<comm::Request> recvs_;  // posted, not yet needed
+  StageTransfers transfers_;
+  struct StagedReceive {
+    float* dst;
+    size_t buffer, n;  // recv_buffers_[buffer], n elements
+  };
+  std::vector<Buffer<float>> recv_buffers_;
+  std::vector<size_t> free_recv_buffers_;
+  std::vector<StagedReceive> staged_recvs_;  // of the posted receives, in posting order
   PipelineTiming timing_;
 };
 

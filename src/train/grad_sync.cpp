@@ -96,7 +96,9 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
-  if (ops.staged && !opts.device_dp) {  // at dp 1 too: ZeRO 2 sums its shard on the host
+  // At dp 1 too: ZeRO 2 sums its shard on the host, and the tied embedding's sum over the first
+  // and last stage passes through the host whatever reduces over dp.
+  if (ops.staged && (!opts.device_dp || !tied_.empty())) {
     staging_.assign(flat, 0.0f);
     if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
   }
@@ -184,7 +186,12 @@ void GradSync::finish_backward() {
   CommTimer timer{&comm_s_};
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
-  for (auto [b, e] : tied_) embedding_->allreduce_sum(g + b, e - b);
+  for (auto [b, e] : tied_) {
+    if (ops_.staged)
+      staged(g + b, b, e, [&](float* host) { embedding_->allreduce_sum(host, e - b); });
+    else
+      embedding_->allreduce_sum(g + b, e - b);
+  }
   if (opts_.zero == 2) {  // the shard's sums, made as backward ran (on the host when staged)
     if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
     return;

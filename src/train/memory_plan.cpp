@@ -79,8 +79,11 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
       opts.offload_optimizer && opts.device != Device::cpu ? 2 * shard * f : 0, true);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
-  // One send buffer each way: a stage sends its output on and its input's gradient back.
-  add("pipeline send buffers", 2 * size_t(how.micro_rows) * m.boundary_elements * f);
+  // One send buffer each way: a stage sends its output on and its input's gradient back. Off the
+  // CPU they are host memory (messages pass through it), as are the staged receives.
+  const bool staged_messages = opts.device != Device::cpu;
+  add(staged_messages ? "pipeline message buffers (host)" : "pipeline send buffers",
+      2 * size_t(how.micro_rows) * m.boundary_elements * f, staged_messages);
   return p;
 }
 

@@ -90,8 +90,12 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
     message = std::max(
         {message, size_t(micro_rows) * b.input_elements, size_t(micro_rows) * b.output_elements});
   }
-  executor = std::make_unique<pipeline::PipelineExecutor>(grid.pp, L.virtual_stages, model_slots,
-                                                          message, dev.alloc);
+  // Off the host the messages pass through host buffers (MPI here cannot read a GPU's memory).
+  pipeline::StageTransfers transfers;
+  if (!dev.on_host) transfers = {dev.layers.download, dev.layers.upload};
+  executor = std::make_unique<pipeline::PipelineExecutor>(
+      grid.pp, L.virtual_stages, model_slots, message, dev.on_host ? dev.alloc : dev.host_alloc,
+      transfers);
   work = stage_work();
   shard = sync->owned();
   // The optimizer state: the device's, or with --offload optimizer the host's (where its update

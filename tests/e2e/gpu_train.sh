@@ -94,6 +94,13 @@ for layout in "--zero 0" "--zero 0 --bucket-mb 0.05" "--zero 1" "--zero 2"; do
   "$MPITRON" compare "cpu_$name/trace.h5" "gpu_$name/trace.h5" --rtol 1e-4 ||
     fail "the GPU at dp 2 ($layout) left the CPU's losses"
 done
+# Two pipeline stages on the one GPU (1F1B, 4 micro-batches), their messages and the tied
+# embedding's sum staged through the host: within 1e-4 of the CPU's pp 2.
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --pp 2 --micro-batches 4 --out cpu_pp2 >/dev/null
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --pp 2 --micro-batches 4 --device cuda --out gpu_pp2 \
+  >/dev/null
+"$MPITRON" compare cpu_pp2/trace.h5 gpu_pp2/trace.h5 --rtol 1e-4 ||
+  fail "the GPU at pp 2 left the CPU's losses"
 # BERT on the GPU's layer table, the masked LM and the testament classifier (padding masks): within
 # 1e-4 of the CPU's losses, and dp 2 on the one GPU within 1e-5 of the GPU's one-rank run.
 # bert_gpu TASK ARGS...: the CPU and the GPU, and the GPU at dp 2.

@@ -49,8 +49,22 @@ rm staged_8bit_offload/ckpt_6.h5
 "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --offload optimizer \
   --resume auto --out staged_8bit_offload >/dev/null
 same cpu_8bit staged_8bit_offload "a resumed cpu-staged 8-bit offloaded run differs"
-expect_error "--device cpu-staged runs data parallelism only so far" \
+expect_error "--device cpu-staged runs data and pipeline parallelism only so far (--tp 1, got --tp 2)" \
   mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cpu-staged --out bad_tp
+# Pipeline stages: every boundary message downloaded into a host buffer before its send and
+# uploaded from one after its receive (MPI never sees the model's memory; a missing upload leaves
+# the stage's input unset and fails here), the tied embedding's sum over the first and last
+# stage through the host; 1F1B at pp 2, and the interleaved schedule at dp 2 x pp 2.
+pipeline=(--pp 2 --micro-batches 4)
+mpiexec -n 2 "$MPITRON" train "${common[@]}" "${pipeline[@]}" --out pp_cpu >/dev/null
+mpiexec -n 2 "$MPITRON" train "${common[@]}" "${pipeline[@]}" --device cpu-staged --out pp_staged \
+  >/dev/null
+same pp_cpu pp_staged "cpu-staged at pp 2 differs from the cpu"
+interleaved=(--dp 2 --pp 2 --micro-batches 4 --schedule interleaved --virtual-stages 2)
+mpiexec -n 4 "$MPITRON" train "${common[@]}" "${interleaved[@]}" --out interleaved_cpu >/dev/null
+mpiexec -n 4 "$MPITRON" train "${common[@]}" "${interleaved[@]}" --device cpu-staged \
+  --out interleaved_staged >/dev/null
+same interleaved_cpu interleaved_staged "cpu-staged at dp 2 x pp 2 (interleaved) differs"
 # The BERT encoder on the same layer table: the integers it derives from its rows (ids, token
 # types, padding lengths, masked rows) uploaded, its masked-LM rows gathered and scattered back on
 # the device, the classifier's first tokens by strided copies; the masked LM and the testament
@@ -116,6 +130,11 @@ if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   mpiexec -n 2 "$MPITRON" train "${cnn[@]}" --dp 2 --zero 2 --device cpu-staged \
     --out resnet_staged_dp2 >/dev/null
   same resnet_cpu_dp2 resnet_staged_dp2 "resnet on cpu-staged at dp 2 (ZeRO 2) differs"
+  # ResNet's blocks over 3 pipeline stages (its boundary messages through the host).
+  mpiexec -n 3 "$MPITRON" train "${cnn[@]}" --pp 3 --micro-batches 2 --out resnet_cpu_pp3 >/dev/null
+  mpiexec -n 3 "$MPITRON" train "${cnn[@]}" --pp 3 --micro-batches 2 --device cpu-staged \
+    --out resnet_staged_pp3 >/dev/null
+  same resnet_cpu_pp3 resnet_staged_pp3 "resnet on cpu-staged at pp 3 differs"
 else
   echo "note: $fmnist is missing (apt-get install dataset-fashion-mnist): the mlp and cnn parts did not run"
 fi
