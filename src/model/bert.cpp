@@ -509,19 +509,9 @@ void BertModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook re
 template <class A>
 ModelOutput BertModelT<A>::output(int slot) const {
   const int positions = cfg.task == 0 ? m : 1, classes = cfg.task == 0 ? Vl : cfg.classes();
-  const A* logits = slots[size_t(slot)].logits;
   const size_t n = size_t(B) * size_t(positions) * size_t(classes);
-  if constexpr (std::is_same_v<A, float>) {
-    if (layers_->device == Device::cpu) return {logits, positions, classes};
-    host_logits_.resize(n);
-    layers_->download(host_logits_.data(), logits, n);
-  } else {
-    host_logits_16_.resize(n);
-    layers_->download_bytes(host_logits_16_.data(), logits, n * sizeof(A));
-    host_logits_.resize(n);
-    widen(host_logits_.data(), host_logits_16_.data(), n);
-  }
-  return {host_logits_.data(), positions, classes};
+  return {host_floats(*layers_, slots[size_t(slot)].logits, n, host_logits_, host_logits_16_),
+          positions, classes};
 }
 
 template <class A>

@@ -576,11 +576,10 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
 }
 
 ModelOutput CnnModel::output(int slot) const {
-  const float* logits = head_slots[slot].logits;
-  if (layers_->device == Device::cpu) return {logits, 1, spec.classes};
-  host_logits_.resize(size_t(B) * spec.classes);
-  layers_->download(host_logits_.data(), logits, host_logits_.size());
-  return {host_logits_.data(), 1, spec.classes};
+  std::vector<float> unused;  // float logits: nothing to widen
+  return {host_floats(*layers_, head_slots[slot].logits, size_t(B) * spec.classes, host_logits_,
+                      unused),
+          1, spec.classes};
 }
 
 StageBoundary CnnModel::boundary(int chunk, int slot) {

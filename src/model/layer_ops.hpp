@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "base/device.hpp"
 #include "base/philox.hpp"
@@ -155,6 +157,24 @@ const LayerOps& cpu_layer_ops();
 template <class A>
 const LayerOpsT<A>& cuda_layer_ops();  // src/cuda/layer_ops.cu
 #endif
+
+// n elements of A at src (the device's memory) as floats the host can read: src itself on the CPU
+// in fp32, else a copy in `out` (downloaded, and widened from A through `staging`).
+template <class A>
+const float* host_floats(const LayerOpsT<A>& L, const A* src, size_t n, std::vector<float>& out,
+                         std::vector<A>& staging) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (L.device == Device::cpu) return src;
+    out.resize(n);
+    L.download(out.data(), src, n);
+  } else {
+    staging.resize(n);
+    L.download_bytes(staging.data(), src, n * sizeof(A));
+    out.resize(n);
+    widen(out.data(), staging.data(), n);
+  }
+  return out.data();
+}
 
 // The device's layers in storage type A: cpu, cpu_staged (float only) or cuda. The CPU's
 // bf16/fp16 tables widen every input to float, run the CPU layer and round every output: the

@@ -180,19 +180,9 @@ void MlpModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
 
 template <class A>
 ModelOutput MlpModelT<A>::output(int slot) const {
-  const A* logits = slots[size_t(slot)].logits;
-  const size_t n = size_t(B) * K;
-  if constexpr (std::is_same_v<A, float>) {
-    if (layers_->device == Device::cpu) return {logits, 1, K};
-    host_logits_.resize(n);
-    layers_->download(host_logits_.data(), logits, n);
-  } else {
-    host_logits_16_.resize(n);
-    layers_->download_bytes(host_logits_16_.data(), logits, n * sizeof(A));
-    host_logits_.resize(n);
-    widen(host_logits_.data(), host_logits_16_.data(), n);
-  }
-  return {host_logits_.data(), 1, K};
+  return {host_floats(*layers_, slots[size_t(slot)].logits, size_t(B) * K, host_logits_,
+                      host_logits_16_),
+          1, K};
 }
 
 template class MlpModelT<float>;
