@@ -72,8 +72,8 @@ void expect_bitwise(const std::vector<T>& gpu, const std::vector<T>& cpu, const 
 TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
   SKIP_WITHOUT_DEVICE();
   Stream stream;
-  // N, IC, H, W, OC, K, stride, pad: the presets' first layers and strided 1x1 shortcuts, an odd
-  // image, and a call on fewer images than planned.
+  // N, IC, H, W, OC, KH, KW, stride, pad: the presets' first layers and strided 1x1 shortcuts, an
+  // odd image, and a call on fewer images than planned.
   const cpu::Conv2dShape shapes[] = {
       {16, 1, 28, 28, 32, 3, 3, 1, 1}, {16, 32, 14, 14, 64, 3, 3, 1, 1},
       {8, 16, 28, 28, 32, 3, 3, 2, 1}, {8, 16, 28, 28, 32, 1, 1, 2, 0},
@@ -134,9 +134,10 @@ TEST(CudaCnnLayers, GhostBatchNormMatchesCpu) {
   struct Case {
     int N, C, HW, G;
   };
-  // The presets' planes (28x28 .. 7x7, groups of 8), one group, one value per group, a large mean.
+  // The presets' planes (28x28 .. 7x7, groups of 8), one group, four values per group, one value
+  // per group (variance 0, no unbiasing), inputs of mean 3 and spread 2.
   for (const Case& k : {Case{16, 32, 784, 8}, Case{16, 64, 49, 8}, Case{8, 3, 25, 8},
-                        Case{12, 5, 1, 4}, Case{4, 7, 9, 2}}) {
+                        Case{12, 5, 1, 4}, Case{4, 7, 9, 2}, Case{6, 3, 1, 1}}) {
     const std::string where = "N " + std::to_string(k.N) + " C " + std::to_string(k.C) + " HW " +
                               std::to_string(k.HW) + " G " + std::to_string(k.G);
     const size_t n = size_t(k.N) * k.C * k.HW, stats = size_t(k.N / k.G) * k.C;
@@ -201,8 +202,8 @@ TEST(CudaCnnLayers, PoolingEqualsCpuBitwise) {
                               " pad " + std::to_string(s.pad);
     const size_t in = size_t(s.N) * s.C * s.H * s.W, out = size_t(s.N) * s.C * s.OH() * s.OW();
     std::vector<float> x = random_floats(in, 13);
-    for (size_t i = 0; i < in; i += 7) x[i] = x[i / 2];  // ties: the first in row-major order wins
-    x[3] = NAN;                                          // a NaN wins, as the CPU's
+    for (float& e : x) e = std::round(2 * e) / 2;  // many ties: the first in row-major order wins
+    x[1] = x[size_t(s.W)] = NAN;  // two NaNs in the first window: the first of them wins
     const std::vector<float> dy = random_floats(out, 14);
     std::vector<float> y(out), dx(in);
     std::vector<int32_t> am(out);

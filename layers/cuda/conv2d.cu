@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "base/cuda_check.hpp"
@@ -44,8 +45,9 @@ cudnnHandle_t handle(cudaStream_t s) {
   return h.handle;
 }
 
+// CUDNN_DEFAULT_MATH would let an Ampere or later GPU use TF32 on float data.
 bool fp32_math(cudnnMathType_t m) {
-  return m == CUDNN_DEFAULT_MATH || m == CUDNN_FMA_MATH;
+  return m == CUDNN_FMA_MATH;
 }
 
 // The first acceptable of a heuristic's answers, best first.
@@ -136,6 +138,8 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
   CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
                                                                    p->bwd_filter, &c));
   p->workspace = std::max({a, b, c});
+  MPITRON_REQUIRE(p->workspace <= kMaxWorkspace,
+                  "cuDNN's workspace above the cap it was chosen by");
   return p;
 }
 
@@ -147,15 +151,33 @@ namespace {
 void check_rows(const Conv2dCudnn& p, int N) {
   MPITRON_REQUIRE(N > 0 && N <= p.shape.N, "convolution on more images than planned");
 }
+
+// A call on fewer images than planned: its algorithms' workspace at that N, asked (a host call),
+// must fit the planned one.
+void check_workspace(cudnnHandle_t h, const Conv2dCudnn& p, int N, bool backward) {
+  size_t need = 0, more = 0;
+  if (!backward) {
+    CUDNN_CHECK(
+        lib().cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &need));
+  } else {
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x,
+                                                                   p.bwd_data, &need));
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w,
+                                                                     p.bwd_filter, &more));
+  }
+  MPITRON_REQUIRE(std::max(need, more) <= p.workspace,
+                  "cuDNN asks more workspace for " + std::to_string(N) + " images than for the " +
+                      std::to_string(p.shape.N) + " planned");
+}
+
 }  // namespace
 
-// A call on fewer images than planned asks no more workspace of these algorithms (it scales with
-// N or is constant), so the planned workspace serves every N <= shape.N.
 void conv2d_forward(float* out, void* workspace, const float* inp, const float* weight,
                     const Conv2dCudnn& p, int N, cudaStream_t s) {
   check_rows(p, N);
   cudnnHandle_t h = handle(s);
   p.set_rows(N);
+  if (N != p.shape.N) check_workspace(h, p, N, false);
   const float one = 1.0f, zero = 0.0f;
   CUDNN_CHECK(lib().cudnnConvolutionForward(h, &one, p.x, inp, p.w, weight, p.conv, p.fwd,
                                             workspace, p.workspace, &zero, p.y, out));
@@ -167,6 +189,7 @@ void conv2d_backward(float* dinp, float* dweight, void* workspace, const float* 
   check_rows(p, N);
   cudnnHandle_t h = handle(s);
   p.set_rows(N);
+  if (N != p.shape.N) check_workspace(h, p, N, true);
   const float one = 1.0f, zero = 0.0f;
   // dweight += (beta 1): gradients accumulate over micro-batches, as the CPU's.
   CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,

@@ -341,8 +341,9 @@ void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int H
   cuda::global_avgpool_backward(dinp, dout, N, C, HW, kStream);
 }
 
-// A float layer as a table entry: itself in the float table, null in the 16-bit ones, whose
-// entries have another type (the convolutional families run in fp32).
+// A float layer as a table entry: itself in the float table, null in the 16-bit ones where the
+// entry's type names the storage type (an entry without it, as the plan's, stays: harmless, the
+// CNNs check conv2d_forward). The convolutional families run in fp32.
 template <class F>
 struct FloatOnly {
   F* f;

@@ -186,11 +186,12 @@ void GradSync::finish_backward() {
   CommTimer timer{&comm_s_};
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
-  for (auto [b, e] : tied_) {
+  for (const auto& [b, e] : tied_) {
+    const size_t n = e - b;  // clang 14 (the sanitizer build) captures no structured binding
     if (ops_.staged)
-      staged(g + b, b, e, [&](float* host) { embedding_->allreduce_sum(host, e - b); });
+      staged(g + b, b, e, [&](float* host) { embedding_->allreduce_sum(host, n); });
     else
-      embedding_->allreduce_sum(g + b, e - b);
+      embedding_->allreduce_sum(g + b, n);
   }
   if (opts_.zero == 2) {  // the shard's sums, made as backward ran (on the host when staged)
     if (ops_.staged) ops_.upload(grad_shard_.data(), shard_sums_.data(), shard_sums_.size());
