@@ -1,12 +1,15 @@
 // MPI test of src/model/tensor_parallel, run by CTest at 1-4 ranks with tp = the world size: each
 // layer on this rank's shard against the serial layer on the full tensors (built identically on
 // every rank from fixed seeds), the replicated results bitwise equal on every rank, and the bytes.
+// Every check runs on the CPU's layers and again on cpu-staged's (the all-reduces through host
+// copies, the work between them through the device's table), whose results must be the CPU's bits.
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,6 +21,7 @@
 #include "layers/crossentropy.hpp"
 #include "layers/embedding.hpp"
 #include "layers/linear.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/model/tensor_parallel.hpp"
 
 namespace {
@@ -27,6 +31,7 @@ using mpitron::comm::Group;
 namespace cpu = mpitron::cpu;
 namespace tp = mpitron::tp;
 using Vec = std::vector<float>;
+using mpitron::LayerOps;
 
 int g_failures = 0;
 int g_rank = 0;
@@ -127,11 +132,19 @@ Vec cols(const Vec& m, int R, int C, int c0, int c1) {
   return out;
 }
 
+// The vectors one after another (a test's results, compared between the two tables).
+Vec concat(std::initializer_list<Vec> parts) {
+  Vec out;
+  for (const Vec& v : parts) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
 // ---- the communication pairs ----
 
 // copy_to_tp backward and reduce_from_tp forward: the sum over ranks, the same bits on every rank
 // (replicated LayerNorms downstream must stay identical), the all-reduce's bytes, none at tp 1.
-void test_allreduce_pairs(Group& g) {
+void test_allreduce_pairs(tp::TpComm& t, const LayerOps& ops) {
+  Group& g = *t.group;
   const int p = g.size(), r = g.rank();
   for (size_t n : {size_t{1}, size_t{1000}, size_t{123457}}) {
     Vec ref(n, 0.0f);
@@ -144,9 +157,9 @@ void test_allreduce_pairs(Group& g) {
       Vec buf = mine;
       const uint64_t before = g.bytes_sent;
       if (which == 0)
-        tp::copy_to_tp_backward(g, buf.data(), n);
+        tp::copy_to_tp_backward(t, buf.data(), n, ops);
       else
-        tp::reduce_from_tp_forward(g, buf.data(), n);
+        tp::reduce_from_tp_forward(t, buf.data(), n, ops);
       const std::string what = ctx(which == 0 ? "copy_to_tp_backward" : "reduce_from_tp_forward", p,
                                    static_cast<int>(n));
       EXPECT_CLOSE(buf, ref, kForwardTol, what);
@@ -158,8 +171,8 @@ void test_allreduce_pairs(Group& g) {
     // The identity halves touch nothing and send nothing.
     Vec buf = mine;
     const uint64_t before = g.bytes_sent;
-    tp::copy_to_tp_forward(g, buf.data(), n);
-    tp::reduce_from_tp_backward(g, buf.data(), n);
+    tp::copy_to_tp_forward(t, buf.data(), n);
+    tp::reduce_from_tp_backward(t, buf.data(), n);
     EXPECT(bits_equal(buf, mine) && g.bytes_sent == before, ctx("identity halves", p));
   }
   // allreduce_max, float and double, counted like allreduce_sum.
@@ -188,7 +201,8 @@ void test_allreduce_pairs(Group& g) {
 
 // x (N,C) -> h = x W1^T + b1 (N,H), W1 split by rows -> y = h W2^T + b2 (N,C), W2 split by
 // columns. One all-reduce in forward (row-parallel), one in backward (column-parallel dinp).
-void test_mlp(Group& g, bool bias) {
+Vec test_mlp(tp::TpComm& t, bool bias, const LayerOps& ops) {
+  Group& g = *t.group;
   const int p = g.size(), r = g.rank();
   const int N = 10, C = 12, H = 48, Hl = H / p, h0 = r * Hl;
   const std::string tag = bias ? " (bias)" : " (no bias)";
@@ -217,18 +231,18 @@ void test_mlp(Group& g, bool bias) {
       dW2l = cols(dW2_0, C, H, h0, h0 + Hl), db2t = db2_0;
 
   const uint64_t start = g.bytes_sent;
-  tp::column_parallel_linear_forward(g, hl.data(), x.data(), W1l.data(),
-                                     bias ? b1l.data() : nullptr, N, C, Hl);
+  tp::column_parallel_linear_forward(t, hl.data(), x.data(), W1l.data(),
+                                     bias ? b1l.data() : nullptr, N, C, Hl, ops);
   EXPECT(g.bytes_sent == start, ctx("column-parallel forward sends nothing" + tag, p));
-  tp::row_parallel_linear_forward(g, yt.data(), hl.data(), W2l.data(), bias ? b2.data() : nullptr,
-                                  N, Hl, C);
+  tp::row_parallel_linear_forward(t, yt.data(), hl.data(), W2l.data(), bias ? b2.data() : nullptr,
+                                  N, Hl, C, ops);
   const uint64_t ar = allreduce_bytes_sent(size_t(N) * C, sizeof(float), p, r);
   EXPECT(g.bytes_sent - start == ar, ctx("forward: one all-reduce of N*C" + tag, p));
-  tp::row_parallel_linear_backward(g, dhl.data(), dW2l.data(), bias ? db2t.data() : nullptr,
-                                   dy.data(), hl.data(), W2l.data(), N, Hl, C);
+  tp::row_parallel_linear_backward(t, dhl.data(), dW2l.data(), bias ? db2t.data() : nullptr,
+                                   dy.data(), hl.data(), W2l.data(), N, Hl, C, ops);
   EXPECT(g.bytes_sent - start == ar, ctx("row-parallel backward sends nothing" + tag, p));
-  tp::column_parallel_linear_backward(g, dxt.data(), dW1l.data(), bias ? db1l.data() : nullptr,
-                                      dhl.data(), x.data(), W1l.data(), N, C, Hl);
+  tp::column_parallel_linear_backward(t, dxt.data(), dW1l.data(), bias ? db1l.data() : nullptr,
+                                      dhl.data(), x.data(), W1l.data(), N, C, Hl, ops);
   EXPECT(g.bytes_sent - start == 2 * ar, ctx("forward+backward: two all-reduces of N*C" + tag, p));
   if (p == 1) EXPECT(g.bytes_sent == start, ctx("tp 1 sends nothing" + tag, p));
 
@@ -257,11 +271,13 @@ void test_mlp(Group& g, bool bias) {
                bits_equal(db2t, db2),
            ctx("tp 1: bit-identical to the serial layers" + tag, p));
   }
+  return concat({hl, yt, dhl, dxt, dW1l, db1l, dW2l, db2t});
 }
 
 // ---- vocab-parallel embedding ----
 
-void test_embedding(Group& g, int V) {
+Vec test_embedding(tp::TpComm& t, int V, const LayerOps& ops) {
+  Group& g = *t.group;
   const int p = g.size(), r = g.rank();
   const int B = 3, T = 5, C = 12, maxT = 7, N = B * T;
   const int Vl = (V + p - 1) / p, v0 = r * Vl, real = std::clamp(V - v0, 0, Vl);
@@ -282,12 +298,12 @@ void test_embedding(Group& g, int V) {
   Vec outt(size_t(N) * C, kNaN), dwpet = dwpe_0;
 
   const uint64_t start = g.bytes_sent;
-  tp::vocab_parallel_embedding_forward(g, outt.data(), tokens.data(), wtel.data(), wpe.data(), B, T,
-                                       C, v0, Vl);
+  tp::vocab_parallel_embedding_forward(t, outt.data(), tokens.data(), wtel.data(), wpe.data(), B, T,
+                                       C, v0, Vl, ops);
   EXPECT(g.bytes_sent - start == allreduce_bytes_sent(size_t(N) * C, sizeof(float), p, r),
          ctx("embedding forward: one all-reduce of B*T*C", p, V));
-  tp::vocab_parallel_embedding_backward(g, dwtel.data(), dwpet.data(), dout.data(), tokens.data(),
-                                        B, T, C, v0, Vl);
+  tp::vocab_parallel_embedding_backward(t, dwtel.data(), dwpet.data(), dout.data(), tokens.data(),
+                                        B, T, C, v0, Vl, ops);
   EXPECT(g.bytes_sent - start == allreduce_bytes_sent(size_t(N) * C, sizeof(float), p, r),
          ctx("embedding backward sends nothing", p, V));
 
@@ -305,11 +321,13 @@ void test_embedding(Group& g, int V) {
   if (p == 1)
     EXPECT(bits_equal(dwtel, dwte) && bits_equal(dwpet, dwpe),
            ctx("tp 1: embedding gradients bit-identical", p, V));
+  return concat({outt, dwtel, dwpet});
 }
 
 // ---- vocab-parallel cross-entropy ----
 
-void test_crossentropy(Group& g, int V) {
+Vec test_crossentropy(tp::TpComm& t, int V, const LayerOps& ops) {
+  Group& g = *t.group;
   const int p = g.size(), r = g.rank();
   const int N = 9, Vl = (V + p - 1) / p, v0 = r * Vl, real = std::clamp(V - v0, 0, Vl);
   Vec logits = randn(size_t(N) * V, 30 + V, 3.0f);
@@ -332,12 +350,12 @@ void test_crossentropy(Group& g, int V) {
   Vec lossest(N, kNaN), lset(N, kNaN), scratch(3 * size_t(N), kNaN), dlogitsl(size_t(N) * Vl, kNaN);
 
   const uint64_t start = g.bytes_sent;
-  tp::vocab_parallel_crossentropy_forward(g, lossest.data(), lset.data(), scratch.data(),
-                                          logitsl.data(), targets.data(), N, Vl, v0, V);
+  tp::vocab_parallel_crossentropy_forward(t, lossest.data(), lset.data(), scratch.data(),
+                                          logitsl.data(), targets.data(), N, Vl, v0, V, ops);
   const uint64_t three = 3 * allreduce_bytes_sent(N, sizeof(float), p, r);
   EXPECT(g.bytes_sent - start == three, ctx("CE forward: three all-reduces of N", p, V));
-  tp::vocab_parallel_crossentropy_backward(g, dlogitsl.data(), logitsl.data(), lset.data(),
-                                           targets.data(), dloss, N, Vl, v0, V);
+  tp::vocab_parallel_crossentropy_backward(t, dlogitsl.data(), logitsl.data(), lset.data(),
+                                           targets.data(), dloss, N, Vl, v0, V, ops);
   EXPECT(g.bytes_sent - start == three, ctx("CE backward sends nothing", p, V));
   if (p == 1) EXPECT(g.bytes_sent == start, ctx("CE tp 1 sends nothing", p, V));
 
@@ -361,12 +379,13 @@ void test_crossentropy(Group& g, int V) {
   EXPECT(padding_zero, ctx("CE dlogits padding is 0", p, V));
   // In place (dlogits aliasing logits) gives the same bits.
   Vec inplace = logitsl;
-  tp::vocab_parallel_crossentropy_backward(g, inplace.data(), inplace.data(), lset.data(),
-                                           targets.data(), dloss, N, Vl, v0, V);
+  tp::vocab_parallel_crossentropy_backward(t, inplace.data(), inplace.data(), lset.data(),
+                                           targets.data(), dloss, N, Vl, v0, V, ops);
   EXPECT(bits_equal(inplace, dlogitsl), ctx("CE backward in place", p, V));
   if (p == 1)
     EXPECT(bits_equal(lossest, losses) && bits_equal(lset, lse) && bits_equal(dlogitsl, dlogits),
            ctx("tp 1: CE bit-identical to serial", p, V));
+  return concat({lossest, lset, dlogitsl});
 }
 
 }  // namespace
@@ -378,13 +397,26 @@ int main(int argc, char** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &p));
   {
     mpitron::comm::Grid grid = mpitron::comm::make_grid(1, p, 1);  // tp = the world size
-    Group& tpg = grid.tp;
-    test_allreduce_pairs(tpg);
-    test_mlp(tpg, true);
-    test_mlp(tpg, false);
+    const LayerOps& host = mpitron::cpu_layer_ops();
+    const LayerOps& staged = mpitron::layer_ops<float>(mpitron::Device::cpu_staged);
+    for (const LayerOps* ops : {&host, &staged}) {
+      tp::TpComm t{&grid.tp, {}};
+      test_allreduce_pairs(t, *ops);
+      if (ops == &staged)
+        EXPECT(p == 1 || t.staging.size() == 123457, ctx("cpu-staged: the all-reduces staged", p));
+    }
+    // Each layer on both tables: the checks above on each, and the same bits from both.
+    tp::TpComm t{&grid.tp, {}};
+    for (bool bias : {true, false})
+      EXPECT(bits_equal(test_mlp(t, bias, host), test_mlp(t, bias, staged)),
+             ctx("mlp: cpu-staged gives the cpu's bits", p));
     // 24: every tp in 1..4 divides it; 11: none above 1 does; 5 at tp 4: rank 3 holds only padding.
-    for (int V : {5, 11, 24}) test_embedding(tpg, V);
-    for (int V : {5, 11, 24, 997}) test_crossentropy(tpg, V);
+    for (int V : {5, 11, 24})
+      EXPECT(bits_equal(test_embedding(t, V, host), test_embedding(t, V, staged)),
+             ctx("embedding: cpu-staged gives the cpu's bits", p, V));
+    for (int V : {5, 11, 24, 997})
+      EXPECT(bits_equal(test_crossentropy(t, V, host), test_crossentropy(t, V, staged)),
+             ctx("cross-entropy: cpu-staged gives the cpu's bits", p, V));
 
     const int64_t failed = Group::world().allreduce_sum(static_cast<int64_t>(g_failures));
     if (g_rank == 0) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -145,6 +146,85 @@ __global__ void __launch_bounds__(kThreads)
   row_dlogits(x, x, row_lse, t, 1.0f, V, ld);
 }
 
+// The shard's real columns: [0, real) of its Vl.
+__host__ __device__ int shard_real_columns(int Vl, int v0, int V) {
+  const int r = V - v0;
+  return r < 0 ? 0 : (r > Vl ? Vl : r);
+}
+
+// v folded over the block, lanes down to lane 0, then thread 0 over the warps in order: the result
+// on thread 0 (others: unspecified). Once per kernel (one shared array).
+template <class Op>
+__device__ float block_fold(float v, Op op) {
+  __shared__ float warp_v[kWarps];
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = op(v, __shfl_down_sync(0xffffffffu, v, offset));
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  if (lane == 0) warp_v[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    v = warp_v[0];
+    for (int w = 1; w < kWarps; ++w) v = op(v, warp_v[w]);
+  }
+  return v;
+}
+
+// Block n: row n's max over the real columns, and its target's logit where the shard holds it.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_shard_stats_kernel(float* row_max, float* target_logit, const T* logits,
+                                    const int32_t* targets, int Vl, int v0, int real) {
+  const int n = int(blockIdx.x);
+  const T* x = logits + size_t(n) * size_t(Vl);
+  float m = -INFINITY;
+  for (int j = int(threadIdx.x); j < real; j += kThreads) m = fmaxf(m, to_float(x[j]));
+  m = block_fold(m, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) {
+    row_max[n] = m;
+    const int t = targets[n] - v0;
+    target_logit[n] = t >= 0 && t < real ? to_float(x[t]) : 0.0f;
+  }
+}
+
+// Block n: sum over the real columns of exp(x - row_max[n]).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_shard_sumexp_kernel(float* sum, const T* logits, const float* row_max, int Vl,
+                                     int real) {
+  const int n = int(blockIdx.x);
+  const T* x = logits + size_t(n) * size_t(Vl);
+  const float m = row_max[n];
+  float acc = 0.0f;
+  for (int j = int(threadIdx.x); j < real; j += kThreads) acc += expf(to_float(x[j]) - m);
+  acc = block_fold(acc, [](float a, float b) { return a + b; });
+  if (threadIdx.x == 0) sum[n] = acc;
+}
+
+__global__ void crossentropy_shard_loss_kernel(float* losses, float* lse, const float* row_max,
+                                               const float* sum, const float* target_logit,
+                                               const int32_t* targets, int N) {
+  const int n = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (n >= N) return;
+  const float l = row_max[n] + logf(sum[n]);
+  lse[n] = l;
+  losses[n] = targets[n] < 0 ? 0.0f : l - target_logit[n];
+}
+
+// Block n: row_dlogits on the shard's columns, its target shifted by v0 (off the shard: no
+// one-hot term; a negative target still zeroes the row).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    crossentropy_shard_backward_kernel(T* dlogits, const T* logits, const float* lse,
+                                       const int32_t* targets, float dloss, int Vl, int v0,
+                                       int real) {
+  const int n = int(blockIdx.x);
+  const size_t row = size_t(n) * size_t(Vl);
+  const int32_t t = targets[n];
+  const int32_t shifted = t < 0 ? -1 : (t - v0 >= 0 && t - v0 < real ? t - v0 : INT32_MAX);
+  row_dlogits(dlogits + row, logits + row, lse[n], shifted, dloss, real, Vl);
+}
+
 void check_rows(int V, int ld) {
   MPITRON_REQUIRE(V <= ld, "cross-entropy: the row length ld is shorter than the vocabulary V");
 }
@@ -193,17 +273,62 @@ void crossentropy_fused(float* losses, float* lse, T* logits, const int32_t* tar
   CUDA_CHECK_LAUNCH();
 }
 
-#define MPITRON_INSTANTIATE(T)                                                                   \
-  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int,      \
-                                        cudaStream_t);                                           \
-  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int, \
-                                         int, cudaStream_t);                                     \
-  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int, int, \
-                                        cudaStream_t);                                           \
-  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int, \
-                                         int, int, cudaStream_t);                                \
-  template void crossentropy_fused<T>(float*, float*, T*, const int32_t*, int, int, int,         \
-                                      cudaStream_t);
+template <class T>
+void crossentropy_shard_stats(float* row_max, float* target_logit, const T* logits,
+                              const int32_t* targets, int N, int Vl, int v0, int V,
+                              cudaStream_t s) {
+  if (N <= 0) return;
+  crossentropy_shard_stats_kernel<T><<<unsigned(N), kThreads, 0, s>>>(
+      row_max, target_logit, logits, targets, Vl, v0, shard_real_columns(Vl, v0, V));
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void crossentropy_shard_sumexp(float* sum, const T* logits, const float* row_max, int N, int Vl,
+                               int v0, int V, cudaStream_t s) {
+  if (N <= 0) return;
+  crossentropy_shard_sumexp_kernel<T>
+      <<<unsigned(N), kThreads, 0, s>>>(sum, logits, row_max, Vl, shard_real_columns(Vl, v0, V));
+  CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sum,
+                             const float* target_logit, const int32_t* targets, int N,
+                             cudaStream_t s) {
+  if (N <= 0) return;
+  const int threads = 256;
+  crossentropy_shard_loss_kernel<<<unsigned((N + threads - 1) / threads), threads, 0, s>>>(
+      losses, lse, row_max, sum, target_logit, targets, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void crossentropy_shard_backward(T* dlogits, const T* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int N, int Vl, int v0, int V,
+                                 cudaStream_t s) {
+  if (N <= 0 || Vl <= 0) return;
+  crossentropy_shard_backward_kernel<T><<<unsigned(N), kThreads, 0, s>>>(
+      dlogits, logits, lse, targets, dloss, Vl, v0, shard_real_columns(Vl, v0, V));
+  CUDA_CHECK_LAUNCH();
+}
+
+#define MPITRON_INSTANTIATE(T)                                                                    \
+  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int,       \
+                                        cudaStream_t);                                            \
+  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int,  \
+                                         int, cudaStream_t);                                      \
+  template void crossentropy_forward<T>(float*, float*, const T*, const int32_t*, int, int, int,  \
+                                        cudaStream_t);                                            \
+  template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int,  \
+                                         int, int, cudaStream_t);                                 \
+  template void crossentropy_fused<T>(float*, float*, T*, const int32_t*, int, int, int,          \
+                                      cudaStream_t);                                              \
+  template void crossentropy_shard_stats<T>(float*, float*, const T*, const int32_t*, int, int,   \
+                                            int, int, cudaStream_t);                              \
+  template void crossentropy_shard_sumexp<T>(float*, const T*, const float*, int, int, int, int,  \
+                                             cudaStream_t);                                       \
+  template void crossentropy_shard_backward<T>(T*, const T*, const float*, const int32_t*, float, \
+                                               int, int, int, int, cudaStream_t);
 MPITRON_INSTANTIATE(float)
 MPITRON_INSTANTIATE(__nv_bfloat16)
 MPITRON_INSTANTIATE(__half)

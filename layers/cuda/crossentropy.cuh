@@ -57,4 +57,23 @@ void crossentropy_fused(float* losses,           // (N)
                         const int32_t* targets,  // (N)
                         int N, int V, int Vp, cudaStream_t s);
 
+// The vocab-parallel shard (layers/crossentropy.hpp's crossentropy_shard_*): logits are columns
+// [v0, v0+Vl) in rows of Vl, the global ones below V real. One block per row for the row max
+// (-inf on a shard of padding only) with the target's logit (0 off the shard), and for the sum of
+// exp(x - row_max) (a fixed tree: the same bits on every call); the loss elementwise; backward as
+// crossentropy_backward on the real columns, 0 on padding.
+template <class T>
+void crossentropy_shard_stats(float* row_max, float* target_logit, const T* logits,
+                              const int32_t* targets, int N, int Vl, int v0, int V, cudaStream_t s);
+template <class T>
+void crossentropy_shard_sumexp(float* sum, const T* logits, const float* row_max, int N, int Vl,
+                               int v0, int V, cudaStream_t s);
+void crossentropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sum,
+                             const float* target_logit, const int32_t* targets, int N,
+                             cudaStream_t s);
+template <class T>
+void crossentropy_shard_backward(T* dlogits, const T* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int N, int Vl, int v0, int V,
+                                 cudaStream_t s);
+
 }  // namespace mpitron::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -45,6 +46,35 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
+// Block b handles rows b, b + gridDim.x, ...: wte's row tokens[i] - v0, or zeros off the shard.
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    embedding_shard_forward_kernel(S* out, const int32_t* tokens, const S* wte, int N, int C,
+                                   int v0, int Vl) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const int v = tokens[i] - v0;
+    S* o = out + size_t(i) * size_t(C);
+    if (v >= 0 && v < Vl) {
+      const S* e = wte + size_t(v) * size_t(C);
+      for (int c = int(threadIdx.x); c < C; c += int(blockDim.x)) o[c] = e[c];
+    } else {
+      for (int c = int(threadIdx.x); c < C; c += int(blockDim.x)) o[c] = from_float<S>(0.0f);
+    }
+  }
+}
+
+// out[i, c] += wpe[i % T, c].
+template <class S>
+__global__ void __launch_bounds__(kMaxThreads)
+    embedding_add_positions_kernel(S* out, const S* wpe, int N, int T, int C) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const S* p = wpe + size_t(i % T) * size_t(C);
+    S* o = out + size_t(i) * size_t(C);
+    for (int c = int(threadIdx.x); c < C; c += int(blockDim.x))
+      o[c] = from_float<S>(to_float(o[c]) + to_float(p[c]));
+  }
+}
+
 __global__ void __launch_bounds__(kMaxThreads) iota_kernel(int32_t* x, int n) {
   // 64-bit index: n near INT_MAX plus the stride would overflow an int.
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -53,15 +83,17 @@ __global__ void __launch_bounds__(kMaxThreads) iota_kernel(int32_t* x, int n) {
 }
 
 // Block k starts a run when sorted_tokens[k] differs from its predecessor; its run is
-// [k, end) (binary search: the tokens are sorted ascending). For each channel, dwte[v, c] +=
-// dout[pos, c] for the run's positions in increasing order (the stable sort kept them so).
+// [k, end) (binary search: the tokens are sorted ascending). For each channel, dwte[v - v0, c] +=
+// dout[pos, c] for the run's positions in increasing order (the stable sort kept them so); a
+// token outside the shard [v0, v0+Vl) adds nothing.
 template <class S>
 __global__ void __launch_bounds__(kMaxThreads)
     embedding_dwte_kernel(float* dwte, const S* dout, const int32_t* sorted_tokens,
-                          const int32_t* sorted_positions, int N, int C) {
+                          const int32_t* sorted_positions, int N, int C, int v0, int Vl) {
   const int k = int(blockIdx.x);
   const int32_t v = sorted_tokens[k];
   if (k > 0 && sorted_tokens[k - 1] == v) return;  // not a run's head (uniform over the block)
+  if (v - v0 < 0 || v - v0 >= Vl) return;          // another shard's token
   int lo = k + 1, hi = N;                          // [k, lo) holds v, [hi, N) does not
   while (lo < hi) {
     const int mid = lo + (hi - lo) / 2;
@@ -71,7 +103,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       hi = mid;
   }
   const int end = lo;
-  float* w = dwte + size_t(v) * size_t(C);
+  float* w = dwte + size_t(v - v0) * size_t(C);
   for (int c = int(threadIdx.x); c < C; c += int(blockDim.x)) {
     float acc = w[c];
     int j = k;
@@ -152,8 +184,8 @@ size_t embedding_backward_scratch_bytes(int B, int T) {
 }
 
 template <class S>
-void embedding_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B,
-                        int T, int C, void* scratch, cudaStream_t s) {
+void embedding_shard_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B,
+                              int T, int C, int v0, int Vl, void* scratch, cudaStream_t s) {
   const int N = checked_rows(B, T);
   if (N == 0 || C <= 0) return;
   MPITRON_REQUIRE(reinterpret_cast<uintptr_t>(scratch) % 256 == 0,
@@ -172,8 +204,8 @@ void embedding_backward(float* dwte, float* dwpe, const S* dout, const int32_t* 
   // Radix sort is stable: equal tokens keep their positions in increasing order.
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, l.cub_bytes, tokens, sorted_tokens,
                                              positions, sorted_positions, N, 0, 32, s));
-  embedding_dwte_kernel<S>
-      <<<unsigned(N), row_threads(C), 0, s>>>(dwte, dout, sorted_tokens, sorted_positions, N, C);
+  embedding_dwte_kernel<S><<<unsigned(N), row_threads(C), 0, s>>>(dwte, dout, sorted_tokens,
+                                                                  sorted_positions, N, C, v0, Vl);
   CUDA_CHECK_LAUNCH();
 
   const size_t TC = size_t(T) * size_t(C);
@@ -183,11 +215,41 @@ void embedding_backward(float* dwte, float* dwpe, const S* dout, const int32_t* 
   CUDA_CHECK_LAUNCH();
 }
 
-#define MPITRON_INSTANTIATE(S)                                                                 \
-  template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int,    \
-                                     cudaStream_t);                                            \
-  template void embedding_backward<S>(float*, float*, const S*, const int32_t*, int, int, int, \
-                                      void*, cudaStream_t);
+template <class S>
+void embedding_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B,
+                        int T, int C, void* scratch, cudaStream_t s) {
+  embedding_shard_backward(dwte, dwpe, dout, tokens, B, T, C, 0, INT32_MAX, scratch, s);
+}
+
+template <class S>
+void embedding_shard_forward(S* out, const int32_t* tokens, const S* wte, int N, int C, int v0,
+                             int Vl, cudaStream_t s) {
+  if (N <= 0 || C <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(N, kMaxBlocks));
+  embedding_shard_forward_kernel<S>
+      <<<blocks, row_threads(C), 0, s>>>(out, tokens, wte, N, C, v0, Vl);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class S>
+void embedding_add_positions(S* out, const S* wpe, int B, int T, int C, cudaStream_t s) {
+  const int N = checked_rows(B, T);
+  if (N == 0 || C <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(N, kMaxBlocks));
+  embedding_add_positions_kernel<S><<<blocks, row_threads(C), 0, s>>>(out, wpe, N, T, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define MPITRON_INSTANTIATE(S)                                                                  \
+  template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int,     \
+                                     cudaStream_t);                                             \
+  template void embedding_backward<S>(float*, float*, const S*, const int32_t*, int, int, int,  \
+                                      void*, cudaStream_t);                                     \
+  template void embedding_shard_forward<S>(S*, const int32_t*, const S*, int, int, int, int,    \
+                                           cudaStream_t);                                       \
+  template void embedding_add_positions<S>(S*, const S*, int, int, int, cudaStream_t);          \
+  template void embedding_shard_backward<S>(float*, float*, const S*, const int32_t*, int, int, \
+                                            int, int, int, void*, cudaStream_t);
 MPITRON_INSTANTIATE(float)
 MPITRON_INSTANTIATE(__nv_bfloat16)
 MPITRON_INSTANTIATE(__half)

@@ -39,4 +39,17 @@ void embedding_backward(
     void* scratch,  // (embedding_backward_scratch_bytes(B, T)), 256-byte aligned
     cudaStream_t s);
 
+// The vocab-parallel shard (layers/embedding.hpp's embedding_shard_*): wte holds rows
+// [v0, v0+Vl); a token outside them gives a row of zeros; positions added after the sum over TP.
+// Backward as embedding_backward (the same scratch, the CPU's order and bits), the tokens outside
+// the shard adding only to dwpe.
+template <class S>
+void embedding_shard_forward(S* out, const int32_t* tokens, const S* wte, int N, int C, int v0,
+                             int Vl, cudaStream_t s);
+template <class S>
+void embedding_add_positions(S* out, const S* wpe, int B, int T, int C, cudaStream_t s);
+template <class S>
+void embedding_shard_backward(float* dwte, float* dwpe, const S* dout, const int32_t* tokens, int B,
+                              int T, int C, int v0, int Vl, void* scratch, cudaStream_t s);
+
 }  // namespace mpitron::cuda

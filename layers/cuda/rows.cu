@@ -42,6 +42,13 @@ __global__ void add_table_rows_kernel(T* x, const T* table, const int32_t* index
 }
 
 template <class T>
+__global__ void add_bias_rows_kernel(T* x, const T* b, int N, int C) {
+  const size_t n = size_t(N) * C, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    store(x + i, to_float(x[i]) + to_float(b[i % size_t(C)]));
+}
+
+template <class T>
 __global__ void table_rows_backward_kernel(float* dtable, const T* dout, const int32_t* index,
                                            int N, int C) {
   const int c = int(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -82,6 +89,13 @@ void add_table_rows(T* x, const T* table, const int32_t* index, int N, int C, cu
 }
 
 template <class T>
+void add_bias_rows(T* x, const T* b, int N, int C, cudaStream_t s) {
+  if (N == 0 || C == 0) return;
+  add_bias_rows_kernel<<<blocks_for(size_t(N) * C), kThreads, 0, s>>>(x, b, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void table_rows_backward(float* dtable, const T* dout, const int32_t* index, int N, int C,
                          cudaStream_t s) {
   if (N == 0) return;
@@ -95,6 +109,7 @@ void table_rows_backward(float* dtable, const T* dout, const int32_t* index, int
   template void gather_rows<T>(T*, const T*, const int32_t*, int, int, cudaStream_t);      \
   template void scatter_add_rows<T>(T*, const T*, const int32_t*, int, int, cudaStream_t); \
   template void add_table_rows<T>(T*, const T*, const int32_t*, int, int, cudaStream_t);   \
+  template void add_bias_rows<T>(T*, const T*, int, int, cudaStream_t);                    \
   template void table_rows_backward<T>(float*, const T*, const int32_t*, int, int, cudaStream_t);
 MPITRON_INSTANTIATE(float)
 MPITRON_INSTANTIATE(__nv_bfloat16)

@@ -27,6 +27,10 @@ void scatter_add_rows(T* dst, const T* src, const int32_t* index, int M, int C, 
 template <class T>
 void add_table_rows(T* x, const T* table, const int32_t* index, int N, int C, cudaStream_t s);
 
+// x[n] += b, n < N (a row-parallel linear's bias after the sum over TP).
+template <class T>
+void add_bias_rows(T* x, const T* b, int N, int C, cudaStream_t s);
+
 // dtable[index[n]] += dout[n] in fp32, n ascending per column (one thread a column): the CPU's
 // order, so the same bits. For small tables and N (token types).
 template <class T>

@@ -193,8 +193,8 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
       self_(comm::Group::solo()),
       layers_(&layer_ops<A>(how.layers ? how.layers->device : Device::cpu)) {
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a BERT built for another precision");
-  tp_ = tp::model_tp_group(how, self_);
-  if constexpr (!std::is_same_v<A, float>) tp::require_serial(*tp_, dtype_of<A>());
+  tp_.group = tp::model_tp_group(how, self_);
+  if constexpr (!std::is_same_v<A, float>) tp::require_serial(tp_, dtype_of<A>());
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",
@@ -245,7 +245,7 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
   head_segment_ = segments.size();
   segments.push_back({head_begin, flat_size, false});
 
-  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, tp_, kLnEps, layers_};
+  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, &tp_, kLnEps, layers_};
   const size_t BT = size_t(B) * T, C = cfg.n_embd, M = size_t(B) * m;
   const size_t K = size_t(cfg.classes());
   const int slot_count = std::max(1, how.slots);
@@ -411,7 +411,7 @@ double BertModelT<A>::forward(const MicroBatch& mb) {
   last_rows_[mb.slot] = rows;
   prepare_inputs(a, mb);
   if (a.dev.block != a.int_block) L.upload_int32(a.dev.block, a.int_block, a.int_count);
-  comm::Group& group = *tp_;
+  tp::TpComm& group = tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   tp::vocab_parallel_embedding_forward(group, a.embedded, a.dev.ids, w.word, w.position, rows, T, C,
                                        v0, Vl, L);
@@ -419,7 +419,7 @@ double BertModelT<A>::forward(const MicroBatch& mb) {
   L.layernorm_forward(a.encoded, a.emb_mean, a.emb_rstd, a.embedded, w.emb_ln_w, w.emb_ln_b, N, C,
                       kLnEps);
   L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, &tp_, kLnEps, layers_};
   const A* x = a.encoded;
   for (int l = 0; l < cfg.n_layer; ++l) {
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),
@@ -461,7 +461,7 @@ void BertModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook re
   const Acts& a = slots[mb.slot];
   const int rows = mb.samples.rows, C = cfg.n_embd, V = cfg.vocab_size, N = rows * T;
   const size_t NC = size_t(N) * C;
-  comm::Group& group = *tp_;
+  tp::TpComm& group = tp_;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(T);
   L.zero(dresidual, NC);
   if (cfg.task == 0) {
@@ -488,7 +488,7 @@ void BertModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook re
     L.copy_strided(dresidual, T * C, dhead2, C, rows, C);
   }
   ready(head_segment_);
-  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, tp_, kLnEps, layers_};
+  const BlockShapeT<A> shape{rows, T, C, cfg.n_head, false, a.dev.lengths, &tp_, kLnEps, layers_};
   for (int l = cfg.n_layer - 1; l >= 0; --l) {
     const A* x = l == 0 ? a.encoded : a.layer[l - 1].ln_2;
     const BlockDropout drop{mb.dropout, dropout_stream(mb, 1 + 2 * l),

@@ -120,7 +120,7 @@ class BertModelT final : public Model {
 
  private:
   comm::Group self_;
-  comm::Group* tp_ = nullptr;
+  tp::TpComm tp_;  // over how.tp, or self_
   size_t embedding_segment_ = 0, head_segment_ = 0;
   std::vector<size_t> segment_of_layer_;
   std::vector<int> last_rows_;  // rows of each slot's last forward (input_dump)

@@ -188,7 +188,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
         "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
         "family runs on the cpu)",
         device_name(L.device), m.type));
-  tp_ = tp::model_tp_group(how, self_);
+  tp_.group = tp::model_tp_group(how, self_);
   const int tp = how.slice.tp;
   config = m;
   const RegistrySlice& slice = how.slice;
@@ -404,7 +404,7 @@ void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bo
   const size_t n = size_t(rows) * u.C * HW;
   const LayerOps& L = *layers_;
   L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
-  if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(*tp_, a.conv, n);
+  if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(tp_, a.conv, n, L);
   if (training) {
     const int G = spec.group;
     L.batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G, kBnEps);
@@ -441,7 +441,7 @@ void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const
   L.conv2d_backward(dx, u.dw, workspace, t1, x, u.w, u.plan.get(), rows);
   // A column split's input is replicated: its gradient is the sum of every rank's part.
   if (dx && u.spec.split == ChannelSplit::column)
-    tp::copy_to_tp_backward(*tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W);
+    tp::copy_to_tp_backward(tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W, L);
 }
 
 const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool training) {
@@ -507,11 +507,11 @@ double CnnModel::forward(const MicroBatch& mb) {
   if (spec.kind == CnnKind::alexnet) {
     L.dropout_forward(h.features, x, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample),
                       rows, F);
-    tp::column_parallel_linear_forward(*tp_, h.hidden, h.features, head.fc1_w, head.fc1_b, rows, F,
+    tp::column_parallel_linear_forward(tp_, h.hidden, h.features, head.fc1_w, head.fc1_b, rows, F,
                                        head.Hl, L);
     L.relu_forward(h.relu, h.hidden, size_t(rows) * head.Hl);
-    tp::row_parallel_linear_forward(*tp_, h.logits, h.relu, head.fc2_w, head.fc2_b, rows, head.Hl,
-                                    K, L);
+    tp::row_parallel_linear_forward(tp_, h.logits, h.relu, head.fc2_w, head.fc2_b, rows, head.Hl, K,
+                                    L);
   } else {
     const ConvBn& last = ch.blocks.back().c2;
     L.global_avgpool_forward(h.features, x, rows, F, last.shape.OH() * last.shape.OW());
@@ -538,10 +538,10 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
     HeadActs& h = head_slots[slot];
     L.crossentropy_backward(h.logits, h.logits, h.lse, device_labels(mb, false), dloss, rows, K);
     if (spec.kind == CnnKind::alexnet) {
-      tp::row_parallel_linear_backward(*tp_, t0, head.dfc2_w, head.dfc2_b, h.logits, h.relu,
+      tp::row_parallel_linear_backward(tp_, t0, head.dfc2_w, head.dfc2_b, h.logits, h.relu,
                                        head.fc2_w, rows, head.Hl, K, L);
       L.relu_backward(t0, t0, h.hidden, size_t(rows) * head.Hl);
-      tp::column_parallel_linear_backward(*tp_, t1, head.dfc1_w, head.dfc1_b, t0, h.features,
+      tp::column_parallel_linear_backward(tp_, t1, head.dfc1_w, head.dfc1_b, t0, h.features,
                                           head.fc1_w, rows, F, head.Hl, L);
       L.dropout_backward(d0, t1, mb.dropout, dropout_stream(mb), uint64_t(mb.first_sample), rows,
                          F);

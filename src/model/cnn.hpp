@@ -17,6 +17,7 @@
 #include "src/model/config.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
+#include "src/model/tensor_parallel.hpp"
 
 namespace mpitron {
 
@@ -158,7 +159,7 @@ class CnnModel final : public Model {
   size_t image_elements() const;  // per slot
   const LayerOps* layers_;
   comm::Group self_;
-  comm::Group* tp_ = nullptr;
+  tp::TpComm tp_;  // over how.tp, or self_
   Buffer<float> images_;
   Buffer<int32_t> labels_;
   Buffer<double> stat_store_;  // stat_dev off the CPU

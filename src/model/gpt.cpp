@@ -219,8 +219,8 @@ template <class A>
 GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a GPT built for another precision");
-  tp_ = how.tp ? how.tp : &self_;
-  MPITRON_REQUIRE(tp_->size() == how.slice.tp && tp_->rank() == how.slice.tp_rank,
+  tp_.group = how.tp ? how.tp : &self_;
+  MPITRON_REQUIRE(tp_.size() == how.slice.tp && tp_.rank() == how.slice.tp_rank,
                   "the TP group does not match the registry slice");
   validate_gpt_layout(to_model_config(c), how.slice.tp);
   config = to_model_config(c);
@@ -254,7 +254,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   segment_of_block = seg.of_block;
 
   parameters_changed();
-  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, true, nullptr, &tp_, 1e-5, layers_};
   const size_t BT = size_t(B) * T, V = size_t(Vl);
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;
@@ -347,13 +347,13 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   }
   L.upload_int32(a.targets, targets, size_t(M));
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(Tm);
-  comm::Group& tp = *tp_;
+  tp::TpComm& tp = tp_;
   if (ch.first) {
     tp::vocab_parallel_embedding_forward(tp, a.encoded, a.inputs, w.wte, w.wpe, rows, Tm, C, v0, Vl,
                                          L);
     L.dropout_forward(a.encoded, a.encoded, mb.dropout, dropout_stream(mb, 0), row0, N, C);
   }
-  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, &tp_, 1e-5, layers_};
   const A* x = a.encoded;
   for (int l = ch.blocks.begin; l < ch.blocks.end; ++l) {
     BlockActsT<A> acts_l = block_acts(a, l - ch.blocks.begin);
@@ -379,14 +379,14 @@ void GptModelT<A>::head_forward(GptActsT<A>& a, int r0, int n) {
   float* losses = a.losses + r0;
   float* lse = a.lse + r0;
   const int32_t* targets = a.targets + r0;
-  tp::column_parallel_linear_forward(*tp_, a.logits, a.ln_f + size_t(r0) * C, w.wte, nullptr, n, C,
+  tp::column_parallel_linear_forward(tp_, a.logits, a.ln_f + size_t(r0) * C, w.wte, nullptr, n, C,
                                      Vl, L);
   if (a.dlogits_ready)
     L.crossentropy_fused(losses, lse, a.logits, targets, n, V, Vl);
   else if (device_padded())
     L.crossentropy_padded_forward(losses, lse, a.logits, targets, n, V, Vl);
   else
-    tp::vocab_parallel_crossentropy_forward(*tp_, losses, lse, ce_scratch, a.logits, targets, n, Vl,
+    tp::vocab_parallel_crossentropy_forward(tp_, losses, lse, ce_scratch, a.logits, targets, n, Vl,
                                             v0, V, L);
 }
 
@@ -399,13 +399,13 @@ void GptModelT<A>::head_backward(GptActsT<A>& a, float dloss, int r0, int n) {
   const int32_t* targets = a.targets + r0;
   // The chunked head kept no logits: this chunk's again, as forward computed them.
   if (head_rows > 0)
-    tp::column_parallel_linear_forward(*tp_, a.logits, x, w.wte, nullptr, n, C, Vl, L);
+    tp::column_parallel_linear_forward(tp_, a.logits, x, w.wte, nullptr, n, C, Vl, L);
   if (device_padded())
     L.crossentropy_padded_backward(a.logits, a.logits, lse, targets, dloss, n, V, Vl);
   else
-    tp::vocab_parallel_crossentropy_backward(*tp_, a.logits, a.logits, lse, targets, dloss, n, Vl,
+    tp::vocab_parallel_crossentropy_backward(tp_, a.logits, a.logits, lse, targets, dloss, n, Vl,
                                              v0, V, L);
-  tp::column_parallel_linear_backward(*tp_, dln_f + size_t(r0) * C, dw.wte, nullptr, a.logits, x,
+  tp::column_parallel_linear_backward(tp_, dln_f + size_t(r0) * C, dw.wte, nullptr, a.logits, x,
                                       w.wte, n, C, Vl, L);
 }
 
@@ -417,7 +417,7 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
   const int Tm = row_positions(mb);
   const int N = rows * Tm;
   const uint64_t row0 = uint64_t(mb.first_sample) * uint64_t(Tm);
-  comm::Group& tp = *tp_;
+  tp::TpComm& tp = tp_;
   const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
     const int M = a.compacted ? int(a.loss_rows.size()) : N;
@@ -436,7 +436,7 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
                          a.ln_f_rstd, N, C);
     ready(head_segment_);
   }  // else dresidual holds the gradient of the chunk's output, received from the next stage
-  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, tp_, 1e-5, layers_};
+  const BlockShapeT<A> shape{rows, Tm, C, cfg.n_head, true, nullptr, &tp_, 1e-5, layers_};
   for (int l = ch.blocks.end - 1; l >= ch.blocks.begin; --l) {
     const int k = l - ch.blocks.begin;
     const A* x = k == 0 ? a.encoded : a.blocks[k - 1].res_mlp;

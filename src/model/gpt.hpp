@@ -135,18 +135,18 @@ class GptModelT final : public Model {
   // The activations block k of a slot forwards into and backward reads.
   BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
   // tp 1 with logits rows of Vl > V (the device's alignment): the padded cross-entropy.
-  bool device_padded() const { return tp_->size() == 1 && Vl != cfg.vocab_size; }
+  bool device_padded() const { return tp_.size() == 1 && Vl != cfg.vocab_size; }
   // The device has a fused classifier (tp 1): a training forward writes dlogits over the logits.
-  bool fused_classifier() const { return tp_->size() == 1 && layers_->crossentropy_fused; }
+  bool fused_classifier() const { return tp_.size() == 1 && layers_->crossentropy_fused; }
   const LayerOpsT<A>* layers_ = nullptr;  // the device's layers
   std::vector<int32_t> host_tokens_;      // (2,B,T) inputs and targets, before their upload
   std::vector<float> host_losses_;        // (B,T) the losses, downloaded
   comm::Group self_;                      // the TP group of one when the build names none
-  comm::Group* tp_ = nullptr;
-  bool holds_first_ = false;             // this stage embeds (its first chunk is virtual stage 0)
-  size_t embedding_segment_ = SIZE_MAX;  // wte/wpe, where held
-  size_t head_segment_ = SIZE_MAX;       // ln_f, where held
-  std::vector<size_t> segment_of_block;  // index into segments of global block l
+  tp::TpComm tp_;                         // over how.tp, or self_
+  bool holds_first_ = false;              // this stage embeds (its first chunk is virtual stage 0)
+  size_t embedding_segment_ = SIZE_MAX;   // wte/wpe, where held
+  size_t head_segment_ = SIZE_MAX;        // ln_f, where held
+  std::vector<size_t> segment_of_block;   // index into segments of global block l
 };
 using GptModel = GptModelT<float>;
 

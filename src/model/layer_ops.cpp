@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -75,6 +76,13 @@ void add_table_rows(float* x, const float* table, const int32_t* index, int N, i
     const float* t = table + size_t(index[n]) * C;
     float* e = x + size_t(n) * C;
     for (int c = 0; c < C; ++c) e[c] += t[c];
+  }
+}
+void add_bias_rows(float* x, const float* b, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* row = x + ptrdiff_t(n) * C;
+    for (int c = 0; c < C; ++c) row[c] += b[c];
   }
 }
 void table_rows_backward(float* dtable, const float* dout, const int32_t* index, int N, int C) {
@@ -191,6 +199,14 @@ const LayerOps& host_layer_ops() {
       cpu::maxpool2d_backward<float>,
       cpu::global_avgpool_forward<float>,
       cpu::global_avgpool_backward<float>,
+      add_bias_rows,
+      cpu::embedding_shard_forward<float>,
+      cpu::embedding_add_positions<float>,
+      cpu::embedding_shard_backward<float>,
+      cpu::crossentropy_shard_stats<float>,
+      cpu::crossentropy_shard_sumexp<float>,
+      cpu::crossentropy_shard_loss<float>,
+      cpu::crossentropy_shard_backward<float>,
   };
   return ops;
 }
@@ -454,6 +470,14 @@ const LayerOpsT<A>& host_16_layer_ops() {
       nullptr,
       nullptr,
       nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,
+      nullptr,  // tensor parallelism in fp32 only
       nullptr,
       nullptr,
       nullptr,

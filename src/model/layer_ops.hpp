@@ -148,6 +148,27 @@ struct LayerOpsT {
                              const cpu::Pool2dShape& s);
   void (*global_avgpool_forward)(A* out, const A* inp, int N, int C, int HW);
   void (*global_avgpool_backward)(A* dinp, const A* dout, int N, int C, int HW);
+
+  // ---- tensor parallelism's pieces between its all-reduces (src/model/tensor_parallel.hpp; the
+  // float tables: null in the 16-bit ones, where TP is refused) ----
+  // x[n,:] += b for n < N: a row-parallel linear's replicated bias, after the sum over TP.
+  void (*add_bias_rows)(A* x, const A* b, int N, int C);
+  // The vocab-parallel embedding and cross-entropy on a shard of vocabulary rows [v0, v0+Vl)
+  // (layers/embedding.hpp, layers/crossentropy.hpp: embedding_shard_*, crossentropy_shard_*).
+  void (*embedding_shard_forward)(A* out, const int32_t* tokens, const A* wte, int N, int C, int v0,
+                                  int Vl);
+  void (*embedding_add_positions)(A* out, const A* wpe, int B, int T, int C);
+  void (*embedding_shard_backward)(float* dwte, float* dwpe, const A* dout, const int32_t* tokens,
+                                   int B, int T, int C, int v0, int Vl);
+  void (*crossentropy_shard_stats)(float* row_max, float* target_logit, const A* logits,
+                                   const int32_t* targets, int N, int Vl, int v0, int V);
+  void (*crossentropy_shard_sumexp)(float* sum, const A* logits, const float* row_max, int N,
+                                    int Vl, int v0, int V);
+  void (*crossentropy_shard_loss)(float* losses, float* lse, const float* row_max, const float* sum,
+                                  const float* target_logit, const int32_t* targets, int N);
+  void (*crossentropy_shard_backward)(A* dlogits, const A* logits, const float* lse,
+                                      const int32_t* targets, float dloss, int N, int Vl, int v0,
+                                      int V);
 };
 
 using LayerOps = LayerOpsT<float>;

@@ -1,12 +1,13 @@
-// Megatron-style tensor-parallel building blocks on the CPU (Shoeybi et al. 2019, "Megatron-LM"):
-// the conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and g), applied once
-// per region (TpRegion: however many column-parallel layers read its input), column- and
-// row-parallel linears, a vocab-parallel embedding and cross-entropy.
+// Megatron-style tensor-parallel building blocks on any device (Shoeybi et al. 2019,
+// "Megatron-LM"): the conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and
+// g), applied once per region (TpRegion: however many column-parallel layers read its input),
+// column- and row-parallel linears, a vocab-parallel embedding and cross-entropy.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
+#include <vector>
 
 #include "comm/group.hpp"
 #include "src/model/layer_ops.hpp"
@@ -17,11 +18,23 @@ namespace mpitron::tp {
 // Conventions (those of layers/README.md): N rows, IC/OC features of a linear, W stored (out, in);
 // parameter gradients +=, activation gradients =. Every call takes the tensor-parallel group tp
 // and every rank of it makes the same calls in the same order. At tp.size() == 1 each call is
-// exactly the serial layer (cpu::linear_forward, ...) with the same arguments: the same bits and
-// no collective. Nothing allocates; scratch is an explicit argument. All-reduces go through
-// Group::allreduce_sum / iallreduce_sum / allreduce_max (MPI), so tp.bytes_sent counts them. ops:
-// the device's layers (the CPU's by default); at tp.size() > 1 only the CPU's (the collectives take
-// host memory).
+// exactly the serial layer (ops.linear_forward, ...) with the same arguments: the same bits and
+// no collective. Nothing allocates after the first step; scratch is an explicit argument.
+// All-reduces go through Group::allreduce_sum / iallreduce_sum / allreduce_max (MPI), so the
+// group's bytes_sent counts them. ops: the device's layers (the CPU's by default); every pointer
+// is in their memory, and the work between the all-reduces is theirs (the shard pieces at the
+// end of LayerOpsT), so the bits on cpu-staged are the CPU's.
+
+// The TP group as the layers see it: MPI over the TP ranks, on the tensors in place where the
+// host reads the layers' memory (the CPU), else through host copies (download, MPI on the copy,
+// upload): a device whose memory MPI cannot read (cpu-staged; CUDA under an Open MPI that is not
+// CUDA-aware). staging grows to the largest all-reduce in the first step and is kept.
+struct TpComm {
+  comm::Group* group = nullptr;
+  std::vector<float> staging;  // host copies (unused on the CPU)
+  int size() const { return group->size(); }
+  int rank() const { return group->rank(); }
+};
 
 // ---- the layout: what tensor parallelism needs of a model, checked in one place ----
 
@@ -38,26 +51,26 @@ void require_tp_splits(int tp, std::initializer_list<TpSplit> splits);
 // The group a model built by how runs its TP collectives on: *how.tp, or self (size 1) without
 // one; InternalError unless its size and rank are the registry slice's.
 comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self);
-// Where the layers may run: above tp 1 the CPU's fp32 layers only (the collectives and the TP
-// loops take host memory); UsageError (precision) or InternalError (device) otherwise. Every
-// layer function here checks through these two.
-void require_serial(const comm::Group& tp, DType t);  // UsageError above tp 1
-void require_host_layers_above_tp1(const comm::Group& tp, const LayerOps& ops);
+// Where the layers may run: above tp 1 fp32 layers with the shard pieces (every float table);
+// UsageError (precision) or InternalError (a table without them) otherwise. Every layer function
+// here checks through these two.
+void require_serial(const TpComm& tp, DType t);  // UsageError above tp 1
+void require_tp_layers(const TpComm& tp, const LayerOps& ops);
 
 // ---- communication pairs (a forward and its backward, side by side) ----
 
 // copy_to_tp (the paper's f) enters a parallel region whose input is replicated on every rank.
 // Forward: identity, nothing to do (any storage type; it marks where a region begins).
 template <class A>
-void copy_to_tp_forward(comm::Group&, const A*, size_t) {}
+void copy_to_tp_forward(TpComm&, const A*, size_t) {}
 // Backward: dx = the sum over tp of every rank's partial input gradient (all-reduce, in place).
-void copy_to_tp_backward(comm::Group& tp, float* dx, size_t n);
+void copy_to_tp_backward(TpComm& tp, float* dx, size_t n, const LayerOps& ops = cpu_layer_ops());
 
 // reduce_from_tp (the paper's g) leaves a parallel region whose output is a sum of partials.
 // Forward: y = the sum over tp of every rank's partial output (all-reduce, in place).
-void reduce_from_tp_forward(comm::Group& tp, float* y, size_t n);
+void reduce_from_tp_forward(TpComm& tp, float* y, size_t n, const LayerOps& ops = cpu_layer_ops());
 // Backward: identity, dy is already replicated; nothing to do.
-void reduce_from_tp_backward(comm::Group& tp, const float* dy, size_t n);
+void reduce_from_tp_backward(TpComm& tp, const float* dy, size_t n);
 
 // ---- a region: copy_to_tp once for every column-parallel layer that reads one input ----
 
@@ -72,11 +85,10 @@ void reduce_from_tp_backward(comm::Group& tp, const float* dy, size_t n);
 // so a region costs one all-reduce of N·IC whatever its consumers. per_layer is the reference
 // it is tested against, the fused per-layer form: each consumer's product all-reduced on its own,
 // blocking, before it is added (one all-reduce per consumer). At tp 1 neither communicates and
-// both give the bits of the serial layers (cpu::linear_backward, then the additions). CPU float
-// only (the encoder; the GPT's blocks and heads at tp > 1, through
-// column_parallel_linear_backward).
+// both give the bits of the serial layers (ops.linear_backward, then the additions). Float only
+// (the encoder; the GPT's blocks and heads at tp > 1, through column_parallel_linear_backward).
 struct TpRegion {
-  comm::Group* tp = nullptr;
+  TpComm* tp = nullptr;
   float* dinp = nullptr;     // (N,IC) the input gradient; nullptr: no consumer wants it
   float* partial = nullptr;  // (N,IC) scratch for a product before it is added, or nullptr where
                              // the only product assigns dinp (one consumer, no base)
@@ -84,7 +96,8 @@ struct TpRegion {
   bool per_layer = false;         // the reference: one blocking all-reduce per consumer
   bool holds = false;             // dinp holds a sum already (the base, or a product): products add
   comm::Request pending;          // the all-reduce in flight between start and wait
-  const LayerOps* ops = nullptr;  // the device's layers (the CPU's above tp 1)
+  bool staged = false;            // in flight on tp->staging: uploaded to dinp at wait
+  const LayerOps* ops = nullptr;  // the device's layers
 };
 
 // Opens a region's backward. base (N,IC) or nullptr: a gradient of the input from outside the
@@ -92,7 +105,7 @@ struct TpRegion {
 // dinp starts as base on TP rank 0 and as zeros on the others (per_layer: base on every rank, the
 // consumers' products being summed on their own). base may alias dinp. Without base, the first
 // product assigns dinp. Every rank passes base or none alike.
-TpRegion copy_to_tp_backward_begin(comm::Group& tp,
+TpRegion copy_to_tp_backward_begin(TpComm& tp,
                                    float* dinp,        // (N,IC) =, or nullptr
                                    float* partial,     // (N,IC) scratch, or nullptr
                                    const float* base,  // (N,IC) or nullptr
@@ -108,7 +121,7 @@ void copy_to_tp_backward_wait(TpRegion& r);
 
 // inp is replicated on every TP rank (its region entered copy_to_tp forward); out holds this
 // rank's columns. No communication.
-void column_parallel_linear_forward(comm::Group& tp,
+void column_parallel_linear_forward(TpComm& tp,
                                     float* out,        // (N,OCl) =
                                     const float* inp,  // (N,IC)
                                     const float* w,    // (OCl,IC)
@@ -117,7 +130,7 @@ void column_parallel_linear_forward(comm::Group& tp,
 
 // The same with GPT-2's tanh GELU after it: pre = the product, out = gelu(pre) (this rank's
 // columns; ops.linear_gelu_forward, which a device may fuse).
-void column_parallel_linear_gelu_forward(comm::Group& tp,
+void column_parallel_linear_gelu_forward(TpComm& tp,
                                          float* pre,        // (N,OCl) =
                                          float* out,        // (N,OCl) =
                                          const float* inp,  // (N,IC)
@@ -146,7 +159,7 @@ void column_parallel_linear_backward_weights(TpRegion& r,
 // begin, input product, start, weight products, wait. dinp is the full input gradient, summed
 // over TP: one all-reduce of N·IC, overlapping the weight products. dinp == nullptr skips it and
 // the all-reduce (it must then be nullptr on every TP rank). At tp 1: ops.linear_backward.
-void column_parallel_linear_backward(comm::Group& tp,
+void column_parallel_linear_backward(TpComm& tp,
                                      float* dinp,        // (N,IC)  =, or nullptr
                                      float* dw,          // (OCl,IC) +=
                                      float* db,          // (OCl)   +=, or nullptr
@@ -159,7 +172,7 @@ void column_parallel_linear_backward(comm::Group& tp,
 
 // out is the full product, summed over TP (reduce_from_tp forward: one all-reduce of N·OC); the
 // bias is replicated and added once, after the sum.
-void row_parallel_linear_forward(comm::Group& tp,
+void row_parallel_linear_forward(TpComm& tp,
                                  float* out,        // (N,OC) =
                                  const float* inp,  // (N,ICl) this rank's part
                                  const float* w,    // (OC,ICl)
@@ -168,7 +181,7 @@ void row_parallel_linear_forward(comm::Group& tp,
 
 // No communication (reduce_from_tp backward is the identity). db gets the full column sums of dout
 // on every rank: the bias is replicated and its gradient is the same everywhere.
-void row_parallel_linear_backward(comm::Group& tp,
+void row_parallel_linear_backward(TpComm& tp,
                                   float* dinp,        // (N,ICl) =, or nullptr
                                   float* dw,          // (OC,ICl) +=
                                   float* db,          // (OC)    +=, or nullptr
@@ -182,7 +195,7 @@ void row_parallel_linear_backward(comm::Group& tp,
 // This rank holds wte rows [v0, v0+Vl) (rows past the vocabulary are padding, never read). Tokens
 // outside the range contribute zeros; the sum over TP (reduce_from_tp forward: one all-reduce of
 // B·T·C) is then added to wpe[t], once. At tp.size() == 1, v0 must be 0.
-void vocab_parallel_embedding_forward(comm::Group& tp,
+void vocab_parallel_embedding_forward(TpComm& tp,
                                       float* out,             // (B,T,C) =
                                       const int32_t* tokens,  // (B,T), in [0, V)
                                       const float* wte,       // (Vl,C)
@@ -192,7 +205,7 @@ void vocab_parallel_embedding_forward(comm::Group& tp,
 
 // No communication. dwte rows of this rank's tokens +=; dwpe += the whole dout (replicated, the
 // same on every rank). Sums in token order per column block (bits independent of threads).
-void vocab_parallel_embedding_backward(comm::Group& tp,
+void vocab_parallel_embedding_backward(TpComm& tp,
                                        float* dwte,            // (Vl,C)   +=
                                        float* dwpe,            // (maxT,C) +=
                                        const float* dout,      // (B,T,C)
@@ -209,7 +222,7 @@ void vocab_parallel_embedding_backward(comm::Group& tp,
 // losses and lse come out the same on every rank. scratch holds 3N floats (row max, sum of
 // exponentials, target logit; overwritten, unused at tp.size() == 1). At tp.size() == 1 the
 // serial layer needs v0 == 0 and Vl == V (no padding).
-void vocab_parallel_crossentropy_forward(comm::Group& tp,
+void vocab_parallel_crossentropy_forward(TpComm& tp,
                                          float* losses,           // (N) =
                                          float* lse,              // (N) =
                                          float* scratch,          // (3N) scratch
@@ -220,7 +233,7 @@ void vocab_parallel_crossentropy_forward(comm::Group& tp,
 
 // No communication. dlogits = (softmax - onehot) · dloss on real columns, 0 on padding; may alias
 // logits.
-void vocab_parallel_crossentropy_backward(comm::Group& tp,
+void vocab_parallel_crossentropy_backward(TpComm& tp,
                                           float* dlogits,          // (N,Vl) =
                                           const float* logits,     // (N,Vl)
                                           const float* lse,        // (N), from forward
@@ -233,64 +246,64 @@ void vocab_parallel_crossentropy_backward(comm::Group& tp,
 
 template <class A>
 requires(!std::is_same_v<A, float>) void column_parallel_linear_forward(
-    comm::Group& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
-    int IC, int OCl, const LayerOpsT<A>& ops) {
+    TpComm& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N, int IC,
+    int OCl, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void column_parallel_linear_gelu_forward(
-    comm::Group& tp, A* pre, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b,
-    int N, int IC, int OCl, const LayerOpsT<A>& ops) {
+    TpComm& tp, A* pre, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
+    int IC, int OCl, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void column_parallel_linear_backward(
-    comm::Group& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout,
-    const A* inp, const A* w, int N, int IC, int OCl, const LayerOpsT<A>& ops) {
+    TpComm& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout, const A* inp,
+    const A* w, int N, int IC, int OCl, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void row_parallel_linear_forward(
-    comm::Group& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
-    int ICl, int OC, const LayerOpsT<A>& ops) {
+    TpComm& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N, int ICl,
+    int OC, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_forward(out, inp, w, b, N, ICl, OC);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void row_parallel_linear_backward(
-    comm::Group& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout,
-    const A* inp, const A* w, int N, int ICl, int OC, const LayerOpsT<A>& ops) {
+    TpComm& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout, const A* inp,
+    const A* w, int N, int ICl, int OC, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_forward(
-    comm::Group& tp, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C,
-    int, int, const LayerOpsT<A>& ops) {
+    TpComm& tp, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C, int,
+    int, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.embedding_forward(out, tokens, wte, wpe, B, T, C);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_backward(
-    comm::Group& tp, float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T,
-    int C, int, int, const LayerOpsT<A>& ops) {
+    TpComm& tp, float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T, int C,
+    int, int, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_forward(
-    comm::Group& tp, float* losses, float* lse, float*, const A* logits, const int32_t* targets,
-    int N, int, int, int V, const LayerOpsT<A>& ops) {
+    TpComm& tp, float* losses, float* lse, float*, const A* logits, const int32_t* targets, int N,
+    int, int, int V, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.crossentropy_forward(losses, lse, logits, targets, N, V);
 }
 template <class A>
 requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_backward(
-    comm::Group& tp, A* dlogits, const A* logits, const float* lse, const int32_t* targets,
-    float dloss, int N, int, int, int V, const LayerOpsT<A>& ops) {
+    TpComm& tp, A* dlogits, const A* logits, const float* lse, const int32_t* targets, float dloss,
+    int N, int, int, int V, const LayerOpsT<A>& ops) {
   require_serial(tp, dtype_of<A>());
   ops.crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
 }

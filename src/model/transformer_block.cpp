@@ -49,7 +49,7 @@ template <class A>
 void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
                                const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
-  comm::Group& group = *s.tp_group;
+  tp::TpComm& group = *s.tp_group;
   const LayerOpsT<A>& L = s.layers();
   L.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, x, w.ln_1_w, w.ln_1_b, N, C, s.ln_eps);
   tp::copy_to_tp_forward(group, a.ln_1, size_t(N) * C);  // the attention region
@@ -75,7 +75,7 @@ void transformer_block_backward(A* dresidual, const BlockWeights& dw, const Bloc
                                 const BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
                                 const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
-  comm::Group& group = *s.tp_group;
+  tp::TpComm& group = *s.tp_group;
   const LayerOpsT<A>& L = s.layers();
   // Each branch adds its input gradient to dresidual (the residual stream's += rule). c_fc and
   // c_attn are each a region's only consumer: column_parallel_linear_backward is that region.
@@ -116,7 +116,7 @@ template <class A>
 void encoder_block_forward(BlockActsT<A>& a, const A* x, const EncoderBlockWeightsT<A>& w,
                            const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
-  comm::Group& group = *s.tp_group;
+  tp::TpComm& group = *s.tp_group;
   const LayerOpsT<A>& L = s.layers();
   // Query, key and value are separate tensors (BERT's names), one region: each is projected into
   // atty, then into its columns of the fused buffer the attention kernel reads.
@@ -156,7 +156,7 @@ void encoder_mlp_region_backward(A* dresidual, const EncoderBlockWeights& dw, co
                                  const BlockShapeT<A>& s, int N, int C, int Cl) {
   const LayerOpsT<A>& L = s.layers();
   if constexpr (std::is_same_v<A, float>) {
-    comm::Group& group = *s.tp_group;
+    tp::TpComm& group = *s.tp_group;
     tp::TpRegion mlp =
         tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer, L);
     tp::column_parallel_linear_backward_input(mlp, dfc, w.c_fc_w, 4 * Cl);
@@ -182,7 +182,7 @@ void encoder_attention_region_backward(A* dresidual, const EncoderBlockWeights& 
   float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
   const A* const W[3] = {w.q_w, w.k_w, w.v_w};
   if constexpr (std::is_same_v<A, float>) {
-    comm::Group& group = *s.tp_group;
+    tp::TpComm& group = *s.tp_group;
     tp::TpRegion in =
         tp::copy_to_tp_backward_begin(group, dresidual, partial, base, N, C, s.tp_per_layer, L);
     for (int p = 0; p < 3; ++p) {
@@ -215,7 +215,7 @@ void encoder_block_backward(A* dresidual, const EncoderBlockWeights& dw, const B
                             const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
   const size_t NC = size_t(N) * C;
-  comm::Group& group = *s.tp_group;
+  tp::TpComm& group = *s.tp_group;
   const LayerOpsT<A>& L = s.layers();
   // d.dln = dL/d res_mlp; its MLP branch then gives dL/d ln_1 (in dresidual) with the skip added.
   L.zero(d.dln, NC);

@@ -21,6 +21,7 @@
 #include "comm/group.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/layer_ops.hpp"
+#include "src/model/tensor_parallel.hpp"
 
 namespace mpitron {
 
@@ -31,7 +32,7 @@ struct BlockShapeT {
   int B = 0, T = 0, C = 0, NH = 0;
   bool causal = true;
   const int32_t* lengths = nullptr;   // (B) valid tokens per sequence, nullptr: all T
-  comm::Group* tp_group = nullptr;    // the tensor-parallel group (size 1: no TP)
+  tp::TpComm* tp_group = nullptr;     // the tensor-parallel group (size 1: no TP)
   double ln_eps = 1e-5;               // LayerNorm's epsilon (BERT: 1e-12)
   const LayerOpsT<A>* ops = nullptr;  // the device's layers, nullptr: the CPU's
   // The reference the regions are tested against: every column-parallel layer all-reduces its own

@@ -64,11 +64,6 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
   if (!family.on_device)
     throw UsageError(fmt::format("--device {} trains the {} so far; the {} family runs on the cpu",
                                  dev, family_types_with(&ModelFamily::on_device), family.type));
-  if (L.tp > 1)
-    throw UsageError(fmt::format(
-        "--device {} runs data and pipeline parallelism only so far (--tp 1, got --tp {}); "
-        "tensor parallelism runs on the cpu",
-        dev, L.tp));
   if (device != Device::cuda) return;
 #ifdef MPITRON_HAVE_CUDA
   MPI_Comm node = MPI_COMM_NULL;

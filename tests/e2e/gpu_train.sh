@@ -3,8 +3,9 @@
 # follow the CPU's trace within 1e-4 relative at every step; --recompute block gives the GPU's
 # losses bit for bit; a GPU run stopped at step 10 and resumed ends where the straight one does
 # (the checkpoint passes through host copies); dp 2 on one GPU follows the CPU's dp 2 runs; bf16
-# and fp16 stay within 2% of the CPU's fp32 losses. BERT (masked LM, classifier) and the MLP on the
-# GPU follow the CPU, at dp 1 and dp 2. Skipped, saying why, without a CUDA build or GPU.
+# and fp16 stay within 2% of the CPU's fp32 losses; pp 2, tp 2 and tp 2 x pp 2 follow the CPU's.
+# BERT (masked LM, classifier; tp 2) and the MLP on the GPU follow the CPU, at dp 1 and dp 2.
+# Skipped, saying why, without a CUDA build or GPU.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 "$MPITRON" devices >devices.txt 2>&1 || true
@@ -115,6 +116,20 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --pp 2 --micro-batches 4 --device c
   >/dev/null
 "$MPITRON" compare cpu_pp2/trace.h5 gpu_pp2/trace.h5 --rtol 1e-4 ||
   fail "the GPU at pp 2 left the CPU's losses"
+# Tensor parallelism on the one GPU: two ranks at tp 2 (--comm mpi: their all-reduces staged
+# through the host), the shard kernels (row-parallel bias, the embedding's shard and its
+# backward, the cross-entropy's steps); within 1e-4 of the CPU's tp 2, then tp 2 x pp 2.
+for layout in "--tp 2" "--tp 2 --pp 2 --micro-batches 2"; do
+  name=$(echo "$layout" | tr -d ' -')
+  read -ra flags <<<"$layout"
+  ranks=2
+  [[ $layout == *"--pp 2"* ]] && ranks=4
+  mpiexec -n "$ranks" "$MPITRON" train "${common[@]}" "${flags[@]}" --out "cpu_$name" >/dev/null
+  mpiexec -n "$ranks" "$MPITRON" train "${common[@]}" "${flags[@]}" --device cuda \
+    --out "gpu_$name" >/dev/null
+  "$MPITRON" compare "cpu_$name/trace.h5" "gpu_$name/trace.h5" --rtol 1e-4 ||
+    fail "the GPU at $layout left the CPU's losses"
+done
 # BERT on the GPU's layer table, the masked LM and the testament classifier (padding masks): within
 # 1e-4 of the CPU's losses, and dp 2 on the one GPU within 1e-5 of the GPU's one-rank run.
 # bert_gpu TASK ARGS...: the CPU and the GPU, and the GPU at dp 2.
@@ -133,6 +148,13 @@ bert_gpu mlm --config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 20 --
   --seq-len 64 --log-every 5 --eval-every 10 --eval-batches 2
 bert_gpu testament --config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 20 \
   --batch-size 8 --log-every 5 --eval-every 10 --eval-batches 2
+# The encoder at tp 2 on the one GPU against the CPU's tp 2.
+bert_tp=(--config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 10 --batch-size 8
+  --seq-len 64 --log-every 5 --eval-every 5 --eval-batches 1 --tp 2)
+mpiexec -n 2 "$MPITRON" train "${bert_tp[@]}" --out bert_cpu_tp2 >/dev/null
+mpiexec -n 2 "$MPITRON" train "${bert_tp[@]}" --device cuda --out bert_gpu_tp2 >/dev/null
+"$MPITRON" compare bert_cpu_tp2/trace.h5 bert_gpu_tp2/trace.h5 --rtol 1e-4 ||
+  fail "bert at tp 2 on the GPU left the CPU's tp 2"
 # The encoder in 16 bits on the GPU's bf16 and fp16 kernels: within 2% of the CPU's fp32 run.
 for p in bf16 fp16; do
   "$MPITRON" train --config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 20 \

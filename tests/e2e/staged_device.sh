@@ -49,8 +49,13 @@ rm staged_8bit_offload/ckpt_6.h5
 "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --offload optimizer \
   --resume auto --out staged_8bit_offload >/dev/null
 same cpu_8bit staged_8bit_offload "a resumed cpu-staged 8-bit offloaded run differs"
-expect_error "--device cpu-staged runs data and pipeline parallelism only so far (--tp 1, got --tp 2)" \
-  mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cpu-staged --out bad_tp
+# Tensor parallelism at tp 2: every region's all-reduce (the non-blocking input gradients too),
+# the vocab-parallel embedding's sum and the cross-entropy's row statistics through host copies,
+# the shard pieces (row-parallel bias, the embedding's shard, the cross-entropy's steps) through
+# the layer table. BERT, AlexNet and tp x pp in staged_device_reductions.sh.
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --out tp_cpu >/dev/null
+mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cpu-staged --out tp_staged >/dev/null
+same tp_cpu tp_staged "cpu-staged at tp 2 differs from the cpu"
 # Pipeline stages: every boundary message downloaded into a host buffer before its send and
 # uploaded from one after its receive (MPI never sees the model's memory; a missing upload leaves
 # the stage's input unset and fails here), the tied embedding's sum over the first and last
