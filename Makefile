@@ -34,15 +34,17 @@ FUZZ_SECONDS ?= 10
 # parallel_bible (a shell script; no compiled code) and translation (eleven launches of the pair
 # data, masked loss, decoder and beam search that test_translation runs case by case), and
 # checkpoint_disk_fills (three runs, 60 s under ASan, for one error branch of the checkpoint writer
-# that checkpoint_files and train_resume run the rest of), and staged_device_reductions (four more
-# dp-2 reductions through host copies; staged_device runs the host copies at dp 2 under ASan) and
+# that checkpoint_files and train_resume run the rest of), staged_device_matrix (the other layouts
+# and families through host copies; staged_device runs each staging path under ASan once, dp 2,
+# tp 2 and pp 2 among them), recompute (four launches at the preset's batch; staged_device runs
+# the recomputation at one rank and in a GPipe pipeline under ASan) and
 # knowledge_qa_layouts (span corruption and QA fine-tuning at dp/tp/pp 2: knowledge_qa runs their
 # samples and masked loss at one rank), adamw8bit_converges and adamw8bit_layouts (400 plain steps;
 # eleven launches: test_adamw8bit runs the 8-bit update, staged_device an 8-bit run's state through
 # host copies, its checkpoint and resume), optimizer_offload (staged_device runs the offload's
 # staging) and import_memory (a resident-memory bound that ASan's shadow memory would break;
 # pretrained_import_export runs the streaming import).
-SANITIZE_EXCLUDE ?= train_converges|adamw8bit_converges|adamw8bit_layouts|optimizer_offload|import_memory|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout|parallel_bible|^translation$$|checkpoint_disk_fills|staged_device_reductions|knowledge_qa_layouts
+SANITIZE_EXCLUDE ?= train_converges|adamw8bit_converges|adamw8bit_layouts|optimizer_offload|import_memory|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout|parallel_bible|^translation$$|checkpoint_disk_fills|staged_device_matrix|^recompute$$|knowledge_qa_layouts
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \

@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "comm/group.hpp"
-#include "comm/nccl/nccl_comm.hpp"
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
+#include "comm/group.hpp"
+#include "comm/nccl/nccl_comm.hpp"
 #include "tests/cuda_test_support.hpp"
 #include "tests/mpi_environment.hpp"
 
@@ -122,6 +122,7 @@ TEST(NcclComm, OneRankCollectivesCopyAndCountNothing) {
   finish_uploads();
 
   nc.allreduce_sum(a.ptr, n, stream.s);
+  nc.allreduce_max(a.ptr, n, stream.s);
   nc.broadcast(a.ptr, n, 0, stream.s);
   nc.synchronize(stream.s);
   EXPECT_EQ(a.download(), x);

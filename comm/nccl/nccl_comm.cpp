@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/cuda_check.hpp"
 #include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
-#include "base/cuda_check.hpp"
 
 namespace mpitron::comm {
 
@@ -90,6 +90,13 @@ void NcclComm::allreduce_sum(float* buf, size_t n, cudaStream_t s) {
   require_live("allreduce_sum");
   if (n == 0) return;
   NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm_, s));
+  bytes_sent += allreduce_bytes_sent(n, sizeof(float), size_, rank_);
+}
+
+void NcclComm::allreduce_max(float* buf, size_t n, cudaStream_t s) {
+  require_live("allreduce_max");
+  if (n == 0) return;
+  NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclMax, comm_, s));
   bytes_sent += allreduce_bytes_sent(n, sizeof(float), size_, rank_);
 }
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "comm/group.hpp"
 #include "base/check.hpp"
+#include "comm/group.hpp"
 
 // Version guards compare NCCL_VERSION_CODE with literals: releases from 2.9 code X*10000+Y*100+Z,
 // older ones X*1000+Y*100+Z (below 3000), so ">= 21300" means "2.13 or later" under both schemes.
@@ -70,7 +70,7 @@ namespace mpitron::comm {
 // issue the same collectives in the same order. An empty call (n = 0) is a no-op on every rank.
 // bytes_sent counts what this rank sends under Group's convention (see comm/group.hpp), with
 // n = the buffer's bytes, p = size(), r = rank():
-//   allreduce_sum       2n - c(r) - c(r+1 mod p)   c(k) = bytes of ring_chunk_range(n, p, k)
+//   allreduce_sum/max   2n - c(r) - c(r+1 mod p)   c(k) = bytes of ring_chunk_range(n, p, k)
 //   reduce_scatter_sum  (p-1)/p·n                  n = the whole send buffer
 //   all_gather          (p-1)/p·n                  n = the whole receive buffer
 //   broadcast           n on every rank but (root-1 mod p), which forwards nothing
@@ -102,6 +102,8 @@ class NcclComm {
 
   // Sum over ranks, in place.
   void allreduce_sum(float* buf, size_t n, cudaStream_t s);
+  // Maximum over ranks, in place (counted as allreduce_sum).
+  void allreduce_max(float* buf, size_t n, cudaStream_t s);
   // send has size()*recv_count elements, block r goes to rank r. Out of place (buffers must not
   // overlap) or in place with recv == send + rank()*recv_count, as NCCL requires.
   void reduce_scatter_sum(const float* send, float* recv, size_t recv_count, cudaStream_t s);

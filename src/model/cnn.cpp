@@ -189,6 +189,7 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
         "family runs on the cpu)",
         device_name(L.device), m.type));
   tp_.group = tp::model_tp_group(how, self_);
+  tp_.device = how.tp_device;
   const int tp = how.slice.tp;
   config = m;
   const RegistrySlice& slice = how.slice;

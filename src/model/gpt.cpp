@@ -220,6 +220,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     : cfg(c), B(how.micro_rows), self_(comm::Group::solo()) {
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a GPT built for another precision");
   tp_.group = how.tp ? how.tp : &self_;
+  tp_.device = how.tp_device;
   MPITRON_REQUIRE(tp_.size() == how.slice.tp && tp_.rank() == how.slice.tp_rank,
                   "the TP group does not match the registry slice");
   validate_gpt_layout(to_model_config(c), how.slice.tp);

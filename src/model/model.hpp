@@ -19,6 +19,10 @@
 
 namespace mpitron {
 
+namespace tp {
+struct TpDeviceCollectives;  // src/model/tensor_parallel.hpp
+}
+
 // Samples of one micro-batch. Language models read tokens (rows, T+1): inputs [0,T), targets
 // [1,T]. Classifiers read features (rows, D) and labels (rows).
 struct SampleView {
@@ -68,6 +72,8 @@ struct ModelBuild {
   bool head_on_loss_rows = true;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
+  // Its all-reduces on the device's own memory (NCCL, --comm nccl), or nullptr: MPI.
+  const tp::TpDeviceCollectives* tp_device = nullptr;
   DeviceAllocator* alloc = nullptr;
   // The layers of the device alloc allocates on (nullptr: the CPU's). Families that run on the CPU
   // only refuse another (ModelFamily::devices).

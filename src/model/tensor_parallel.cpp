@@ -38,9 +38,11 @@ void all_reduce(TpComm& tp, const LayerOps& ops, float* x, size_t n, Collective 
 }
 
 void allreduce_sum(TpComm& tp, const LayerOps& ops, float* x, size_t n) {
+  if (tp.device) return tp.device->allreduce_sum(tp.device->ctx, x, n);
   all_reduce(tp, ops, x, n, [&](float* p) { tp.group->allreduce_sum(p, n); });
 }
 void allreduce_max(TpComm& tp, const LayerOps& ops, float* x, size_t n) {
+  if (tp.device) return tp.device->allreduce_max(tp.device->ctx, x, n);
   all_reduce(tp, ops, x, n, [&](float* p) { tp.group->allreduce_max(p, n); });
 }
 
@@ -122,6 +124,8 @@ void copy_to_tp_backward_start(TpRegion& r) {
   MPITRON_REQUIRE(!r.pending.pending(), "copy_to_tp_backward_start: the region already started");
   if (r.tp->size() == 1 || r.per_layer || !r.dinp || !r.holds) return;
   const size_t n = size_t(r.N) * r.IC;
+  // The device's own all-reduce runs in stream order with the weight products: nothing to wait for.
+  if (r.tp->device) return r.tp->device->allreduce_sum(r.tp->device->ctx, r.dinp, n);
   r.staged = !host_memory(*r.ops);
   float* x = r.staged ? download_to_staging(*r.tp, *r.ops, r.dinp, n) : r.dinp;
   r.pending = r.tp->group->iallreduce_sum(x, n);

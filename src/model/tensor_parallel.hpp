@@ -25,13 +25,23 @@ namespace mpitron::tp {
 // is in their memory, and the work between the all-reduces is theirs (the shard pieces at the
 // end of LayerOpsT), so the bits on cpu-staged are the CPU's.
 
-// The TP group as the layers see it: MPI over the TP ranks, on the tensors in place where the
-// host reads the layers' memory (the CPU), else through host copies (download, MPI on the copy,
-// upload): a device whose memory MPI cannot read (cpu-staged; CUDA under an Open MPI that is not
-// CUDA-aware). staging grows to the largest all-reduce in the first step and is kept.
+// All-reduces on the device's own memory, queued in order with its layers (NCCL over the TP ranks
+// on the compute stream, --comm nccl): no host copies, nothing to wait for on the host.
+struct TpDeviceCollectives {
+  void* ctx = nullptr;
+  void (*allreduce_sum)(void* ctx, float* buf, size_t n) = nullptr;
+  void (*allreduce_max)(void* ctx, float* buf, size_t n) = nullptr;
+};
+
+// The TP group as the layers see it: the device's own collectives where it has them (device),
+// else MPI over the TP ranks, on the tensors in place where the host reads the layers' memory (the
+// CPU), or through host copies (download, MPI on the copy, upload): a device whose memory MPI
+// cannot read (cpu-staged; CUDA under an Open MPI that is not CUDA-aware). staging grows to the
+// largest all-reduce in the first step and is kept.
 struct TpComm {
   comm::Group* group = nullptr;
-  std::vector<float> staging;  // host copies (unused on the CPU)
+  std::vector<float> staging;                   // host copies (unused on the CPU)
+  const TpDeviceCollectives* device = nullptr;  // NCCL over the group, or nullptr: MPI
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }
 };

@@ -155,9 +155,27 @@ const DeviceCollectives* TrainDevice::open_dp_collectives([[maybe_unused]] comm:
   return nullptr;
 }
 
+const tp::TpDeviceCollectives* TrainDevice::open_tp_collectives([[maybe_unused]] comm::Group& tp) {
+#ifdef MPITRON_HAVE_NCCL
+  if (comm == CommKind::nccl && tp.size() > 1) {
+    nccl_tp = comm::NcclComm(tp);
+    tp_collectives.ctx = &nccl_tp;
+    // The compute stream (the layers' and step ops'): in order with the layers around each call.
+    tp_collectives.allreduce_sum = [](void* c, float* buf, size_t n) {
+      static_cast<comm::NcclComm*>(c)->allreduce_sum(buf, n, cudaStreamPerThread);
+    };
+    tp_collectives.allreduce_max = [](void* c, float* buf, size_t n) {
+      static_cast<comm::NcclComm*>(c)->allreduce_max(buf, n, cudaStreamPerThread);
+    };
+    return &tp_collectives;
+  }
+#endif
+  return nullptr;
+}
+
 uint64_t TrainDevice::nccl_bytes_sent() const {
 #ifdef MPITRON_HAVE_NCCL
-  return nccl_dp.comm.bytes_sent;
+  return nccl_dp.comm.bytes_sent + nccl_tp.bytes_sent;
 #else
   return 0;
 #endif

@@ -13,6 +13,7 @@
 #include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
 #include "src/model/precision.hpp"
+#include "src/model/tensor_parallel.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/step_backend.hpp"
 
@@ -77,8 +78,10 @@ struct TrainDevice {
   Buffer<float> file_params, file_buffers, file_m, file_v;
 #ifdef MPITRON_HAVE_NCCL
   NcclDp nccl_dp;
+  comm::NcclComm nccl_tp;  // the TP group's, on the compute stream
 #endif
   DeviceCollectives dp_collectives;
+  tp::TpDeviceCollectives tp_collectives;
 
   TrainDevice(Device d, CommKind c);
   TrainDevice(const TrainDevice&) = delete;
@@ -92,7 +95,10 @@ struct TrainDevice {
 
   // --comm nccl: opens NCCL over dp and returns its collectives for GradSync; nullptr for MPI.
   const DeviceCollectives* open_dp_collectives(comm::Group& dp);
-  // Bytes this rank's NCCL communicator sent (0 without NCCL).
+  // --comm nccl above tp 1: opens NCCL over tp (collective over it) and returns its all-reduces
+  // for the model's tensor parallelism, queued on the compute stream; nullptr otherwise (MPI).
+  const tp::TpDeviceCollectives* open_tp_collectives(comm::Group& tp);
+  // Bytes this rank's NCCL communicators sent (0 without NCCL).
   uint64_t nccl_bytes_sent() const;
 
   // Off the host: the file copies of parameters, buffers and a moment shard of `shard` floats.

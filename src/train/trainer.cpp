@@ -182,6 +182,7 @@ void Trainer::setup() {
       stage_model_build(opts, data.kind, stage, grid.coords.tp_rank, grid.coords.dp_rank);
   model_slots = how.slots;
   how.tp = &grid.tp;
+  how.tp_device = dev.open_tp_collectives(grid.tp);  // --comm nccl above tp 1; else MPI
   how.alloc = &dev.alloc;
   how.layers = &dev.layers;
   dev.alloc.rank = grid.rank;

@@ -84,8 +84,9 @@ if grep -q "^nccl: [0-9]" devices.txt; then
   "$MPITRON" train "${common[@]}" --device cuda --comm nccl --out gpu_nccl | tee nccl.log
   "$MPITRON" compare gpu/trace.h5 gpu_nccl/trace.h5 --rtol 0 || fail "--comm nccl changed the losses"
 fi
-# Two ranks on two GPUs with NCCL summing their gradients (ZeRO 0 and 1): within 1e-5 of the same
-# layout through MPI (NCCL's ring adds in another order). Needs two GPUs: said and left out on one.
+# Two ranks on two GPUs with NCCL summing their gradients (ZeRO 0 and 1), and at tp 2: within 1e-5
+# of the same layout through MPI (NCCL's ring adds in another order). Needs two GPUs: said and
+# left out on one.
 if grep -q "^nccl: [0-9]" devices.txt && grep -q "^cuda:1 " devices.txt; then
   for z in 0 1; do
     mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero "$z" --device cuda --comm nccl \
@@ -95,6 +96,13 @@ if grep -q "^nccl: [0-9]" devices.txt && grep -q "^cuda:1 " devices.txt; then
     "$MPITRON" compare "gpu2_mpi_zero$z/trace.h5" "gpu2_nccl_zero$z/trace.h5" --rtol 1e-5 ||
       fail "NCCL over two GPUs (ZeRO $z) left MPI's losses"
   done
+  # tp 2 over two GPUs: the TP all-reduces through NCCL on the compute stream against MPI's.
+  for c in nccl mpi; do
+    mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cuda --comm "$c" \
+      --out "gpu2_${c}_tp2" >/dev/null
+  done
+  "$MPITRON" compare gpu2_mpi_tp2/trace.h5 gpu2_nccl_tp2/trace.h5 --rtol 1e-5 ||
+    fail "NCCL at tp 2 over two GPUs left MPI's losses"
 else
   echo "note: fewer than two GPUs (or no NCCL): the two-GPU NCCL part did not run"
 fi

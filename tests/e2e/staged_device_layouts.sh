@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by staged_device.sh and staged_device_reductions.sh: each layout in STAGED_LAYOUTS at dp 2
+# Sourced by staged_device.sh and staged_device_matrix.sh: each layout in STAGED_LAYOUTS at dp 2
 # on the CPU and on --device cpu-staged, whose losses must be equal bit for bit.
 # shellcheck disable=SC2154  # common is the caller's
 for layout in "${STAGED_LAYOUTS[@]}"; do
