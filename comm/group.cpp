@@ -24,6 +24,10 @@ MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
 template <>
+MPI_Datatype mpi_type<unsigned char>() {
+  return MPI_BYTE;
+}
+template <>
 MPI_Datatype mpi_type<int64_t>() {
   return MPI_INT64_T;
 }
@@ -404,6 +408,12 @@ Request Group::irecv(float* buf, size_t n, int src, int tag) {
 }
 Request Group::irecv(double* buf, size_t n, int src, int tag) {
   return irecv_t(*this, buf, n, src, tag);
+}
+Request Group::isend_bytes(const void* buf, size_t bytes, int dest, int tag) {
+  return isend_t(*this, static_cast<const unsigned char*>(buf), bytes, dest, tag);
+}
+Request Group::irecv_bytes(void* buf, size_t bytes, int src, int tag) {
+  return irecv_t(*this, static_cast<unsigned char*>(buf), bytes, src, tag);
 }
 
 void Group::broadcast_bytes(void* buf, size_t bytes, int root) {

@@ -175,6 +175,9 @@ class Group {
   Request isend(const double* buf, size_t n, int dest, int tag);
   Request irecv(float* buf, size_t n, int src, int tag);
   Request irecv(double* buf, size_t n, int src, int tag);
+  // The same for raw bytes (a 16-bit tensor's): MPI_BYTE, counted as bytes.
+  Request isend_bytes(const void* buf, size_t bytes, int dest, int tag);
+  Request irecv_bytes(void* buf, size_t bytes, int src, int tag);
 
   void barrier();
 

@@ -94,7 +94,8 @@ struct BlockRun {
 // One forward and backward of an encoder block at tp = tp.size(), regions or per-layer.
 BlockRun run_block(comm::Group& tp, bool per_layer) {
   const int B = 2, T = 8, C = 32, NH = 4, N = B * T, p = tp.size(), Cl = C / p;
-  tp::TpComm group{&tp, {}};
+  tp::TpComm group;
+  group.group = &tp;
   BlockShape s{B, T, C, NH, false, nullptr, &group, 1e-12};
   s.tp_per_layer = per_layer;
   BlockTensors w(C, Cl, tp.rank(), false), dw(C, Cl, tp.rank(), true);

@@ -341,43 +341,52 @@ void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int H
   cuda::global_avgpool_backward(dinp, dout, N, C, HW, kStream);
 }
 
-// Tensor parallelism's pieces (float only: TP runs in fp32).
-void add_bias_rows(float* x, const float* b, int N, int C) {
-  cuda::add_bias_rows(x, b, N, C, kStream);
+// Tensor parallelism's pieces.
+template <class A>
+void add_bias_rows(A* x, const A* b, int N, int C) {
+  cuda::add_bias_rows(dev(x), dev(b), N, C, kStream);
 }
-void embedding_shard_forward(float* out, const int32_t* tokens, const float* wte, int N, int C,
-                             int v0, int Vl) {
-  cuda::embedding_shard_forward(out, tokens, wte, N, C, v0, Vl, kStream);
+template <class A>
+void embedding_shard_forward(A* out, const int32_t* tokens, const A* wte, int N, int C, int v0,
+                             int Vl) {
+  cuda::embedding_shard_forward(dev(out), tokens, dev(wte), N, C, v0, Vl, kStream);
 }
-void embedding_add_positions(float* out, const float* wpe, int B, int T, int C) {
-  cuda::embedding_add_positions(out, wpe, B, T, C, kStream);
+template <class A>
+void embedding_add_positions(A* out, const A* wpe, int B, int T, int C) {
+  cuda::embedding_add_positions(dev(out), dev(wpe), B, T, C, kStream);
 }
-void embedding_shard_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                              int B, int T, int C, int v0, int Vl) {
+template <class A>
+void embedding_shard_backward(float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B,
+                              int T, int C, int v0, int Vl) {
   void* scratch = embedding_scratch(cuda::embedding_backward_scratch_bytes(B, T));
-  cuda::embedding_shard_backward(dwte, dwpe, dout, tokens, B, T, C, v0, Vl, scratch, kStream);
+  cuda::embedding_shard_backward(dwte, dwpe, dev(dout), tokens, B, T, C, v0, Vl, scratch, kStream);
 }
-void crossentropy_shard_stats(float* row_max, float* target_logit, const float* logits,
+template <class A>
+void crossentropy_shard_stats(float* row_max, float* target_logit, const A* logits,
                               const int32_t* targets, int N, int Vl, int v0, int V) {
-  cuda::crossentropy_shard_stats(row_max, target_logit, logits, targets, N, Vl, v0, V, kStream);
+  cuda::crossentropy_shard_stats(row_max, target_logit, dev(logits), targets, N, Vl, v0, V,
+                                 kStream);
 }
-void crossentropy_shard_sumexp(float* sum, const float* logits, const float* row_max, int N, int Vl,
+template <class A>
+void crossentropy_shard_sumexp(float* sum, const A* logits, const float* row_max, int N, int Vl,
                                int v0, int V) {
-  cuda::crossentropy_shard_sumexp(sum, logits, row_max, N, Vl, v0, V, kStream);
+  cuda::crossentropy_shard_sumexp(sum, dev(logits), row_max, N, Vl, v0, V, kStream);
 }
 void crossentropy_shard_loss(float* losses, float* lse, const float* row_max, const float* sum,
                              const float* target_logit, const int32_t* targets, int N) {
   cuda::crossentropy_shard_loss(losses, lse, row_max, sum, target_logit, targets, N, kStream);
 }
-void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
+template <class A>
+void crossentropy_shard_backward(A* dlogits, const A* logits, const float* lse,
                                  const int32_t* targets, float dloss, int N, int Vl, int v0,
                                  int V) {
-  cuda::crossentropy_shard_backward(dlogits, logits, lse, targets, dloss, N, Vl, v0, V, kStream);
+  cuda::crossentropy_shard_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, Vl, v0, V,
+                                    kStream);
 }
 
 // A float layer as a table entry: itself in the float table, null in the 16-bit ones where the
 // entry's type names the storage type (an entry without it, as the plan's, stays: harmless, the
-// CNNs check conv2d_forward, TP add_bias_rows). The convolutional families and TP run in fp32.
+// CNNs check conv2d_forward). The convolutional families run in fp32.
 template <class F>
 struct FloatOnly {
   F* f;
@@ -460,14 +469,14 @@ const LayerOpsT<A>& table() {
       float_only(maxpool2d_backward),
       float_only(global_avgpool_forward),
       float_only(global_avgpool_backward),
-      float_only(add_bias_rows),
-      float_only(embedding_shard_forward),
-      float_only(embedding_add_positions),
-      float_only(embedding_shard_backward),
-      float_only(crossentropy_shard_stats),
-      float_only(crossentropy_shard_sumexp),
-      float_only(crossentropy_shard_loss),
-      float_only(crossentropy_shard_backward),
+      add_bias_rows<A>,
+      embedding_shard_forward<A>,
+      embedding_add_positions<A>,
+      embedding_shard_backward<A>,
+      crossentropy_shard_stats<A>,
+      crossentropy_shard_sumexp<A>,
+      crossentropy_shard_loss,
+      crossentropy_shard_backward<A>,
   };
   return ops;
 }

@@ -195,7 +195,6 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a BERT built for another precision");
   tp_.group = tp::model_tp_group(how, self_);
   tp_.device = how.tp_device;
-  if constexpr (!std::is_same_v<A, float>) tp::require_serial(tp_, dtype_of<A>());
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",

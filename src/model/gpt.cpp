@@ -479,22 +479,18 @@ ModelOutput GptModelT<A>::output(int slot) const {
 
 template <class A>
 StageBoundary GptModelT<A>::boundary(int chunk, int slot) {
-  if constexpr (!std::is_same_v<A, float>)
-    throw UsageError(fmt::format("--precision {}: pipeline parallelism runs in fp32 only",
-                                 precision_name(dtype_of<A>())));
   GptChunkT<A>& ch = chunks[chunk];
   GptActsT<A>& a = ch.slots[slot];
   StageBoundary b;
   b.input_elements = b.output_elements = size_t(T) * cfg.n_embd;
-  if constexpr (std::is_same_v<A, float>) {
-    if (!ch.first) {
-      b.input = a.encoded;
-      b.input_grad = dresidual;
-    }
-    if (!ch.last) {
-      b.output = a.blocks.back().res_mlp;
-      b.output_grad = dresidual;
-    }
+  b.element_bytes = sizeof(A);  // activations and their gradients in the storage type
+  if (!ch.first) {
+    b.input = a.encoded;
+    b.input_grad = dresidual;
+  }
+  if (!ch.last) {
+    b.output = a.blocks.back().res_mlp;
+    b.output_grad = dresidual;
   }
   return b;
 }

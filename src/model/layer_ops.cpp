@@ -381,6 +381,68 @@ void crossentropy_backward_16(A* dlogits, const A* logits, const float* lse, con
   round_to(dlogits, d, NV);
 }
 
+// Tensor parallelism's pieces: the same widening and one rounding per output.
+template <class A>
+void add_bias_rows_16(A* x, const A* b, int N, int C) {
+  Widened w;
+  const size_t NC = size_t(N) * C;
+  float* o = w.out(NC);
+  widen(o, x, NC);
+  add_bias_rows(o, w.in(b, size_t(C)), N, C);
+  round_to(x, o, NC);
+}
+template <class A>
+void embedding_shard_forward_16(A* out, const int32_t* tokens, const A* wte, int N, int C, int v0,
+                                int Vl) {
+  const size_t row_bytes = size_t(C) * sizeof(A);  // rows copied: no rounding
+  for (int i = 0; i < N; ++i) {
+    const int v = tokens[i] - v0;
+    void* o = out + size_t(i) * C;
+    if (v >= 0 && v < Vl)
+      std::memcpy(o, wte + size_t(v) * C, row_bytes);
+    else
+      std::memset(o, 0, row_bytes);  // +0 is all zero bits in both formats
+  }
+}
+template <class A>
+void embedding_add_positions_16(A* out, const A* wpe, int B, int T, int C) {
+  Widened w;
+  const size_t NC = size_t(B) * T * C;
+  float* o = w.out(NC);
+  widen(o, out, NC);
+  cpu::embedding_add_positions(o, w.in(wpe, size_t(T) * C), B, T, C);
+  round_to(out, o, NC);
+}
+template <class A>
+void embedding_shard_backward_16(float* dwte, float* dwpe, const A* dout, const int32_t* tokens,
+                                 int B, int T, int C, int v0, int Vl) {
+  Widened w;
+  cpu::embedding_shard_backward(dwte, dwpe, w.in(dout, size_t(B) * T * C), tokens, B, T, C, v0, Vl);
+}
+template <class A>
+void crossentropy_shard_stats_16(float* row_max, float* target_logit, const A* logits,
+                                 const int32_t* targets, int N, int Vl, int v0, int V) {
+  Widened w;
+  cpu::crossentropy_shard_stats(row_max, target_logit, w.in(logits, size_t(N) * Vl), targets, N, Vl,
+                                v0, V);
+}
+template <class A>
+void crossentropy_shard_sumexp_16(float* sum, const A* logits, const float* row_max, int N, int Vl,
+                                  int v0, int V) {
+  Widened w;
+  cpu::crossentropy_shard_sumexp(sum, w.in(logits, size_t(N) * Vl), row_max, N, Vl, v0, V);
+}
+template <class A>
+void crossentropy_shard_backward_16(A* dlogits, const A* logits, const float* lse,
+                                    const int32_t* targets, float dloss, int N, int Vl, int v0,
+                                    int V) {
+  Widened w;
+  const size_t NV = size_t(N) * Vl;
+  float* d = w.out(NV);
+  cpu::crossentropy_shard_backward(d, w.in(logits, NV), lse, targets, dloss, N, Vl, v0, V);
+  round_to(dlogits, d, NV);
+}
+
 // Rows by index: each touched row widened, the fp32 sum rounded once (as the CUDA kernels).
 template <class A>
 void scatter_add_rows_16(A* dst, const A* src, const int32_t* index, int M, int C) {
@@ -477,14 +539,14 @@ const LayerOpsT<A>& host_16_layer_ops() {
       nullptr,
       nullptr,
       nullptr,
-      nullptr,  // tensor parallelism in fp32 only
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
+      add_bias_rows_16<A>,
+      embedding_shard_forward_16<A>,
+      embedding_add_positions_16<A>,
+      embedding_shard_backward_16<A>,
+      crossentropy_shard_stats_16<A>,
+      crossentropy_shard_sumexp_16<A>,
+      cpu::crossentropy_shard_loss<float>,
+      crossentropy_shard_backward_16<A>,
   };
   return ops;
 }

@@ -149,8 +149,7 @@ struct LayerOpsT {
   void (*global_avgpool_forward)(A* out, const A* inp, int N, int C, int HW);
   void (*global_avgpool_backward)(A* dinp, const A* dout, int N, int C, int HW);
 
-  // ---- tensor parallelism's pieces between its all-reduces (src/model/tensor_parallel.hpp; the
-  // float tables: null in the 16-bit ones, where TP is refused) ----
+  // ---- tensor parallelism's pieces between its all-reduces (src/model/tensor_parallel.hpp) ----
   // x[n,:] += b for n < N: a row-parallel linear's replicated bias, after the sum over TP.
   void (*add_bias_rows)(A* x, const A* b, int N, int C);
   // The vocab-parallel embedding and cross-entropy on a shard of vocabulary rows [v0, v0+Vl)

@@ -117,13 +117,14 @@ struct GradReadyHook {
 // chunk has no neighbour on that side: input on the first virtual stage, output and output_grad on
 // the last, input_grad on the first.
 struct StageBoundary {
-  float* input = nullptr;             // receive the chunk's input here before its forward
-  const float* output = nullptr;      // the chunk's output after its forward, to send on
-  float* output_grad = nullptr;       // receive the gradient of the output here before backward
-  const float* input_grad = nullptr;  // after backward: the gradient of the input, to send back
+  void* input = nullptr;             // receive the chunk's input here before its forward
+  const void* output = nullptr;      // the chunk's output after its forward, to send on
+  void* output_grad = nullptr;       // receive the gradient of the output here before backward
+  const void* input_grad = nullptr;  // after backward: the gradient of the input, to send back
   // Per sample, a micro-batch of r samples sends r times these: the input and its gradient, the
   // output and its gradient.
   size_t input_elements = 0, output_elements = 0;
+  size_t element_bytes = sizeof(float);  // of the model's storage type (2 in 16 bits)
 };
 
 // A tensor a model fed itself beyond its samples (an encoder's masked inputs), for `eval --dump`.

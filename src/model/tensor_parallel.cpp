@@ -2,13 +2,15 @@
 // rank's shard; copy_to_tp / reduce_from_tp all-reduce once per region (a region's input gradient
 // overlapping its weight products), and the vocab-parallel cross-entropy all-reduces N-sized row
 // statistics instead of gathering logits. The work between the all-reduces is the device's layer
-// table's; the all-reduces run on host copies where MPI cannot read the device's memory.
+// table's; the all-reduces run on host copies where MPI cannot read the device's memory, and in
+// fp32 on the host for 16-bit tensors.
 #include "src/model/tensor_parallel.hpp"
 
 #include <fmt/format.h>
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "base/check.hpp"
 
@@ -16,34 +18,79 @@ namespace mpitron::tp {
 
 namespace {
 
-// Whether MPI reads and writes the layers' memory in place (else host copies).
-bool host_memory(const LayerOps& ops) {
-  return ops.device == Device::cpu;
+// Whether MPI reads and writes the layers' fp32 memory in place (else host copies).
+bool host_memory(Device d) {
+  return d == Device::cpu;
 }
 
-// The host copy of n floats of the layers' memory x, in tp.staging.
-float* download_to_staging(TpComm& tp, const LayerOps& ops, const float* x, size_t n) {
+// n floats of the layers' memory (the device d) as a host fp32 copy in tp.staging.
+float* floats_to_staging(TpComm& tp, void (*download)(float*, const float*, size_t), const float* x,
+                         size_t n) {
   if (tp.staging.size() < n) tp.staging.resize(n);
-  ops.download(tp.staging.data(), x, n);
+  download(tp.staging.data(), x, n);
   return tp.staging.data();
 }
 
-// x (n floats of the layers' memory) through a blocking collective over TP, in place.
-template <class Collective>
-void all_reduce(TpComm& tp, const LayerOps& ops, float* x, size_t n, Collective collective) {
-  if (host_memory(ops)) return collective(x);
-  float* host = download_to_staging(tp, ops, x, n);
-  collective(host);
-  ops.upload(x, host, n);
+// n elements of A in the layers' memory as host fp32 in tp.staging: MPI sums floats in place
+// where it can (the CPU's fp32), else this copy (downloaded; 16-bit widened).
+template <class A>
+float* to_staging(TpComm& tp, const LayerOpsT<A>& ops, const A* x, size_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    return floats_to_staging(tp, ops.download, x, n);
+  } else {
+    if (tp.staging.size() < n) tp.staging.resize(n);
+    const A* host = x;
+    if (!host_memory(ops.device)) {
+      if (tp.staging_16.size() < n * sizeof(A)) tp.staging_16.resize(n * sizeof(A));
+      ops.download_bytes(tp.staging_16.data(), x, n * sizeof(A));
+      host = reinterpret_cast<const A*>(tp.staging_16.data());
+    }
+    widen(tp.staging.data(), host, n);
+    return tp.staging.data();
+  }
 }
 
-void allreduce_sum(TpComm& tp, const LayerOps& ops, float* x, size_t n) {
-  if (tp.device) return tp.device->allreduce_sum(tp.device->ctx, x, n);
-  all_reduce(tp, ops, x, n, [&](float* p) { tp.group->allreduce_sum(p, n); });
+// The summed staging copy back into x (16-bit: rounded once).
+template <class A>
+void from_staging(TpComm& tp, const LayerOpsT<A>& ops, A* x, size_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    ops.upload(x, tp.staging.data(), n);
+  } else if (host_memory(ops.device)) {
+    round_to(x, tp.staging.data(), n);
+  } else {
+    A* host = reinterpret_cast<A*>(tp.staging_16.data());
+    round_to(host, tp.staging.data(), n);
+    ops.upload_bytes(x, host, n * sizeof(A));
+  }
 }
-void allreduce_max(TpComm& tp, const LayerOps& ops, float* x, size_t n) {
-  if (tp.device) return tp.device->allreduce_max(tp.device->ctx, x, n);
-  all_reduce(tp, ops, x, n, [&](float* p) { tp.group->allreduce_max(p, n); });
+
+// Whether x is summed in place: the device's own collectives (fp32), or MPI on the CPU's fp32.
+template <class A>
+bool in_place(const TpComm& tp, const LayerOpsT<A>& ops) {
+  return std::is_same_v<A, float> && (tp.device || host_memory(ops.device));
+}
+
+template <class A>
+void allreduce_sum(TpComm& tp, const LayerOpsT<A>& ops, A* x, size_t n) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (tp.device) return tp.device->allreduce_sum(tp.device->ctx, x, n);
+    if (host_memory(ops.device)) return tp.group->allreduce_sum(x, n);
+  }
+  float* host = to_staging(tp, ops, x, n);
+  tp.group->allreduce_sum(host, n);
+  from_staging(tp, ops, x, n);
+}
+
+// The cross-entropy's row statistics: float arrays in the layers' memory, whatever A is.
+template <class A>
+void allreduce_floats(TpComm& tp, const LayerOpsT<A>& ops, float* x, size_t n, bool max) {
+  if (tp.device) {
+    return max ? tp.device->allreduce_max(tp.device->ctx, x, n)
+               : tp.device->allreduce_sum(tp.device->ctx, x, n);
+  }
+  float* host = host_memory(ops.device) ? x : floats_to_staging(tp, ops.download, x, n);
+  max ? tp.group->allreduce_max(host, n) : tp.group->allreduce_sum(host, n);
+  if (host != x) ops.upload(x, host, n);
 }
 
 }  // namespace
@@ -67,40 +114,37 @@ comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self) {
   return tp;
 }
 
-void require_serial(const TpComm& tp, DType t) {
-  if (tp.size() > 1)
-    throw UsageError(fmt::format(
-        "--precision {}: tensor parallelism runs in fp32 only (use --tp 1 or --precision fp32)",
-        precision_name(t)));
-}
-
-void require_tp_layers(const TpComm& tp, const LayerOps& ops) {
-  MPITRON_REQUIRE(
-      tp.size() == 1 || ops.add_bias_rows,
-      std::string("the layers of ") + device_name(ops.device) + " have no tensor-parallel pieces");
+template <class A>
+void require_tp_layers(const TpComm& tp, const LayerOpsT<A>& ops) {
+  MPITRON_REQUIRE(tp.size() == 1 || ops.add_bias_rows,
+                  fmt::format("the {} layers of {} have no tensor-parallel pieces",
+                              precision_name(dtype_of<A>()), device_name(ops.device)));
 }
 
 // ---- communication pairs ----
 
 // copy_to_tp forward: identity (the header's template).
 // copy_to_tp backward: all-reduce (sum) of the input gradient; no collective at tp 1.
-void copy_to_tp_backward(TpComm& tp, float* dx, size_t n, const LayerOps& ops) {
+template <class A>
+void copy_to_tp_backward(TpComm& tp, A* dx, size_t n, const LayerOpsT<A>& ops) {
   if (tp.size() > 1) allreduce_sum(tp, ops, dx, n);
 }
 
 // reduce_from_tp forward: all-reduce (sum) of the partial outputs; no collective at tp 1.
-void reduce_from_tp_forward(TpComm& tp, float* y, size_t n, const LayerOps& ops) {
+// reduce_from_tp backward: identity (the header's template).
+template <class A>
+void reduce_from_tp_forward(TpComm& tp, A* y, size_t n, const LayerOpsT<A>& ops) {
   if (tp.size() > 1) allreduce_sum(tp, ops, y, n);
 }
-// reduce_from_tp backward: identity, the output gradient is replicated.
-void reduce_from_tp_backward(TpComm&, const float*, size_t) {}
 
 // ---- a region: copy_to_tp backward once for its consumers ----
 
-TpRegion copy_to_tp_backward_begin(TpComm& tp, float* dinp, float* partial, const float* base,
-                                   int N, int IC, bool per_layer, const LayerOps& ops) {
+template <class A>
+TpRegionT<A> copy_to_tp_backward_begin(TpComm& tp, A* dinp, std::type_identity_t<A>* partial,
+                                       const std::type_identity_t<A>* base, int N, int IC,
+                                       bool per_layer, const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
-  TpRegion r;
+  TpRegionT<A> r;
   r.ops = &ops;
   r.tp = &tp;
   r.dinp = dinp;
@@ -120,46 +164,59 @@ TpRegion copy_to_tp_backward_begin(TpComm& tp, float* dinp, float* partial, cons
   return r;
 }
 
-void copy_to_tp_backward_start(TpRegion& r) {
+template <class A>
+void copy_to_tp_backward_start(TpRegionT<A>& r) {
   MPITRON_REQUIRE(!r.pending.pending(), "copy_to_tp_backward_start: the region already started");
   if (r.tp->size() == 1 || r.per_layer || !r.dinp || !r.holds) return;
   const size_t n = size_t(r.N) * r.IC;
-  // The device's own all-reduce runs in stream order with the weight products: nothing to wait for.
-  if (r.tp->device) return r.tp->device->allreduce_sum(r.tp->device->ctx, r.dinp, n);
-  r.staged = !host_memory(*r.ops);
-  float* x = r.staged ? download_to_staging(*r.tp, *r.ops, r.dinp, n) : r.dinp;
-  r.pending = r.tp->group->iallreduce_sum(x, n);
+  TpComm& tp = *r.tp;
+  if constexpr (std::is_same_v<A, float>) {
+    // The device's own all-reduce runs in stream order with the weight products: nothing to wait.
+    if (tp.device) return tp.device->allreduce_sum(tp.device->ctx, r.dinp, n);
+  }
+  r.staged = !in_place(tp, *r.ops);
+  float* x;
+  if constexpr (std::is_same_v<A, float>)
+    x = r.staged ? to_staging(tp, *r.ops, r.dinp, n) : r.dinp;
+  else
+    x = to_staging(tp, *r.ops, r.dinp, n);
+  r.pending = tp.group->iallreduce_sum(x, n);
 }
 
-void copy_to_tp_backward_wait(TpRegion& r) {
+template <class A>
+void copy_to_tp_backward_wait(TpRegionT<A>& r) {
   r.pending.wait();
-  if (r.staged) r.ops->upload(r.dinp, r.tp->staging.data(), size_t(r.N) * r.IC);
+  if (r.staged) from_staging(*r.tp, *r.ops, r.dinp, size_t(r.N) * r.IC);
   r.staged = false;
 }
 
 // ---- column-parallel linear ----
 
-void column_parallel_linear_forward(TpComm& tp, float* out, const float* inp, const float* w,
-                                    const float* b, int N, int IC, int OCl, const LayerOps& ops) {
+template <class A>
+void column_parallel_linear_forward(TpComm& tp, A* out, const A* inp, const A* w,
+                                    const std::type_identity_t<A>* b, int N, int IC, int OCl,
+                                    const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 
-void column_parallel_linear_gelu_forward(TpComm& tp, float* pre, float* out, const float* inp,
-                                         const float* w, const float* b, int N, int IC, int OCl,
-                                         const LayerOps& ops) {
+template <class A>
+void column_parallel_linear_gelu_forward(TpComm& tp, A* pre, A* out, const A* inp, const A* w,
+                                         const std::type_identity_t<A>* b, int N, int IC, int OCl,
+                                         const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
   ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
 }
 
 // The product goes straight into dinp when it is the first, else into partial and is added
 // (ops.residual_forward: dinp = dinp + partial), consumers in call order.
-void column_parallel_linear_backward_input(TpRegion& r, const float* dout, const float* w,
-                                           int OCl) {
+template <class A>
+void column_parallel_linear_backward_input(TpRegionT<A>& r, const std::type_identity_t<A>* dout,
+                                           const std::type_identity_t<A>* w, int OCl) {
   MPITRON_REQUIRE(r.dinp, "column_parallel_linear_backward_input: the region has no dinp");
   MPITRON_REQUIRE(!r.pending.pending(), "column_parallel_linear_backward_input after start");
   const size_t n = size_t(r.N) * r.IC;
-  float* const product = r.holds ? r.partial : r.dinp;
+  A* const product = r.holds ? r.partial : r.dinp;
   MPITRON_REQUIRE(product, "a region's second product (or one after a base) needs partial");
   r.ops->linear_backward(product, nullptr, nullptr, dout, nullptr, w, r.N, r.IC, OCl);
   if (r.per_layer) copy_to_tp_backward(*r.tp, product, n, *r.ops);
@@ -167,19 +224,22 @@ void column_parallel_linear_backward_input(TpRegion& r, const float* dout, const
   r.holds = true;
 }
 
-void column_parallel_linear_backward_weights(TpRegion& r, float* dw, float* db, const float* dout,
-                                             const float* inp, int OCl) {
+template <class A>
+void column_parallel_linear_backward_weights(TpRegionT<A>& r, float* dw, float* db,
+                                             const std::type_identity_t<A>* dout,
+                                             const std::type_identity_t<A>* inp, int OCl) {
   // A poke at the all-reduce in flight: MPI progresses a non-blocking collective inside its calls.
   if (r.pending.pending()) r.pending.test();
   r.ops->linear_backward(nullptr, dw, db, dout, inp, nullptr, r.N, r.IC, OCl);
 }
 
-void column_parallel_linear_backward(TpComm& tp, float* dinp, float* dw, float* db,
-                                     const float* dout, const float* inp, const float* w, int N,
-                                     int IC, int OCl, const LayerOps& ops) {
+template <class A>
+void column_parallel_linear_backward(TpComm& tp, std::type_identity_t<A>* dinp, float* dw,
+                                     float* db, const A* dout, const A* inp, const A* w, int N,
+                                     int IC, int OCl, const LayerOpsT<A>& ops) {
   if (tp.size() == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
   require_tp_layers(tp, ops);
-  TpRegion r = copy_to_tp_backward_begin(tp, dinp, nullptr, nullptr, N, IC, false, ops);
+  TpRegionT<A> r = copy_to_tp_backward_begin<A>(tp, dinp, nullptr, nullptr, N, IC, false, ops);
   if (dinp) column_parallel_linear_backward_input(r, dout, w, OCl);
   copy_to_tp_backward_start(r);
   column_parallel_linear_backward_weights(r, dw, db, dout, inp, OCl);
@@ -188,8 +248,10 @@ void column_parallel_linear_backward(TpComm& tp, float* dinp, float* dw, float* 
 
 // ---- row-parallel linear ----
 
-void row_parallel_linear_forward(TpComm& tp, float* out, const float* inp, const float* w,
-                                 const float* b, int N, int ICl, int OC, const LayerOps& ops) {
+template <class A>
+void row_parallel_linear_forward(TpComm& tp, A* out, const A* inp, const A* w,
+                                 const std::type_identity_t<A>* b, int N, int ICl, int OC,
+                                 const LayerOpsT<A>& ops) {
   if (tp.size() == 1) return ops.linear_forward(out, inp, w, b, N, ICl, OC);
   require_tp_layers(tp, ops);
   ops.linear_forward(out, inp, w, nullptr, N, ICl, OC);
@@ -197,9 +259,10 @@ void row_parallel_linear_forward(TpComm& tp, float* out, const float* inp, const
   if (b) ops.add_bias_rows(out, b, N, OC);
 }
 
-void row_parallel_linear_backward(TpComm& tp, float* dinp, float* dw, float* db, const float* dout,
-                                  const float* inp, const float* w, int N, int ICl, int OC,
-                                  const LayerOps& ops) {
+template <class A>
+void row_parallel_linear_backward(TpComm& tp, std::type_identity_t<A>* dinp, float* dw, float* db,
+                                  const A* dout, const A* inp, const A* w, int N, int ICl, int OC,
+                                  const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
   reduce_from_tp_backward(tp, dout, size_t(N) * OC);
   ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
@@ -207,9 +270,10 @@ void row_parallel_linear_backward(TpComm& tp, float* dinp, float* dw, float* db,
 
 // ---- vocab-parallel embedding ----
 
-void vocab_parallel_embedding_forward(TpComm& tp, float* out, const int32_t* tokens,
-                                      const float* wte, const float* wpe, int B, int T, int C,
-                                      int v0, int Vl, const LayerOps& ops) {
+template <class A>
+void vocab_parallel_embedding_forward(TpComm& tp, A* out, const int32_t* tokens, const A* wte,
+                                      const A* wpe, int B, int T, int C, int v0, int Vl,
+                                      const LayerOpsT<A>& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_forward at tp 1 needs v0 = 0");
     return ops.embedding_forward(out, tokens, wte, wpe, B, T, C);
@@ -222,9 +286,10 @@ void vocab_parallel_embedding_forward(TpComm& tp, float* out, const int32_t* tok
   ops.embedding_add_positions(out, wpe, B, T, C);
 }
 
-void vocab_parallel_embedding_backward(TpComm& tp, float* dwte, float* dwpe, const float* dout,
+template <class A>
+void vocab_parallel_embedding_backward(TpComm& tp, float* dwte, float* dwpe, const A* dout,
                                        const int32_t* tokens, int B, int T, int C, int v0, int Vl,
-                                       const LayerOps& ops) {
+                                       const LayerOpsT<A>& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0, "vocab_parallel_embedding_backward at tp 1 needs v0 = 0");
     return ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
@@ -236,9 +301,10 @@ void vocab_parallel_embedding_backward(TpComm& tp, float* dwte, float* dwpe, con
 // ---- vocab-parallel cross-entropy ----
 
 // lse = M + log(sum_ranks sum_j exp(x_j - M)) with M the global row max, loss = lse - x[target].
+template <class A>
 void vocab_parallel_crossentropy_forward(TpComm& tp, float* losses, float* lse, float* scratch,
-                                         const float* logits, const int32_t* targets, int N, int Vl,
-                                         int v0, int V, const LayerOps& ops) {
+                                         const A* logits, const int32_t* targets, int N, int Vl,
+                                         int v0, int V, const LayerOpsT<A>& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_forward at tp 1 needs v0 = 0 and Vl = V");
@@ -249,17 +315,18 @@ void vocab_parallel_crossentropy_forward(TpComm& tp, float* losses, float* lse, 
   float* sum = scratch + N;         // (N) sum of exp(x - global max)
   float* target = scratch + 2 * N;  // (N) the target's logit, from the rank that holds it
   ops.crossentropy_shard_stats(mx, target, logits, targets, N, Vl, v0, V);
-  allreduce_max(tp, ops, mx, size_t(N));
+  allreduce_floats(tp, ops, mx, size_t(N), true);
   ops.crossentropy_shard_sumexp(sum, logits, mx, N, Vl, v0, V);
-  allreduce_sum(tp, ops, sum, size_t(N));
-  allreduce_sum(tp, ops, target, size_t(N));
+  allreduce_floats(tp, ops, sum, size_t(N), false);
+  allreduce_floats(tp, ops, target, size_t(N), false);
   ops.crossentropy_shard_loss(losses, lse, mx, sum, target, targets, N);
 }
 
 // Each element is read before it is written at the same index, so dlogits may alias logits.
-void vocab_parallel_crossentropy_backward(TpComm& tp, float* dlogits, const float* logits,
-                                          const float* lse, const int32_t* targets, float dloss,
-                                          int N, int Vl, int v0, int V, const LayerOps& ops) {
+template <class A>
+void vocab_parallel_crossentropy_backward(TpComm& tp, A* dlogits, const A* logits, const float* lse,
+                                          const int32_t* targets, float dloss, int N, int Vl,
+                                          int v0, int V, const LayerOpsT<A>& ops) {
   if (tp.size() == 1) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_backward at tp 1 needs v0 = 0 and Vl = V");
@@ -268,5 +335,44 @@ void vocab_parallel_crossentropy_backward(TpComm& tp, float* dlogits, const floa
   require_tp_layers(tp, ops);
   ops.crossentropy_shard_backward(dlogits, logits, lse, targets, dloss, N, Vl, v0, V);
 }
+
+#define MPITRON_TP_INSTANTIATE(A)                                                                  \
+  template void require_tp_layers<A>(const TpComm&, const LayerOpsT<A>&);                          \
+  template void copy_to_tp_backward<A>(TpComm&, A*, size_t, const LayerOpsT<A>&);                  \
+  template void reduce_from_tp_forward<A>(TpComm&, A*, size_t, const LayerOpsT<A>&);               \
+  template TpRegionT<A> copy_to_tp_backward_begin<A>(TpComm&, A*, A*, const A*, int, int, bool,    \
+                                                     const LayerOpsT<A>&);                         \
+  template void copy_to_tp_backward_start<A>(TpRegionT<A>&);                                       \
+  template void copy_to_tp_backward_wait<A>(TpRegionT<A>&);                                        \
+  template void column_parallel_linear_forward<A>(TpComm&, A*, const A*, const A*, const A*, int,  \
+                                                  int, int, const LayerOpsT<A>&);                  \
+  template void column_parallel_linear_gelu_forward<A>(                                            \
+      TpComm&, A*, A*, const A*, const A*, const A*, int, int, int, const LayerOpsT<A>&);          \
+  template void column_parallel_linear_backward_input<A>(TpRegionT<A>&, const A*, const A*, int);  \
+  template void column_parallel_linear_backward_weights<A>(TpRegionT<A>&, float*, float*,          \
+                                                           const A*, const A*, int);               \
+  template void column_parallel_linear_backward<A>(TpComm&, A*, float*, float*, const A*,          \
+                                                   const A*, const A*, int, int, int,              \
+                                                   const LayerOpsT<A>&);                           \
+  template void row_parallel_linear_forward<A>(TpComm&, A*, const A*, const A*, const A*, int,     \
+                                               int, int, const LayerOpsT<A>&);                     \
+  template void row_parallel_linear_backward<A>(TpComm&, A*, float*, float*, const A*, const A*,   \
+                                                const A*, int, int, int, const LayerOpsT<A>&);     \
+  template void vocab_parallel_embedding_forward<A>(TpComm&, A*, const int32_t*, const A*,         \
+                                                    const A*, int, int, int, int, int,             \
+                                                    const LayerOpsT<A>&);                          \
+  template void vocab_parallel_embedding_backward<A>(TpComm&, float*, float*, const A*,            \
+                                                     const int32_t*, int, int, int, int, int,      \
+                                                     const LayerOpsT<A>&);                         \
+  template void vocab_parallel_crossentropy_forward<A>(TpComm&, float*, float*, float*, const A*,  \
+                                                       const int32_t*, int, int, int, int,         \
+                                                       const LayerOpsT<A>&);                       \
+  template void vocab_parallel_crossentropy_backward<A>(TpComm&, A*, const A*, const float*,       \
+                                                        const int32_t*, float, int, int, int, int, \
+                                                        const LayerOpsT<A>&);
+MPITRON_TP_INSTANTIATE(float)
+MPITRON_TP_INSTANTIATE(bf16_t)
+MPITRON_TP_INSTANTIATE(fp16_t)
+#undef MPITRON_TP_INSTANTIATE
 
 }  // namespace mpitron::tp

@@ -1,7 +1,7 @@
-// Megatron-style tensor-parallel building blocks on any device (Shoeybi et al. 2019,
-// "Megatron-LM"): the conjugate communication pairs copy_to_tp / reduce_from_tp (the paper's f and
-// g), applied once per region (TpRegion: however many column-parallel layers read its input),
-// column- and row-parallel linears, a vocab-parallel embedding and cross-entropy.
+// Megatron-style tensor-parallel building blocks on any device and in any storage type (Shoeybi et
+// al. 2019, "Megatron-LM"): the conjugate communication pairs copy_to_tp / reduce_from_tp (the
+// paper's f and g), applied once per region (TpRegion: however many column-parallel layers read its
+// input), column- and row-parallel linears, a vocab-parallel embedding and cross-entropy.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,15 +33,17 @@ struct TpDeviceCollectives {
   void (*allreduce_max)(void* ctx, float* buf, size_t n) = nullptr;
 };
 
-// The TP group as the layers see it: the device's own collectives where it has them (device),
-// else MPI over the TP ranks, on the tensors in place where the host reads the layers' memory (the
-// CPU), or through host copies (download, MPI on the copy, upload): a device whose memory MPI
-// cannot read (cpu-staged; CUDA under an Open MPI that is not CUDA-aware). staging grows to the
-// largest all-reduce in the first step and is kept.
+// The TP group as the layers see it: the device's own collectives where it has them (device, fp32
+// tensors), else MPI over the TP ranks, on the tensors in place where the host reads the layers'
+// fp32 memory (the CPU), or through host copies (download, MPI on the copy, upload): a device whose
+// memory MPI cannot read (cpu-staged; CUDA under an Open MPI that is not CUDA-aware), and 16-bit
+// tensors, which are widened to fp32 on the host, summed there and rounded once. The staging
+// buffers grow to the largest all-reduce in the first step and are kept.
 struct TpComm {
   comm::Group* group = nullptr;
-  std::vector<float> staging;                   // host copies (unused on the CPU)
+  std::vector<float> staging;                   // host fp32 copies (unused for the CPU's fp32)
   const TpDeviceCollectives* device = nullptr;  // NCCL over the group, or nullptr: MPI
+  std::vector<unsigned char> staging_16;        // a device's 16-bit tensor as downloaded
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }
 };
@@ -61,26 +63,36 @@ void require_tp_splits(int tp, std::initializer_list<TpSplit> splits);
 // The group a model built by how runs its TP collectives on: *how.tp, or self (size 1) without
 // one; InternalError unless its size and rank are the registry slice's.
 comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self);
-// Where the layers may run: above tp 1 fp32 layers with the shard pieces (every float table);
-// UsageError (precision) or InternalError (a table without them) otherwise. Every layer function
-// here checks through these two.
-void require_serial(const TpComm& tp, DType t);  // UsageError above tp 1
-void require_tp_layers(const TpComm& tp, const LayerOps& ops);
+// Where the layers may run: above tp 1 a table with the shard pieces (every CPU and CUDA table);
+// InternalError otherwise. Every layer function here checks through it.
+template <class A>
+void require_tp_layers(const TpComm& tp, const LayerOpsT<A>& ops);
+
+// Storage types: A is float, bf16_t or fp16_t (src/model/precision.hpp) for activations and the
+// weights the layers read; parameter gradients, losses, lse and the cross-entropy's row statistics
+// are float. A 16-bit all-reduce sums in fp32 on the host and rounds the sum once, so above tp 1 a
+// sum of partial products is rounded twice (each rank's product, then the sum), as Megatron-LM's
+// 16-bit all-reduces do. The default ops: the CPU's table of A.
 
 // ---- communication pairs (a forward and its backward, side by side) ----
 
 // copy_to_tp (the paper's f) enters a parallel region whose input is replicated on every rank.
-// Forward: identity, nothing to do (any storage type; it marks where a region begins).
+// Forward: identity, nothing to do (it marks where a region begins).
 template <class A>
 void copy_to_tp_forward(TpComm&, const A*, size_t) {}
 // Backward: dx = the sum over tp of every rank's partial input gradient (all-reduce, in place).
-void copy_to_tp_backward(TpComm& tp, float* dx, size_t n, const LayerOps& ops = cpu_layer_ops());
+template <class A>
+void copy_to_tp_backward(TpComm& tp, A* dx, size_t n,
+                         const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // reduce_from_tp (the paper's g) leaves a parallel region whose output is a sum of partials.
 // Forward: y = the sum over tp of every rank's partial output (all-reduce, in place).
-void reduce_from_tp_forward(TpComm& tp, float* y, size_t n, const LayerOps& ops = cpu_layer_ops());
+template <class A>
+void reduce_from_tp_forward(TpComm& tp, A* y, size_t n,
+                            const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 // Backward: identity, dy is already replicated; nothing to do.
-void reduce_from_tp_backward(TpComm& tp, const float* dy, size_t n);
+template <class A>
+void reduce_from_tp_backward(TpComm&, const A*, size_t) {}
 
 // ---- a region: copy_to_tp once for every column-parallel layer that reads one input ----
 
@@ -95,133 +107,150 @@ void reduce_from_tp_backward(TpComm& tp, const float* dy, size_t n);
 // so a region costs one all-reduce of N·IC whatever its consumers. per_layer is the reference
 // it is tested against, the fused per-layer form: each consumer's product all-reduced on its own,
 // blocking, before it is added (one all-reduce per consumer). At tp 1 neither communicates and
-// both give the bits of the serial layers (ops.linear_backward, then the additions). Float only
-// (the encoder; the GPT's blocks and heads at tp > 1, through column_parallel_linear_backward).
-struct TpRegion {
+// both give the bits of the serial layers (ops.linear_backward, then the additions).
+template <class A>
+struct TpRegionT {
   TpComm* tp = nullptr;
-  float* dinp = nullptr;     // (N,IC) the input gradient; nullptr: no consumer wants it
-  float* partial = nullptr;  // (N,IC) scratch for a product before it is added, or nullptr where
-                             // the only product assigns dinp (one consumer, no base)
+  A* dinp = nullptr;     // (N,IC) the input gradient; nullptr: no consumer wants it
+  A* partial = nullptr;  // (N,IC) scratch for a product before it is added, or nullptr where
+                         // the only product assigns dinp (one consumer, no base)
   int N = 0, IC = 0;
-  bool per_layer = false;         // the reference: one blocking all-reduce per consumer
-  bool holds = false;             // dinp holds a sum already (the base, or a product): products add
-  comm::Request pending;          // the all-reduce in flight between start and wait
-  bool staged = false;            // in flight on tp->staging: uploaded to dinp at wait
-  const LayerOps* ops = nullptr;  // the device's layers
+  bool per_layer = false;  // the reference: one blocking all-reduce per consumer
+  bool holds = false;      // dinp holds a sum already (the base, or a product): products add
+  comm::Request pending;   // the all-reduce in flight between start and wait
+  bool staged = false;     // in flight on tp->staging: brought back to dinp at wait
+  const LayerOpsT<A>* ops = nullptr;  // the device's layers
 };
+using TpRegion = TpRegionT<float>;
 
 // Opens a region's backward. base (N,IC) or nullptr: a gradient of the input from outside the
 // region (a skip connection), replicated on every rank. It must count once in the sum over TP, so
 // dinp starts as base on TP rank 0 and as zeros on the others (per_layer: base on every rank, the
 // consumers' products being summed on their own). base may alias dinp. Without base, the first
 // product assigns dinp. Every rank passes base or none alike.
-TpRegion copy_to_tp_backward_begin(TpComm& tp,
-                                   float* dinp,        // (N,IC) =, or nullptr
-                                   float* partial,     // (N,IC) scratch, or nullptr
-                                   const float* base,  // (N,IC) or nullptr
-                                   int N, int IC, bool per_layer = false,
-                                   const LayerOps& ops = cpu_layer_ops());
+template <class A>
+TpRegionT<A> copy_to_tp_backward_begin(TpComm& tp,
+                                       A* dinp,                              // (N,IC) =, or nullptr
+                                       std::type_identity_t<A>* partial,     // (N,IC) or nullptr
+                                       const std::type_identity_t<A>* base,  // (N,IC) or nullptr
+                                       int N, int IC, bool per_layer = false,
+                                       const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 // Starts the all-reduce (sum) of r.dinp in place, after the region's last input product; nothing
 // at tp 1, for per_layer, or without products.
-void copy_to_tp_backward_start(TpRegion& r);
+template <class A>
+void copy_to_tp_backward_start(TpRegionT<A>& r);
 // Waits for it: r.dinp is the full input gradient, the same on every TP rank.
-void copy_to_tp_backward_wait(TpRegion& r);
+template <class A>
+void copy_to_tp_backward_wait(TpRegionT<A>& r);
 
 // ---- column-parallel linear: W split by output rows, this rank holds OCl of them ----
 
 // inp is replicated on every TP rank (its region entered copy_to_tp forward); out holds this
 // rank's columns. No communication.
+template <class A>
 void column_parallel_linear_forward(TpComm& tp,
-                                    float* out,        // (N,OCl) =
-                                    const float* inp,  // (N,IC)
-                                    const float* w,    // (OCl,IC)
-                                    const float* b,    // (OCl) or nullptr
-                                    int N, int IC, int OCl, const LayerOps& ops = cpu_layer_ops());
+                                    A* out,                            // (N,OCl) =
+                                    const A* inp,                      // (N,IC)
+                                    const A* w,                        // (OCl,IC)
+                                    const std::type_identity_t<A>* b,  // (OCl) or nullptr
+                                    int N, int IC, int OCl,
+                                    const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // The same with GPT-2's tanh GELU after it: pre = the product, out = gelu(pre) (this rank's
 // columns; ops.linear_gelu_forward, which a device may fuse).
+template <class A>
 void column_parallel_linear_gelu_forward(TpComm& tp,
-                                         float* pre,        // (N,OCl) =
-                                         float* out,        // (N,OCl) =
-                                         const float* inp,  // (N,IC)
-                                         const float* w,    // (OCl,IC)
-                                         const float* b,    // (OCl) or nullptr
+                                         A* pre,                            // (N,OCl) =
+                                         A* out,                            // (N,OCl) =
+                                         const A* inp,                      // (N,IC)
+                                         const A* w,                        // (OCl,IC)
+                                         const std::type_identity_t<A>* b,  // (OCl) or nullptr
                                          int N, int IC, int OCl,
-                                         const LayerOps& ops = cpu_layer_ops());
+                                         const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // A consumer's input product in region r: r.dinp += dout W, this rank's partial (the first
 // product of a region without base assigns). No communication unless r.per_layer. r.dinp must
 // not be nullptr.
-void column_parallel_linear_backward_input(TpRegion& r,
-                                           const float* dout,  // (N,OCl)
-                                           const float* w,     // (OCl,IC)
+template <class A>
+void column_parallel_linear_backward_input(TpRegionT<A>& r,
+                                           const std::type_identity_t<A>* dout,  // (N,OCl)
+                                           const std::type_identity_t<A>* w,     // (OCl,IC)
                                            int OCl);
 // A consumer's weight products: dw += dout^T inp, db += the column sums of dout. No
 // communication; between start and wait they overlap the region's all-reduce.
-void column_parallel_linear_backward_weights(TpRegion& r,
-                                             float* dw,          // (OCl,IC) +=
-                                             float* db,          // (OCl)    +=, or nullptr
-                                             const float* dout,  // (N,OCl)
-                                             const float* inp,   // (N,IC)
+template <class A>
+void column_parallel_linear_backward_weights(TpRegionT<A>& r,
+                                             float* dw,                            // (OCl,IC) +=
+                                             float* db,                            // (OCl) +=
+                                             const std::type_identity_t<A>* dout,  // (N,OCl)
+                                             const std::type_identity_t<A>* inp,   // (N,IC)
                                              int OCl);
 
 // A column-parallel linear that is a region of its own (the GPT's c_attn, c_fc and LM head):
 // begin, input product, start, weight products, wait. dinp is the full input gradient, summed
 // over TP: one all-reduce of N·IC, overlapping the weight products. dinp == nullptr skips it and
 // the all-reduce (it must then be nullptr on every TP rank). At tp 1: ops.linear_backward.
+template <class A>
 void column_parallel_linear_backward(TpComm& tp,
-                                     float* dinp,        // (N,IC)  =, or nullptr
-                                     float* dw,          // (OCl,IC) +=
-                                     float* db,          // (OCl)   +=, or nullptr
-                                     const float* dout,  // (N,OCl)
-                                     const float* inp,   // (N,IC)
-                                     const float* w,     // (OCl,IC)
-                                     int N, int IC, int OCl, const LayerOps& ops = cpu_layer_ops());
+                                     std::type_identity_t<A>* dinp,  // (N,IC)  =, or nullptr
+                                     float* dw,                      // (OCl,IC) +=
+                                     float* db,                      // (OCl)   +=, or nullptr
+                                     const A* dout,                  // (N,OCl)
+                                     const A* inp,                   // (N,IC)
+                                     const A* w,                     // (OCl,IC)
+                                     int N, int IC, int OCl,
+                                     const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // ---- row-parallel linear: W split by input columns, this rank holds ICl of them ----
 
 // out is the full product, summed over TP (reduce_from_tp forward: one all-reduce of N·OC); the
 // bias is replicated and added once, after the sum.
+template <class A>
 void row_parallel_linear_forward(TpComm& tp,
-                                 float* out,        // (N,OC) =
-                                 const float* inp,  // (N,ICl) this rank's part
-                                 const float* w,    // (OC,ICl)
-                                 const float* b,    // (OC) or nullptr, replicated
-                                 int N, int ICl, int OC, const LayerOps& ops = cpu_layer_ops());
+                                 A* out,                            // (N,OC) =
+                                 const A* inp,                      // (N,ICl) this rank's part
+                                 const A* w,                        // (OC,ICl)
+                                 const std::type_identity_t<A>* b,  // (OC) or nullptr, replicated
+                                 int N, int ICl, int OC,
+                                 const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // No communication (reduce_from_tp backward is the identity). db gets the full column sums of dout
 // on every rank: the bias is replicated and its gradient is the same everywhere.
+template <class A>
 void row_parallel_linear_backward(TpComm& tp,
-                                  float* dinp,        // (N,ICl) =, or nullptr
-                                  float* dw,          // (OC,ICl) +=
-                                  float* db,          // (OC)    +=, or nullptr
-                                  const float* dout,  // (N,OC) replicated
-                                  const float* inp,   // (N,ICl)
-                                  const float* w,     // (OC,ICl)
-                                  int N, int ICl, int OC, const LayerOps& ops = cpu_layer_ops());
+                                  std::type_identity_t<A>* dinp,  // (N,ICl) =, or nullptr
+                                  float* dw,                      // (OC,ICl) +=
+                                  float* db,                      // (OC)    +=, or nullptr
+                                  const A* dout,                  // (N,OC) replicated
+                                  const A* inp,                   // (N,ICl)
+                                  const A* w,                     // (OC,ICl)
+                                  int N, int ICl, int OC,
+                                  const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // ---- vocab-parallel token + position embedding ----
 
 // This rank holds wte rows [v0, v0+Vl) (rows past the vocabulary are padding, never read). Tokens
 // outside the range contribute zeros; the sum over TP (reduce_from_tp forward: one all-reduce of
 // B·T·C) is then added to wpe[t], once. At tp.size() == 1, v0 must be 0.
+template <class A>
 void vocab_parallel_embedding_forward(TpComm& tp,
-                                      float* out,             // (B,T,C) =
+                                      A* out,                 // (B,T,C) =
                                       const int32_t* tokens,  // (B,T), in [0, V)
-                                      const float* wte,       // (Vl,C)
-                                      const float* wpe,       // (maxT,C), replicated
+                                      const A* wte,           // (Vl,C)
+                                      const A* wpe,           // (maxT,C), replicated
                                       int B, int T, int C, int v0, int Vl,
-                                      const LayerOps& ops = cpu_layer_ops());
+                                      const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // No communication. dwte rows of this rank's tokens +=; dwpe += the whole dout (replicated, the
 // same on every rank). Sums in token order per column block (bits independent of threads).
+template <class A>
 void vocab_parallel_embedding_backward(TpComm& tp,
                                        float* dwte,            // (Vl,C)   +=
                                        float* dwpe,            // (maxT,C) +=
-                                       const float* dout,      // (B,T,C)
+                                       const A* dout,          // (B,T,C)
                                        const int32_t* tokens,  // (B,T)
                                        int B, int T, int C, int v0, int Vl,
-                                       const LayerOps& ops = cpu_layer_ops());
+                                       const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // ---- vocab-parallel softmax cross-entropy ----
 
@@ -232,90 +261,25 @@ void vocab_parallel_embedding_backward(TpComm& tp,
 // losses and lse come out the same on every rank. scratch holds 3N floats (row max, sum of
 // exponentials, target logit; overwritten, unused at tp.size() == 1). At tp.size() == 1 the
 // serial layer needs v0 == 0 and Vl == V (no padding).
+template <class A>
 void vocab_parallel_crossentropy_forward(TpComm& tp,
                                          float* losses,           // (N) =
                                          float* lse,              // (N) =
                                          float* scratch,          // (3N) scratch
-                                         const float* logits,     // (N,Vl)
+                                         const A* logits,         // (N,Vl)
                                          const int32_t* targets,  // (N), in [0, V)
                                          int N, int Vl, int v0, int V,
-                                         const LayerOps& ops = cpu_layer_ops());
+                                         const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 // No communication. dlogits = (softmax - onehot) · dloss on real columns, 0 on padding; may alias
 // logits.
+template <class A>
 void vocab_parallel_crossentropy_backward(TpComm& tp,
-                                          float* dlogits,          // (N,Vl) =
-                                          const float* logits,     // (N,Vl)
+                                          A* dlogits,              // (N,Vl) =
+                                          const A* logits,         // (N,Vl)
                                           const float* lse,        // (N), from forward
                                           const int32_t* targets,  // (N)
                                           float dloss, int N, int Vl, int v0, int V,
-                                          const LayerOps& ops = cpu_layer_ops());
-
-// ---- bf16/fp16 storage (src/model/precision.hpp): tensor parallelism is fp32 only, so at tp 1
-// these are the serial layers of ops, with the arguments of their float twins above ----
-
-template <class A>
-requires(!std::is_same_v<A, float>) void column_parallel_linear_forward(
-    TpComm& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N, int IC,
-    int OCl, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.linear_forward(out, inp, w, b, N, IC, OCl);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void column_parallel_linear_gelu_forward(
-    TpComm& tp, A* pre, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N,
-    int IC, int OCl, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void column_parallel_linear_backward(
-    TpComm& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout, const A* inp,
-    const A* w, int N, int IC, int OCl, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void row_parallel_linear_forward(
-    TpComm& tp, A* out, const A* inp, const A* w, const std::type_identity_t<A>* b, int N, int ICl,
-    int OC, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.linear_forward(out, inp, w, b, N, ICl, OC);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void row_parallel_linear_backward(
-    TpComm& tp, std::type_identity_t<A>* dinp, float* dw, float* db, const A* dout, const A* inp,
-    const A* w, int N, int ICl, int OC, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_forward(
-    TpComm& tp, A* out, const int32_t* tokens, const A* wte, const A* wpe, int B, int T, int C, int,
-    int, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.embedding_forward(out, tokens, wte, wpe, B, T, C);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void vocab_parallel_embedding_backward(
-    TpComm& tp, float* dwte, float* dwpe, const A* dout, const int32_t* tokens, int B, int T, int C,
-    int, int, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_forward(
-    TpComm& tp, float* losses, float* lse, float*, const A* logits, const int32_t* targets, int N,
-    int, int, int V, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.crossentropy_forward(losses, lse, logits, targets, N, V);
-}
-template <class A>
-requires(!std::is_same_v<A, float>) void vocab_parallel_crossentropy_backward(
-    TpComm& tp, A* dlogits, const A* logits, const float* lse, const int32_t* targets, float dloss,
-    int N, int, int, int V, const LayerOpsT<A>& ops) {
-  require_serial(tp, dtype_of<A>());
-  ops.crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
-}
+                                          const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
 
 }  // namespace mpitron::tp

@@ -147,26 +147,19 @@ void encoder_block_forward(BlockActsT<A>& a, const A* x, const EncoderBlockWeigh
 
 namespace {
 
-// The encoder's two backward regions (copy_to_tp backward, once per region): float through the TP
-// regions; 16-bit storage runs at tp 1, where a region is its products added in the same order.
+// The encoder's two backward regions (copy_to_tp backward, once per region).
 // The MLP region: dresidual = dfc W_fc, and W_fc's gradients.
 template <class A>
 void encoder_mlp_region_backward(A* dresidual, const EncoderBlockWeights& dw, const A* dfc,
                                  const A* ln_1, const EncoderBlockWeightsT<A>& w,
                                  const BlockShapeT<A>& s, int N, int C, int Cl) {
   const LayerOpsT<A>& L = s.layers();
-  if constexpr (std::is_same_v<A, float>) {
-    tp::TpComm& group = *s.tp_group;
-    tp::TpRegion mlp =
-        tp::copy_to_tp_backward_begin(group, dresidual, nullptr, nullptr, N, C, s.tp_per_layer, L);
-    tp::column_parallel_linear_backward_input(mlp, dfc, w.c_fc_w, 4 * Cl);
-    tp::copy_to_tp_backward_start(mlp);
-    tp::column_parallel_linear_backward_weights(mlp, dw.c_fc_w, dw.c_fc_b, dfc, ln_1, 4 * Cl);
-    tp::copy_to_tp_backward_wait(mlp);
-  } else {
-    tp::require_serial(*s.tp_group, dtype_of<A>());
-    L.linear_backward(dresidual, dw.c_fc_w, dw.c_fc_b, dfc, ln_1, w.c_fc_w, N, C, 4 * Cl);
-  }
+  tp::TpRegionT<A> mlp = tp::copy_to_tp_backward_begin<A>(*s.tp_group, dresidual, nullptr, nullptr,
+                                                          N, C, s.tp_per_layer, L);
+  tp::column_parallel_linear_backward_input(mlp, dfc, w.c_fc_w, 4 * Cl);
+  tp::copy_to_tp_backward_start(mlp);
+  tp::column_parallel_linear_backward_weights(mlp, dw.c_fc_w, dw.c_fc_b, dfc, ln_1, 4 * Cl);
+  tp::copy_to_tp_backward_wait(mlp);
 }
 
 // The attention region: dresidual = base + the input products of q, k and v, added in that
@@ -181,30 +174,18 @@ void encoder_attention_region_backward(A* dresidual, const EncoderBlockWeights& 
   float* const dW[3] = {dw.q_w, dw.k_w, dw.v_w};
   float* const dB[3] = {dw.q_b, dw.k_b, dw.v_b};
   const A* const W[3] = {w.q_w, w.k_w, w.v_w};
-  if constexpr (std::is_same_v<A, float>) {
-    tp::TpComm& group = *s.tp_group;
-    tp::TpRegion in =
-        tp::copy_to_tp_backward_begin(group, dresidual, partial, base, N, C, s.tp_per_layer, L);
-    for (int p = 0; p < 3; ++p) {
-      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
-      tp::column_parallel_linear_backward_input(in, d.datty, W[p], Cl);
-    }
-    tp::copy_to_tp_backward_start(in);
-    for (int p = 0; p < 3; ++p) {
-      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
-      tp::column_parallel_linear_backward_weights(in, dW[p], dB[p], d.datty, x, Cl);
-    }
-    tp::copy_to_tp_backward_wait(in);
-  } else {
-    tp::require_serial(*s.tp_group, dtype_of<A>());
-    const size_t NC = size_t(N) * C;
-    L.copy(dresidual, base, NC);
-    for (int p = 0; p < 3; ++p) {
-      L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
-      L.linear_backward(partial, dW[p], dB[p], d.datty, x, W[p], N, C, Cl);
-      L.residual_forward(dresidual, dresidual, partial, NC);
-    }
+  tp::TpRegionT<A> in = tp::copy_to_tp_backward_begin<A>(*s.tp_group, dresidual, partial, base, N,
+                                                         C, s.tp_per_layer, L);
+  for (int p = 0; p < 3; ++p) {
+    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
+    tp::column_parallel_linear_backward_input(in, d.datty, W[p], Cl);
   }
+  tp::copy_to_tp_backward_start(in);
+  for (int p = 0; p < 3; ++p) {
+    L.copy_strided(d.datty, Cl, d.dqkv + size_t(p) * Cl, 3 * Cl, N, Cl);
+    tp::column_parallel_linear_backward_weights(in, dW[p], dB[p], d.datty, x, Cl);
+  }
+  tp::copy_to_tp_backward_wait(in);
 }
 
 }  // namespace

@@ -24,13 +24,9 @@ double seconds_since(Clock::time_point t0) {
 
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
+PipelineExecutor::PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_bytes,
                                    DeviceAllocator& alloc, StageTransfers transfers)
-    : pp_(pp),
-      slots_(slots),
-      message_elements_(message_elements),
-      alloc_(alloc),
-      transfers_(transfers) {
+    : pp_(pp), slots_(slots), message_bytes_(message_bytes), alloc_(alloc), transfers_(transfers) {
   MPITRON_REQUIRE(chunks >= 1 && slots >= 1, "a pipeline stage needs a chunk and a slot");
   slot_of_.resize(size_t(chunks));
   free_slots_.resize(size_t(chunks));
@@ -53,7 +49,7 @@ size_t PipelineExecutor::free_send_buffer() {
   for (size_t i = 0; i < sends_.size(); ++i)
     if (!sends_[i].pending() || sends_[i].test()) return i;
   AllocationPurpose purpose(alloc_, "a pipeline send buffer");
-  send_buffers_.emplace_back(alloc_, message_elements_);
+  send_buffers_.emplace_back(alloc_, message_bytes_);
   sends_.emplace_back();
   return sends_.size() - 1;
 }
@@ -62,23 +58,23 @@ void PipelineExecutor::finish_sends() {
   for (comm::Request& r : sends_) r.wait();
 }
 
-comm::Request PipelineExecutor::staged_irecv(float* dst, size_t n, int peer, int tag) {
+comm::Request PipelineExecutor::staged_irecv(void* dst, size_t bytes, int peer, int tag) {
   if (free_recv_buffers_.empty()) {
     AllocationPurpose purpose(alloc_, "a pipeline receive buffer");
-    recv_buffers_.emplace_back(alloc_, message_elements_);
+    recv_buffers_.emplace_back(alloc_, message_bytes_);
     free_recv_buffers_.push_back(recv_buffers_.size() - 1);
   }
   const size_t k = free_recv_buffers_.back();
   free_recv_buffers_.pop_back();
-  staged_recvs_.push_back({dst, k, n});
-  return pp_.irecv(recv_buffers_[k].data(), n, peer, tag);
+  staged_recvs_.push_back({dst, k, bytes});
+  return pp_.irecv_bytes(recv_buffers_[k].data(), bytes, peer, tag);
 }
 
 void PipelineExecutor::finish_receives() {
   for (comm::Request& r : recvs_) r.wait();
   recvs_.clear();
   for (const StagedReceive& r : staged_recvs_) {
-    transfers_.upload(r.dst, recv_buffers_[r.buffer].data(), r.n);
+    transfers_.upload(r.dst, recv_buffers_[r.buffer].data(), r.bytes);
     free_recv_buffers_.push_back(r.buffer);
   }
   staged_recvs_.clear();
@@ -126,23 +122,24 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
     finish_receives();
     timing_.wait_s += seconds_since(t0);
   };
-  auto irecv = [&](float* dst, size_t n, int peer, int tag) {
-    return transfers_.staged() ? staged_irecv(dst, n, peer, tag) : pp_.irecv(dst, n, peer, tag);
+  auto irecv = [&](void* dst, size_t bytes, int peer, int tag) {
+    return transfers_.staged() ? staged_irecv(dst, bytes, peer, tag)
+                               : pp_.irecv_bytes(dst, bytes, peer, tag);
   };
-  // Elements of micro-batch mb's message across the chunk's input (or its output) boundary.
-  auto message = [&](size_t per_sample, int mb) {
-    const size_t n = size_t(work.rows(mb)) * per_sample;
-    MPITRON_REQUIRE(n <= message_elements_, "a boundary message larger than planned");
-    return n;
+  // Bytes of micro-batch mb's message across the chunk's input (or its output) boundary.
+  auto message = [&](const StageBoundary& b, size_t per_sample, int mb) {
+    const size_t bytes = size_t(work.rows(mb)) * per_sample * b.element_bytes;
+    MPITRON_REQUIRE(bytes <= message_bytes_, "a boundary message larger than planned");
+    return bytes;
   };
-  auto send = [&](const float* data, size_t n, int peer, int tag) {
+  auto send = [&](const void* data, size_t bytes, int peer, int tag) {
     MPITRON_REQUIRE(data != nullptr, "send from a chunk with no neighbour on that side");
     const size_t k = free_send_buffer();
     if (transfers_.staged())
-      transfers_.download(send_buffers_[k].data(), data, n);
+      transfers_.download(send_buffers_[k].data(), data, bytes);
     else
-      std::memcpy(send_buffers_[k].data(), data, n * sizeof(float));
-    sends_[k] = pp_.isend(send_buffers_[k].data(), n, peer, tag);
+      std::memcpy(send_buffers_[k].data(), data, bytes);
+    sends_[k] = pp_.isend_bytes(send_buffers_[k].data(), bytes, peer, tag);
   };
 
   double loss = 0;
@@ -162,14 +159,14 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         const StageBoundary b = work.boundary(a.chunk, slot_for(a));
         MPITRON_REQUIRE(b.input != nullptr, "receive into a chunk with no previous stage");
         recvs_.push_back(
-            irecv(b.input, message(b.input_elements, a.micro_batch), a.peer, kActivationTag));
+            irecv(b.input, message(b, b.input_elements, a.micro_batch), a.peer, kActivationTag));
         break;
       }
       case Op::recv_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
         MPITRON_REQUIRE(b.output_grad != nullptr, "receive into a chunk with no next stage");
-        recvs_.push_back(
-            irecv(b.output_grad, message(b.output_elements, a.micro_batch), a.peer, kGradientTag));
+        recvs_.push_back(irecv(b.output_grad, message(b, b.output_elements, a.micro_batch), a.peer,
+                               kGradientTag));
         break;
       }
       case Op::forward: {
@@ -203,12 +200,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       }
       case Op::send_activation: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.output, message(b.output_elements, a.micro_batch), a.peer, kActivationTag);
+        send(b.output, message(b, b.output_elements, a.micro_batch), a.peer, kActivationTag);
         break;
       }
       case Op::send_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.input_grad, message(b.input_elements, a.micro_batch), a.peer, kGradientTag);
+        send(b.input_grad, message(b, b.input_elements, a.micro_batch), a.peer, kGradientTag);
         break;
       }
     }

@@ -38,8 +38,8 @@ struct StageWork {
 
 // Copies between the model's memory and the host's, where they differ (null: the same memory).
 struct StageTransfers {
-  void (*download)(float* host_dst, const float* src, size_t n) = nullptr;  // waits for it
-  void (*upload)(float* dst, const float* host_src, size_t n) = nullptr;
+  void (*download)(void* host_dst, const void* src, size_t bytes) = nullptr;  // waits for it
+  void (*upload)(void* dst, const void* host_src, size_t bytes) = nullptr;
   bool staged() const { return download != nullptr; }
 };
 
@@ -52,9 +52,10 @@ struct PipelineTiming {
 class PipelineExecutor {
  public:
   // pp: the pipeline group (its rank is this stage); slots per chunk as the model was built;
-  // message_elements: the largest message (a full micro-batch's boundary tensor); alloc: where the
-  // message buffers live (the host's memory); transfers: how boundary tensors reach them.
-  PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_elements,
+  // message_bytes: the largest message (a full micro-batch's boundary tensor, in the model's
+  // storage type); alloc: where the message buffers live (the host's memory); transfers: how
+  // boundary tensors reach them.
+  PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_bytes,
                    DeviceAllocator& alloc, StageTransfers transfers = {});
 
   // Runs the actions (training: rank_actions; otherwise forward_only_actions); returns the sum
@@ -64,7 +65,7 @@ class PipelineExecutor {
   // Message buffers allocated so far (they grow to the most sends, and staged receives, in flight
   // at once).
   size_t send_buffer_bytes() const {
-    return (send_buffers_.size() + recv_buffers_.size()) * message_elements_ * sizeof(float);
+    return (send_buffers_.size() + recv_buffers_.size()) * message_bytes_;
   }
 
  private:
@@ -72,24 +73,24 @@ class PipelineExecutor {
   size_t free_send_buffer();  // index of a send buffer no pending send uses (a new one if none)
   void finish_sends();
   // Staged: a receive into a host buffer, uploaded to dst by finish_receives.
-  comm::Request staged_irecv(float* dst, size_t n, int peer, int tag);
+  comm::Request staged_irecv(void* dst, size_t bytes, int peer, int tag);
   void finish_receives();  // waits for every posted receive (and uploads the staged ones)
 
   comm::Group& pp_;
   int slots_;
-  size_t message_elements_;
+  size_t message_bytes_;
   DeviceAllocator& alloc_;
   std::vector<std::vector<int>> slot_of_;     // [chunk][mb], -1: not in flight
   std::vector<std::vector<int>> free_slots_;  // [chunk]
-  std::vector<Buffer<float>> send_buffers_;
+  std::vector<Buffer<unsigned char>> send_buffers_;
   std::vector<comm::Request> sends_;  // sends_[i] uses send_buffers_[i]
   std::vector<comm::Request> recvs_;  // posted, not yet needed
   StageTransfers transfers_;
   struct StagedReceive {
-    float* dst;
-    size_t buffer, n;  // recv_buffers_[buffer], n elements
+    void* dst;
+    size_t buffer, bytes;  // recv_buffers_[buffer], bytes of it
   };
-  std::vector<Buffer<float>> recv_buffers_;
+  std::vector<Buffer<unsigned char>> recv_buffers_;
   std::vector<size_t> free_recv_buffers_;
   std::vector<StagedReceive> staged_recvs_;  // of the posted receives, in posting order
   PipelineTiming timing_;

@@ -82,8 +82,9 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   // One send buffer each way: a stage sends its output on and its input's gradient back. Off the
   // CPU they are host memory (messages pass through it), as are the staged receives.
   const bool staged_messages = opts.device != Device::cpu;
+  const size_t message_element = opts.precision == DType::f32 ? f : 2;  // the storage type's
   add(staged_messages ? "pipeline message buffers (host)" : "pipeline send buffers",
-      2 * size_t(how.micro_rows) * m.boundary_elements * f, staged_messages);
+      2 * size_t(how.micro_rows) * m.boundary_elements * message_element, staged_messages);
   return p;
 }
 

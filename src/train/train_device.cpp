@@ -36,11 +36,6 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
       throw UsageError(
           fmt::format("--precision {} trains the {} so far; the {} family runs in fp32", p,
                       family_types_with(&ModelFamily::mixed_precision), family.type));
-    if (L.tp > 1 || L.pp > 1)
-      throw UsageError(fmt::format(
-          "--precision {} runs with data parallelism only so far (--tp 1 --pp 1, got --tp {} --pp "
-          "{}); tensor and pipeline parallelism run in fp32",
-          p, L.tp, L.pp));
     if (device == Device::cpu_staged)
       throw UsageError(fmt::format("--precision {}: --device cpu-staged runs in fp32 only", p));
   }

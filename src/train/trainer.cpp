@@ -84,15 +84,15 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
     sync = std::make_unique<GradSync>(*model, grid.dp, &grid.tp, sync_options, dev.ops, dev.alloc,
                                       &grid.pp, &grid.embedding);
   }
-  size_t message = 0;  // the largest boundary message of any chunk
+  size_t message = 0;  // bytes of the largest boundary message of any chunk
   for (int c = 0; L.pp > 1 && c < L.virtual_stages; ++c) {
     const StageBoundary b = model->boundary(c, 0);
-    message = std::max(
-        {message, size_t(micro_rows) * b.input_elements, size_t(micro_rows) * b.output_elements});
+    message = std::max({message, size_t(micro_rows) * b.input_elements * b.element_bytes,
+                        size_t(micro_rows) * b.output_elements * b.element_bytes});
   }
   // Off the host the messages pass through host buffers (MPI here cannot read a GPU's memory).
   pipeline::StageTransfers transfers;
-  if (!dev.on_host) transfers = {dev.layers.download, dev.layers.upload};
+  if (!dev.on_host) transfers = {dev.layers.download_bytes, dev.layers.upload_bytes};
   executor = std::make_unique<pipeline::PipelineExecutor>(
       grid.pp, L.virtual_stages, model_slots, message, dev.on_host ? dev.alloc : dev.host_alloc,
       transfers);

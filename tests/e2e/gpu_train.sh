@@ -59,6 +59,16 @@ done
   --out gpu_bf16_recompute >/dev/null
 "$MPITRON" compare gpu_bf16/trace.h5 gpu_bf16_recompute/trace.h5 --rtol 0 ||
   fail "recompute changed the GPU's bf16 losses"
+# bf16 over two pipeline stages (bf16 messages through the host) and at tp 2 (the 16-bit partial
+# sums added in fp32 on the host) on the one GPU: within 2% of the CPU's fp32 too.
+for layout in "--pp 2 --micro-batches 4" "--tp 2"; do
+  name=$(echo "$layout" | tr -d ' -')
+  read -ra flags <<<"$layout"
+  mpiexec -n 2 "$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision bf16 \
+    "${flags[@]}" --out "gpu_bf16_$name" >/dev/null
+  "$MPITRON" compare cpu_smooth/trace.h5 "gpu_bf16_$name/trace.h5" --rtol 0.02 ||
+    fail "the GPU's bf16 at $layout left the CPU's fp32 losses by over 2%"
+done
 "$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision fp16 \
   --set train.loss_scale=4294967296 --out gpu_overflow >/dev/null
 "$PYTHON" - <<'PY'
