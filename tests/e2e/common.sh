@@ -84,6 +84,12 @@ fail() {
   exit 1
 }
 
+# same A B WHAT: the runs in folders A and B have the same losses, bit for bit (mpitron compare
+# --rtol 0), else the test fails saying WHAT.
+same() {
+  "$MPITRON" compare "$1/trace.h5" "$2/trace.h5" --rtol 0 >/dev/null || fail "$3"
+}
+
 # Value of a 1-D trace dataset as text, one number a line.
 trace_column() {
   "$PYTHON" -c "

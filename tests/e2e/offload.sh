@@ -9,9 +9,6 @@ source "$(dirname "$0")/common.sh"
 data=$(corpus)
 common=(--config "$TINY" --data "$data" --steps 6 --batch-size 8 --seq-len 32 --log-every 0
   --eval-every 3 --eval-batches 1)
-same() {  # same A B WHAT
-  "$MPITRON" compare "$1/trace.h5" "$2/trace.h5" --rtol 0 >/dev/null || fail "$3"
-}
 "$MPITRON" train "${common[@]}" --out cpu >/dev/null
 "$MPITRON" train "${common[@]}" --offload optimizer --out cpu_offload >/dev/null
 same cpu cpu_offload "--offload optimizer on the cpu differs"

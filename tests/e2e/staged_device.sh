@@ -11,9 +11,6 @@ data=$(corpus)
 # Batch 8 x 32 tokens, not the preset's 32 x 64: every comparison is bit for bit, whatever the shape.
 common=(--config "$TINY" --data "$data" --steps 6 --batch-size 8 --seq-len 32 --log-every 0
   --eval-every 3 --eval-batches 1)
-same() {  # same A B WHAT
-  "$MPITRON" compare "$1/trace.h5" "$2/trace.h5" --rtol 0 >/dev/null || fail "$3"
-}
 "$MPITRON" train "${common[@]}" --out cpu >/dev/null
 "$MPITRON" train "${common[@]}" --device cpu-staged --out staged >/dev/null
 same cpu staged "cpu-staged differs from the cpu at one rank"
