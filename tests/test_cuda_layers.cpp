@@ -531,6 +531,117 @@ TYPED_TEST(CudaLayers, EncoderEqualsCpuBitwise) {
   }
 }
 
+// Tensor parallelism's pieces (the layer table's shard entries) against the CPU's on the same
+// widened inputs: a row-parallel bias added after the sum and the embedding's shard, its positions
+// and backward bit for bit (one add rounded once; the CPU's sequence of fp32 additions); the
+// cross-entropy's shard statistics (the row max and the target's logit exactly, the sum of
+// exponentials and the loss within a float reduction's error) and backward within the storage
+// type's, padding columns 0 and a masked row 0.
+TYPED_TEST(CudaLayers, TensorParallelShardsMatchTheCpu) {
+  SKIP_WITHOUT_DEVICE();
+  using T = TypeParam;
+  Stream stream;
+  struct Shard {
+    int V, Vl, v0;  // vocabulary, the shard's columns, its first
+  };
+  // A shard with padding, one without, one of padding only (tp 4, V 5: rank 3), GPT-2's at tp 2.
+  const Shard shards[] = {{11, 6, 6}, {11, 6, 0}, {5, 2, 6}, {50257, 25216, 25216}};
+  const int B = 3, T_ = 5, C = 37, N = B * T_, maxT = 8;
+  const float dloss = 0.37f;
+  for (const Shard& sh : shards) {
+    const int V = sh.V, Vl = sh.Vl, v0 = sh.v0;
+    const std::string where =
+        "V=" + std::to_string(V) + " Vl=" + std::to_string(Vl) + " v0=" + std::to_string(v0);
+    std::vector<int32_t> targets = random_tokens(size_t(N), V, uint32_t(V + 3));
+    targets[1] = -1;                   // a masked row
+    targets[2] = std::min(v0, V - 1);  // a target on this shard where it has real columns
+    const size_t NV = size_t(N) * Vl;
+    const Data<T> logits = random_values<T>(NV, uint32_t(V + 4), 3.0f);
+    const int real = std::clamp(V - v0, 0, Vl);
+
+    std::vector<float> mx(N), tl(N), sum(N), losses(N), lse(N), d(NV);
+    cpu::crossentropy_shard_stats(mx.data(), tl.data(), logits.host.data(), targets.data(), N, Vl,
+                                  v0, V);
+    // The sum and loss as after the all-reduces at a rank holding all of V: this shard's max.
+    for (float& m : mx) m = std::isfinite(m) ? m : 0.0f;
+    cpu::crossentropy_shard_sumexp(sum.data(), logits.host.data(), mx.data(), N, Vl, v0, V);
+    for (float& x : sum) x = x > 0 ? x : 1.0f;
+    cpu::crossentropy_shard_loss(losses.data(), lse.data(), mx.data(), sum.data(), tl.data(),
+                                 targets.data(), N);
+    cpu::crossentropy_shard_backward(d.data(), logits.host.data(), lse.data(), targets.data(),
+                                     dloss, N, Vl, v0, V);
+
+    DeviceArray<T> glogits(logits.dev), gd(NV);
+    DeviceArray<int32_t> gtargets(targets);
+    DeviceArray<float> gmx(static_cast<size_t>(N)), gtl(static_cast<size_t>(N)),
+        gsum(static_cast<size_t>(N)), glosses(static_cast<size_t>(N)), glse(static_cast<size_t>(N)),
+        cpu_mx(mx), cpu_sum(sum), cpu_tl(tl), cpu_lse(lse);
+    settle();
+    cuda::crossentropy_shard_stats(gmx.ptr, gtl.ptr, glogits.ptr, gtargets.ptr, N, Vl, v0, V,
+                                   stream.s);
+    cuda::crossentropy_shard_sumexp(gsum.ptr, glogits.ptr, cpu_mx.ptr, N, Vl, v0, V, stream.s);
+    cuda::crossentropy_shard_loss(glosses.ptr, glse.ptr, cpu_mx.ptr, cpu_sum.ptr, cpu_tl.ptr,
+                                  gtargets.ptr, N, stream.s);
+    cuda::crossentropy_shard_backward(gd.ptr, glogits.ptr, cpu_lse.ptr, gtargets.ptr, dloss, N, Vl,
+                                      v0, V, stream.s);
+    stream.sync();
+    std::vector<float> gpu_mx = gmx.download();
+    for (float& m : gpu_mx) m = std::isfinite(m) ? m : 0.0f;
+    expect_bitwise(gpu_mx, mx, where + " row max");
+    expect_bitwise(gtl.download(), tl, where + " target logit");
+    if (real > 0) expect_close(gsum.download(), sum, kFloatReductionTol, where + " sum of exp");
+    expect_close(glosses.download(), losses, kFloatReductionTol, where + " losses", 1.0);
+    expect_close(glse.download(), lse, kFloatReductionTol, where + " lse", 1.0);
+    const std::vector<float> gpu_d = widen(gd.download());
+    expect_close(gpu_d, d, kReductionTol<T>, where + " dlogits", 1e-3);
+    bool padding_and_masked_zero = true;
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < Vl; ++j)
+        if ((j >= real || targets[size_t(n)] < 0) && gpu_d[size_t(n) * Vl + j] != 0.0f)
+          padding_and_masked_zero = false;
+    EXPECT_TRUE(padding_and_masked_zero) << where << ": padding or a masked row not 0";
+
+    // The embedding's shard over tokens of the whole vocabulary, and its positions.
+    if (V > 1000) continue;
+    const std::vector<int32_t> tokens = random_tokens(size_t(N), V, uint32_t(V + 5));
+    const Data<T> wte = random_values<T>(size_t(Vl) * C, 21),
+                  wpe = random_values<T>(size_t(maxT) * C, 22);
+    const Data<T> dout = random_values<T>(size_t(N) * C, 23),
+                  bias = random_values<T>(size_t(C), 24);
+    const std::vector<float> dwte0 = random_floats(size_t(Vl) * C, 25),
+                             dwpe0 = random_floats(size_t(maxT) * C, 26);
+    std::vector<float> out(size_t(N) * C), biased(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
+    cpu::embedding_shard_forward(out.data(), tokens.data(), wte.host.data(), N, C, v0, Vl);
+    cpu::embedding_add_positions(out.data(), wpe.host.data(), B, T_, C);
+    cpu::embedding_shard_backward(dwte.data(), dwpe.data(), dout.host.data(), tokens.data(), B, T_,
+                                  C, v0, Vl);
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c)
+        biased[size_t(n) * C + c] = dout.host[size_t(n) * C + c] + bias.host[size_t(c)];
+
+    DeviceArray<int32_t> gtok(tokens);
+    DeviceArray<T> gwte(wte.dev), gwpe(wpe.dev), gdout(dout.dev), gbias(bias.dev),
+        gbiased(dout.dev);
+    Guarded<T> gout(std::vector<T>(size_t(N) * C), 0);
+    DeviceArray<float> gdwte(dwte0), gdwpe(dwpe0);
+    DeviceArray<unsigned char> scratch(cuda::embedding_backward_scratch_bytes(B, T_));
+    settle();
+    cuda::embedding_shard_forward(gout.ptr(), gtok.ptr, gwte.ptr, N, C, v0, Vl, stream.s);
+    cuda::embedding_add_positions(gout.ptr(), gwpe.ptr, B, T_, C, stream.s);
+    cuda::embedding_shard_backward(gdwte.ptr, gdwpe.ptr, gdout.ptr, gtok.ptr, B, T_, C, v0, Vl,
+                                   scratch.ptr, stream.s);
+    cuda::add_bias_rows(gbiased.ptr, gbias.ptr, N, C, stream.s);
+    stream.sync();
+    // The shard's rows are copied (or zeroed) and the positions added once: the CPU's bits
+    // rounded to T, as the whole-vocabulary embedding.
+    expect_bitwise(gout.download(), narrow<T>(out), where + " embedding shard");
+    EXPECT_TRUE(gout.guards_intact()) << where << ": wrote outside";
+    expect_bitwise(gdwte.download(), dwte, where + " dwte +=");
+    expect_bitwise(gdwpe.download(), dwpe, where + " dwpe +=");
+    expect_bitwise(gbiased.download(), narrow<T>(biased), where + " bias rows");
+  }
+}
+
 TYPED_TEST(CudaLayers, LayerNormMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
   using T = TypeParam;
