@@ -80,8 +80,8 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
         tied_.push_back({info.offset, info.offset + info.numel});
   }
   if (opts.device_dp)
-    MPITRON_REQUIRE(opts.zero < 2 && opts.method == comm::DpReduce::allreduce && !embedding_,
-                    "device collectives reduce with allreduce at ZeRO 0 or 1, one stage");
+    MPITRON_REQUIRE(opts.zero < 2 && opts.method == comm::DpReduce::allreduce,
+                    "device collectives reduce with allreduce at ZeRO 0 or 1");
   grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
   if (opts.zero == 0) {
     shard_ = {0, flat};
@@ -98,7 +98,7 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
   }
   // At dp 1 too: ZeRO 2 sums its shard on the host, and the tied embedding's sum over the first
   // and last stage passes through the host whatever reduces over dp.
-  if (ops.staged && (!opts.device_dp || !tied_.empty())) {
+  if (ops.staged && (!opts.device_dp || (!tied_.empty() && !opts.device_embedding))) {
     staging_.assign(flat, 0.0f);
     if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
   }
@@ -188,7 +188,9 @@ void GradSync::finish_backward() {
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
   for (const auto& [b, e] : tied_) {
     const size_t n = e - b;  // clang 14 (the sanitizer build) captures no structured binding
-    if (ops_.staged)
+    if (opts_.device_embedding)
+      opts_.device_embedding->allreduce_sum(opts_.device_embedding->ctx, g + b, n);
+    else if (ops_.staged)
       staged(g + b, b, e, [&](float* host) { embedding_->allreduce_sum(host, n); });
     else
       embedding_->allreduce_sum(g + b, n);

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/allocator.hpp"
 #include "comm/dp_reduce.hpp"
 #include "comm/group.hpp"
-#include "base/allocator.hpp"
 #include "src/model/model.hpp"
 #include "src/train/step_backend.hpp"
 
@@ -51,6 +51,9 @@ struct GradSyncOptions {
   comm::DpReduce method = comm::DpReduce::allreduce;
   double bucket_mb = 0;  // ZeRO 0: > 0 reduces buckets of this size while backward runs
   const DeviceCollectives* device_dp = nullptr;  // NCCL over dp, or nullptr: MPI
+  // The tied embedding's sum over the first and last stage on the device (NCCL over the
+  // embedding group, queued on the compute stream before the dp reduction), or nullptr: MPI.
+  const DeviceCollectives* device_embedding = nullptr;
 };
 
 class GradSync {

@@ -168,9 +168,27 @@ const tp::TpDeviceCollectives* TrainDevice::open_tp_collectives([[maybe_unused]]
   return nullptr;
 }
 
+const DeviceCollectives* TrainDevice::open_embedding_collectives(
+    [[maybe_unused]] comm::Group& embedding) {
+#ifdef MPITRON_HAVE_NCCL
+  if (comm == CommKind::nccl && embedding.size() > 1) {
+    nccl_embedding = comm::NcclComm(embedding);
+    DeviceCollectives& d = embedding_collectives;
+    d.ctx = &nccl_embedding;
+    // The compute stream: after the last backward's kernels, before the dp reduction's event.
+    d.allreduce_sum = [](void* c, float* buf, size_t n) {
+      static_cast<comm::NcclComm*>(c)->allreduce_sum(buf, n, cudaStreamPerThread);
+    };
+    d.synchronize = [](void*) { CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread)); };
+    return &embedding_collectives;
+  }
+#endif
+  return nullptr;
+}
+
 uint64_t TrainDevice::nccl_bytes_sent() const {
 #ifdef MPITRON_HAVE_NCCL
-  return nccl_dp.comm.bytes_sent + nccl_tp.bytes_sent;
+  return nccl_dp.comm.bytes_sent + nccl_tp.bytes_sent + nccl_embedding.bytes_sent;
 #else
   return 0;
 #endif

@@ -78,10 +78,12 @@ struct TrainDevice {
   Buffer<float> file_params, file_buffers, file_m, file_v;
 #ifdef MPITRON_HAVE_NCCL
   NcclDp nccl_dp;
-  comm::NcclComm nccl_tp;  // the TP group's, on the compute stream
+  comm::NcclComm nccl_tp;         // the TP group's, on the compute stream
+  comm::NcclComm nccl_embedding;  // the first and last stage's, on the compute stream
 #endif
   DeviceCollectives dp_collectives;
   tp::TpDeviceCollectives tp_collectives;
+  DeviceCollectives embedding_collectives;
 
   TrainDevice(Device d, CommKind c);
   TrainDevice(const TrainDevice&) = delete;
@@ -98,6 +100,10 @@ struct TrainDevice {
   // --comm nccl above tp 1: opens NCCL over tp (collective over it) and returns its all-reduces
   // for the model's tensor parallelism, queued on the compute stream; nullptr otherwise (MPI).
   const tp::TpDeviceCollectives* open_tp_collectives(comm::Group& tp);
+  // --comm nccl on a first or last stage of a pipeline: opens NCCL over the embedding group
+  // (collective over it) and returns its all-reduce for the tied embedding's gradient, on the
+  // compute stream; nullptr otherwise (MPI).
+  const DeviceCollectives* open_embedding_collectives(comm::Group& embedding);
   // Bytes this rank's NCCL communicators sent (0 without NCCL).
   uint64_t nccl_bytes_sent() const;
 

@@ -205,7 +205,9 @@ void Trainer::setup() {
                            model->weight_copy_bytes();
   loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
   GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
-  sync_options.device_dp = dev.open_dp_collectives(grid.dp);  // --comm nccl; else MPI
+  // --comm nccl; else MPI
+  sync_options.device_embedding = dev.open_embedding_collectives(grid.embedding);
+  sync_options.device_dp = dev.open_dp_collectives(grid.dp);
   try {  // no collective inside: gradients, pipeline buffers and moments are allocated
     allocate_step_state(sync_options);
   } catch (const UsageError& e) {

@@ -106,13 +106,18 @@ if grep -q "^nccl: [0-9]" devices.txt && grep -q "^cuda:1 " devices.txt; then
     "$MPITRON" compare "gpu2_mpi_zero$z/trace.h5" "gpu2_nccl_zero$z/trace.h5" --rtol 1e-5 ||
       fail "NCCL over two GPUs (ZeRO $z) left MPI's losses"
   done
-  # tp 2 over two GPUs: the TP all-reduces through NCCL on the compute stream against MPI's.
-  for c in nccl mpi; do
-    mpiexec -n 2 "$MPITRON" train "${common[@]}" --tp 2 --device cuda --comm "$c" \
-      --out "gpu2_${c}_tp2" >/dev/null
+  # tp 2 and pp 2 over two GPUs: the TP all-reduces, and the tied embedding's sum over the first
+  # and last stage, through NCCL on the compute stream against MPI's.
+  for layout in "--tp 2" "--pp 2 --micro-batches 4"; do
+    name=$(echo "$layout" | tr -d ' -')
+    read -ra flags <<<"$layout"
+    for c in nccl mpi; do
+      mpiexec -n 2 "$MPITRON" train "${common[@]}" "${flags[@]}" --device cuda --comm "$c" \
+        --out "gpu2_${c}_$name" >/dev/null
+    done
+    "$MPITRON" compare "gpu2_mpi_$name/trace.h5" "gpu2_nccl_$name/trace.h5" --rtol 1e-5 ||
+      fail "NCCL at $layout over two GPUs left MPI's losses"
   done
-  "$MPITRON" compare gpu2_mpi_tp2/trace.h5 gpu2_nccl_tp2/trace.h5 --rtol 1e-5 ||
-    fail "NCCL at tp 2 over two GPUs left MPI's losses"
 else
   echo "note: fewer than two GPUs (or no NCCL): the two-GPU NCCL part did not run"
 fi
