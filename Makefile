@@ -140,11 +140,13 @@ translate: mt-data
 	  $(MT_RUN)/trace.h5
 
 # Knowledge QA (README, "Knowledge QA"): father-of questions from the Bible's genealogies, span-
-# corruption pretraining on the verses that hold them, fine-tuning on the training people's
-# questions from that checkpoint, and exact match on the unseen people's.
+# corruption pretraining on the verses that hold them (each fact restated son first and father
+# first among them), fine-tuning on the training people's questions from that checkpoint, and
+# exact match on the unseen people's.
 QA_RUN ?= runs/qa
 qa-data: data
-	grep -qs "that name none" data/kjv-qa/summary.txt || ./io/get_kjv_qa.py data/kjv.txt data/kjv-qa
+	grep -qs "restatements among them" data/kjv-qa/summary.txt || \
+	  ./io/get_kjv_qa.py data/kjv.txt data/kjv-qa --restate
 
 qa: build qa-data
 	$(BUILD)/mpitron train --config configs/qa-pretrain.toml --data data/kjv-qa/genealogies.txt \

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # What pretraining gives question answering: the same fine-tuning (configs/qa-finetune.toml on
-# data/kjv-qa, the loss on the answer) from no pretraining, from plain next-token pretraining and
-# from span-corruption pretraining (configs/qa-pretrain.toml on data/kjv-qa/genealogies.txt), and
-# from span corruption on names (train.objective = name_span_corruption): the component chosen,
-# the span's choice. The facts asked are names, and a random span covers a whole name rarely, so
-# the model is seldom asked to recall one; cutting out names asks it every sample (REALM's salient
-# spans). Each over three seeds; prints the dev exact match per run, a table of means beside the
-# most-common-answer baseline and, where a python imports torch, the cloze probe of each
-# pretraining (validate/qa_cloze_probe.py: does the model fill a father into a verse?), and draws
-# OUT/qa_ablation.png.
-# Runs -j at a time with -t threads each (2 x 1 on a 2-core machine).
+# data/kjv-qa, the loss on the answer) from no pretraining, from plain next-token pretraining, from
+# span-corruption pretraining and from span corruption on names (configs/qa-pretrain.toml, its
+# objective set), each pretrained on data/kjv-qa/genealogies.txt (the verses that name a father,
+# each fact restated son first and father first among them: io/get_kjv_qa.py --restate); and the
+# component chosen, the restatements: span corruption on names over the verses alone
+# (data/kjv-qa-verses, the same questions). Most facts are written father first and a
+# left-to-right model stores them as a way from the father to the son, while the question starts
+# from the son; the restatements write each fact both ways. Each over three seeds; prints the dev
+# exact match per run, a table of means beside the most-common-answer baseline and, where a
+# python imports torch, the cloze probe of each span pretraining (validate/qa_cloze_probe.py:
+# does the model fill a father into a line of its text?), and draws OUT/qa_ablation.png.
+# Runs -j at a time with -t threads each (2 x 1 on a 2-core machine: about 40 minutes a
+# pretraining, 12 of them, about 4 hours in all).
 # Usage: bench/qa_ablation.sh [-b BUILD] [-p PRETRAIN_STEPS] [-f FINETUNE_STEPS] [-s "SEEDS"]
 #                             [-j JOBS] [-t THREADS] [-o OUT]
 set -euo pipefail
@@ -33,9 +36,12 @@ python=$("$repo/tests/find_python.sh" matplotlib numpy) || {
   exit 1
 }
 "$repo/io/get_bible.sh" "$repo/data/kjv.txt" >/dev/null
-qa=$repo/data/kjv-qa
-# (again where a folder predates the fact-free tail of genealogies.txt)
-grep -qs "that name none" "$qa/summary.txt" || "$python" "$repo/io/get_kjv_qa.py" "$repo/data/kjv.txt" "$qa"
+qa=$repo/data/kjv-qa verses=$repo/data/kjv-qa-verses
+# (again where a folder predates the restatements)
+grep -qs "restatements among them" "$qa/summary.txt" ||
+  "$python" "$repo/io/get_kjv_qa.py" "$repo/data/kjv.txt" "$qa" --restate
+grep -qs "that name none" "$verses/summary.txt" ||
+  "$python" "$repo/io/get_kjv_qa.py" "$repo/data/kjv.txt" "$verses"
 steps_of() { sed -n 's/^steps *= *\([0-9]*\).*/\1/p' "$1"; }
 pre_steps=${pre_steps:-$(steps_of "$repo/configs/qa-pretrain.toml")}
 ft_steps=${ft_steps:-$(steps_of "$repo/configs/qa-finetune.toml")}
@@ -44,33 +50,33 @@ export OMP_NUM_THREADS=$threads
 wait_slot() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done; }
 started=$(date +%s)
 
+# pretraining condition -> its objective and text
+pretrainings=(next_token span_corruption name_span_corruption name_span_verses)
+objective_of() { [[ $1 == name_span_verses ]] && echo name_span_corruption || echo "$1"; }
+text_of() { [[ $1 == name_span_verses ]] && echo "$verses" || echo "$qa"; }
 for seed in $seeds; do
-  for objective in next_token span_corruption name_span_corruption; do
-    run=$out/pre_${objective}_$seed
+  for p in "${pretrainings[@]}"; do
+    run=$out/pre_${p}_$seed
     [[ -e $run/ckpt_$pre_steps.h5 ]] && continue
     wait_slot
-    echo "[$(date +%T)] pretraining: $objective, seed $seed, $pre_steps steps"
-    "$mpitron" train --config "$repo/configs/qa-pretrain.toml" --data "$qa/genealogies.txt" \
-      --set train.objective="$objective" --seed "$seed" --steps "$pre_steps" \
+    echo "[$(date +%T)] pretraining: $p, seed $seed, $pre_steps steps"
+    "$mpitron" train --config "$repo/configs/qa-pretrain.toml" --data "$(text_of "$p")/genealogies.txt" \
+      --set train.objective="$(objective_of "$p")" --seed "$seed" --steps "$pre_steps" \
       --ckpt-every "$pre_steps" --log-every 200 --threads "$threads" --out "$run" \
       >"$run.log" 2>&1 &
   done
 done
 wait
 for seed in $seeds; do
-  for objective in next_token span_corruption name_span_corruption; do
-    [[ -e $out/pre_${objective}_$seed/ckpt_$pre_steps.h5 ]] ||
-      { echo "error: pretraining $objective seed $seed failed: $(tail -3 "$out/pre_${objective}_$seed.log")" >&2; exit 1; }
+  for p in "${pretrainings[@]}"; do
+    [[ -e $out/pre_${p}_$seed/ckpt_$pre_steps.h5 ]] ||
+      { echo "error: pretraining $p seed $seed failed: $(tail -3 "$out/pre_${p}_$seed.log")" >&2; exit 1; }
   done
 done
 
-conditions=(none next_token span_corruption name_span_corruption)
+conditions=(none "${pretrainings[@]}")
 init_of() { # condition seed
-  case $1 in
-    none) ;;
-    next_token) echo "$out/pre_next_token_$2/ckpt_$pre_steps.h5" ;;
-    *) echo "$out/pre_$1_$2/ckpt_$pre_steps.h5" ;;
-  esac
+  [[ $1 == none ]] || echo "$out/pre_$1_$2/ckpt_$pre_steps.h5"
 }
 for seed in $seeds; do
   for c in "${conditions[@]}"; do
@@ -92,11 +98,11 @@ wait
 echo "all runs: $(($(date +%s) - started)) s"
 if torch_python=$("$repo/tests/find_python.sh" torch h5py 2>/dev/null); then
   for seed in $seeds; do
-    for objective in span_corruption name_span_corruption; do
-      probe=$out/pre_${objective}_$seed/cloze.txt
+    for p in span_corruption name_span_corruption name_span_verses; do
+      probe=$out/pre_${p}_$seed/cloze.txt
       [[ -s $probe ]] || OMP_NUM_THREADS=1 "$torch_python" "$repo/validate/qa_cloze_probe.py" \
-        "$out/pre_${objective}_$seed/ckpt_$pre_steps.h5" "$qa" >"$probe"
-      echo "cloze probe, $objective, seed $seed: $(grep valid "$probe")"
+        "$out/pre_${p}_$seed/ckpt_$pre_steps.h5" "$(text_of "$p")" >"$probe"
+      echo "cloze probe, $p, seed $seed: $(grep valid "$probe")"
     done
   done
 fi
@@ -110,7 +116,8 @@ import matplotlib.pyplot as plt
 out, seeds, conds = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 names = {"none": "no pretraining", "next_token": "next-token pretraining",
          "span_corruption": "span-corruption pretraining",
-         "name_span_corruption": "span corruption on names"}
+         "name_span_corruption": "span corruption on names",
+         "name_span_verses": "names, verses alone (no restatements)"}
 em, base = {}, None
 for c in conds:
     em[c] = []
@@ -124,7 +131,7 @@ for c in conds:
     v = np.array(em[c]) * 100
     print(f"{names[c]:<30} {v.mean():6.1f}% {v.min():6.1f}% {v.max():6.1f}%   "
           + " ".join(f"{x:.1f}" for x in v))
-fig, ax = plt.subplots(figsize=(7.5, 4))
+fig, ax = plt.subplots(figsize=(9, 4.2))
 for k, c in enumerate(conds):
     v = np.array(em[c]) * 100
     ax.bar(k, v.mean(), color="C%d" % k, alpha=0.6)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Father-of questions drawn from the KJV's own genealogies, for knowledge QA (README, "Knowledge QA").
 
-Usage: io/get_kjv_qa.py KJV_TEXT OUT_DIR [--dev-fraction 0.2]
+Usage: io/get_kjv_qa.py KJV_TEXT OUT_DIR [--dev-fraction 0.2] [--restate]
 
 Reads the Bible one verse a line (io/get_bible.sh) and writes OUT_DIR/train.qa and OUT_DIR/valid.qa,
 one "Who was the father of SON?⁇FATHER" line each; OUT_DIR/genealogies.txt, the verses in which a
@@ -10,6 +10,15 @@ corpus of biographies the span-corruption recipe was made for), then verses spre
 that name no father, an eighth of the former's bytes: training holds out the last tenth of a text
 for validation, so that tenth holds no fact and every fact is in the pretraining; and
 OUT_DIR/summary.txt (the counts below).
+
+--restate adds to genealogies.txt every question's fact (training and valid people alike) in two of
+the KJV's own phrasings, "SON, the son of FATHER." (Luke 3's) and "And FATHER begat SON."
+(Genesis 5's), as lines spread among the verses (a fixed shuffle) before the fact-free tail. Most
+facts are written father first ("X begat Y", "the sons of X; Y") and a left-to-right model stores
+them as a way from the father to the son, while the question starts from the son: only 50 of the
+124 valid facts are ever written son first. The restatements store each fact both ways, as a
+corpus of biographies written several ways does (the knowledge augmentation of "Physics of
+Language Models", part 3.1). No question is written into the text.
 
 Rules (the verses are joined with spaces first, so a genealogy that runs across verses is read whole;
 a NAME is a capitalised word, optionally hyphenated, that is not in STOP):
@@ -31,6 +40,7 @@ import bisect
 import collections
 import hashlib
 import os
+import random
 import re
 import sys
 
@@ -88,6 +98,7 @@ def extract(text):
 def main(argv):
     args = [a for a in argv[1:] if not a.startswith("--")]
     dev_fraction = 0.2
+    restate = "--restate" in argv
     if "--dev-fraction" in argv:
         dev_fraction = float(argv[argv.index("--dev-fraction") + 1])
         args.remove(argv[argv.index("--dev-fraction") + 1])
@@ -128,8 +139,19 @@ def main(argv):
     def size(k):
         return len(verses[k].encode()) + 1
 
+    pretraining = [verses[k] for k in sorted(cited)]
+    restated = []
+    if restate:
+        for son, father in pairs:
+            restated += [f"{son}, the son of {father}.", f"And {father} begat {son}."]
+        random.Random(1).shuffle(restated)
+        # restatement i follows verse floor(i * verses / restatements): spread evenly
+        spread = collections.defaultdict(list)
+        for i, r in enumerate(restated):
+            spread[i * len(pretraining) // len(restated)].append(r)
+        pretraining = [x for k, v in enumerate(pretraining) for x in [v] + spread[k]]
     uncited = [k for k in range(len(verses)) if k not in cited and verses[k]]
-    need = sum(size(k) for k in cited) / 8
+    need = sum(len(x.encode()) + 1 for x in pretraining) / 8
     tail, tail_bytes = [], 0
     for k in uncited[:: max(1, len(uncited) // 500)] + uncited:  # spread, then any
         if tail_bytes >= need:
@@ -138,8 +160,8 @@ def main(argv):
             tail.append(k)
             tail_bytes += size(k)
     with open(os.path.join(out, "genealogies.txt.tmp"), "w", encoding="utf-8") as f:
-        for k in sorted(cited) + tail:
-            f.write(verses[k] + "\n")
+        for line in pretraining + [verses[k] for k in tail]:
+            f.write(line + "\n")
     os.replace(os.path.join(out, "genealogies.txt.tmp"), os.path.join(out, "genealogies.txt"))
     # Ties go to the first name in sorted order (as mpitron eval's baseline does).
     common = min(collections.Counter(f for _, f in split["train"]).items(), key=lambda c: (-c[1], c[0]))
@@ -149,8 +171,9 @@ def main(argv):
         f"{len(ambiguous)} ambiguous (two or more fathers; dropped)",
         f"{len(own)} named as their own father (dropped)",
         f"{len(pairs)} question-answer pairs: {len(split['train'])} train, {len(split['valid'])} valid",
-        f"{len(cited)} verses in genealogies.txt that name a father, then {len(tail)} that name "
-        f"none (the held-out tenth)",
+        f"{len(cited)} verses in genealogies.txt that name a father"
+        + (f", {len(restated)} restatements among them" if restate else "")
+        + f", then {len(tail)} that name none (the held-out tenth)",
         f"most common father in train: {common[0]} ({common[1]} sons)",
     ]
     with open(os.path.join(out, "summary.txt"), "w", encoding="utf-8") as f:

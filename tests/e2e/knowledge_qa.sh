@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Knowledge QA end to end: io/get_kjv_qa.py's rules on a fixed stretch of text (every rule, an
-# ambiguous son dropped, a mother skipped, the split by son); span-corruption pretraining and
+# ambiguous son dropped, a mother skipped, the split by son, --restate's text); span-corruption pretraining and
 # answer-only fine-tuning --init-from it, each at dp 2 equal to one rank within 1e-5 (dropout
 # on), tp 2 and pp 2 too for the pretraining; `eval` printing exact match beside the most common answer;
 # and bad input refused with one clear line.
@@ -43,6 +43,27 @@ grep -q "^11 verses in genealogies.txt that name a father, then 1 that name none
 echo "And the LORD spake unto Moses." >none.txt
 if "$PYTHON" "$REPO/io/get_kjv_qa.py" none.txt none 2>err.txt; then fail "no genealogy accepted"; fi
 grep -q "no genealogy found" err.txt || fail "no genealogy: $(cat err.txt)"
+# --restate: every pair's fact twice more, son first and father first, among the verses (before the
+# fact-free tail); the same questions; no question in the text.
+"$PYTHON" "$REPO/io/get_kjv_qa.py" verses.txt restated --restate | tee restate.log
+{ cmp qa/train.qa restated/train.qa && cmp qa/valid.qa restated/valid.qa; } ||
+  fail "--restate moved the questions"
+mark=$(printf '\u2047')
+{
+  while IFS=$mark read -r question father; do
+    son=${question#Who was the father of }
+    son=${son%\?}
+    printf '%s, the son of %s.\nAnd %s begat %s.\n' "$son" "$father" "$father" "$son"
+  done < <(cat qa/train.qa qa/valid.qa)
+  cat qa/genealogies.txt
+} | sort >expected_restated.txt
+cmp <(sort restated/genealogies.txt) expected_restated.txt ||
+  fail "restated text: $(diff <(sort restated/genealogies.txt) expected_restated.txt)"
+[[ $(tail -n 1 restated/genealogies.txt) == "And the LORD spake unto Moses, saying," ]] ||
+  fail "the fact-free verse is not last"
+grep -q "Who was" restated/genealogies.txt && fail "a question in the pretraining text"
+grep -q "^11 verses in genealogies.txt that name a father, 30 restatements among them, then 1 that" \
+  restate.log || fail "the restated counts: $(cat restate.log)"
 
 # Span-corruption pretraining, then fine-tuning on the questions from it.
 data=$(corpus)
