@@ -13,20 +13,33 @@
 # does the model fill a father into a line of its text?), and draws OUT/qa_ablation.png.
 # Runs -j at a time with -t threads each (2 x 1 on a 2-core machine: about 40 minutes a
 # pretraining, 12 of them, about 4 hours in all).
+# -c picks the pretraining conditions (default all four: next_token span_corruption
+# name_span_corruption name_span_verses); no pretraining always runs. Runs already in OUT are kept.
 # Usage: bench/qa_ablation.sh [-b BUILD] [-p PRETRAIN_STEPS] [-f FINETUNE_STEPS] [-s "SEEDS"]
-#                             [-j JOBS] [-t THREADS] [-o OUT]
+#                             [-c "CONDITIONS"] [-j JOBS] [-t THREADS] [-o OUT]
 set -euo pipefail
 build=build pre_steps="" ft_steps="" seeds="1 2 3" jobs=2 threads=1 out=runs/qa_ablation
-while getopts "b:p:f:s:j:t:o:" opt; do
+pretrainings=(next_token span_corruption name_span_corruption name_span_verses)
+while getopts "b:p:f:s:c:j:t:o:" opt; do
   case $opt in
     b) build=$OPTARG ;;
     p) pre_steps=$OPTARG ;;
     f) ft_steps=$OPTARG ;;
     s) seeds=$OPTARG ;;
+    c) read -ra pretrainings <<<"$OPTARG" ;;
     j) jobs=$OPTARG ;;
     t) threads=$OPTARG ;;
     o) out=$OPTARG ;;
     *) exit 1 ;;
+  esac
+done
+for p in "${pretrainings[@]}"; do
+  case $p in
+    next_token | span_corruption | name_span_corruption | name_span_verses) ;;
+    *)
+      echo "error: -c takes next_token, span_corruption, name_span_corruption, name_span_verses (got $p)" >&2
+      exit 1
+      ;;
   esac
 done
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,7 +64,6 @@ wait_slot() { while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done; }
 started=$(date +%s)
 
 # pretraining condition -> its objective and text
-pretrainings=(next_token span_corruption name_span_corruption name_span_verses)
 objective_of() { [[ $1 == name_span_verses ]] && echo name_span_corruption || echo "$1"; }
 text_of() { [[ $1 == name_span_verses ]] && echo "$verses" || echo "$qa"; }
 for seed in $seeds; do
@@ -98,7 +110,8 @@ wait
 echo "all runs: $(($(date +%s) - started)) s"
 if torch_python=$("$repo/tests/find_python.sh" torch h5py 2>/dev/null); then
   for seed in $seeds; do
-    for p in span_corruption name_span_corruption name_span_verses; do
+    for p in "${pretrainings[@]}"; do
+      [[ $p == next_token ]] && continue
       probe=$out/pre_${p}_$seed/cloze.txt
       [[ -s $probe ]] || OMP_NUM_THREADS=1 "$torch_python" "$repo/validate/qa_cloze_probe.py" \
         "$out/pre_${p}_$seed/ckpt_$pre_steps.h5" "$(text_of "$p")" >"$probe"
@@ -108,7 +121,7 @@ if torch_python=$("$repo/tests/find_python.sh" torch h5py 2>/dev/null); then
 fi
 
 "$python" - "$out" "$seeds" "${conditions[@]}" <<'PY'
-import re, sys
+import re, sys, textwrap
 import numpy as np
 import matplotlib
 matplotlib.use("Agg")
@@ -126,10 +139,11 @@ for c in conds:
         em[c].append(float(re.search(r"^exact_match ([0-9.]+)", text, re.M).group(1)))
         base = float(re.search(r"would score ([0-9.]+)", text).group(1))
 print(f"\ndev exact match, seeds {' '.join(seeds)} (most common answer alone: {100 * base:.1f}%)")
-print(f"{'fine-tuned from':<30} {'mean':>7} {'min':>7} {'max':>7}   per seed")
+width = max(len(names[c]) for c in conds) + 1
+print(f"{'fine-tuned from':<{width}} {'mean':>7} {'min':>7} {'max':>7}   per seed")
 for c in conds:
     v = np.array(em[c]) * 100
-    print(f"{names[c]:<30} {v.mean():6.1f}% {v.min():6.1f}% {v.max():6.1f}%   "
+    print(f"{names[c]:<{width}} {v.mean():6.1f}% {v.min():6.1f}% {v.max():6.1f}%   "
           + " ".join(f"{x:.1f}" for x in v))
 fig, ax = plt.subplots(figsize=(9, 4.2))
 for k, c in enumerate(conds):
@@ -137,7 +151,7 @@ for k, c in enumerate(conds):
     ax.bar(k, v.mean(), color="C%d" % k, alpha=0.6)
     ax.scatter([k] * len(v), v, color="black", zorder=3, s=14)
 ax.axhline(100 * base, color="gray", ls="--", lw=1, label="most common answer")
-ax.set_xticks(range(len(conds)), [names[c].replace(", ", ",\n").replace(" pretraining", "\npretraining") for c in conds])
+ax.set_xticks(range(len(conds)), [textwrap.fill(names[c], 18) for c in conds])
 ax.set_ylabel("dev exact match (%)")
 ax.set_title(f"Father-of questions on unseen people ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}; dots: runs)")
 ax.legend(loc="upper right", framealpha=0.9)
