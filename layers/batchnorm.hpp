@@ -18,6 +18,19 @@ void batchnorm2d_forward(F* out,           // (N,C,HW) =
                          const F* bias,    // (C)
                          int N, int C, int HW, int G, float eps);
 
+// Training's forward with what follows batch norm fused into its one write over the output:
+// out = relu(y + residual), y as batchnorm2d_forward's; without residual (null) out = relu(y).
+// The same bits as batchnorm2d_forward, residual_forward and relu_forward in turn.
+template <class F>
+void batchnorm2d_add_relu_forward(F* out,             // (N,C,HW) =
+                                  F* mean,            // (N/G,C)
+                                  F* rstd,            // (N/G,C)
+                                  const F* inp,       // (N,C,HW)
+                                  const F* weight,    // (C)
+                                  const F* bias,      // (C)
+                                  const F* residual,  // (N,C,HW) or null
+                                  int N, int C, int HW, int G, float eps);
+
 template <class F>
 void batchnorm2d_forward_eval(F* out,                 // (N,C,HW) =
                               const F* inp,           // (N,C,HW)

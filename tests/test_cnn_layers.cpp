@@ -21,6 +21,8 @@
 #include "layers/batchnorm.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/pool.hpp"
+#include "layers/relu.hpp"
+#include "layers/residual.hpp"
 #include "tests/grad_check.hpp"
 
 namespace mpitron::cpu {
@@ -336,6 +338,35 @@ TEST(CnnBatchNorm, GhostGroupsAreIndependent) {
       EXPECT_NEAR(mean[grp * C + c], m, 1e-12);
       EXPECT_NEAR(rstd[grp * C + c], 1.0 / std::sqrt(sq / (G * HW) + double(kEps)), 1e-12);
     }
+}
+
+// The fused epilogue (the CPU layer table's, for training) against the layers it replaces.
+TEST(CnnBatchNorm, AddReluForwardIsTheSeparateLayersBitForBit) {
+  const int N = 8, C = 5, HW = 37, G = 4;  // HW: vector loops with a remainder
+  const size_t n = size_t(N) * C * HW;
+  std::mt19937 g(9);
+  const VecF inp = to_float(randn(n, g, 1.3, 0.2)), w = to_float(randn(C, g)),
+             b = to_float(randn(C, g)), shortcut = to_float(randn(n, g));
+  const size_t stats = size_t(N / G) * C;
+  VecF bn(n), sum(n), want(n), mean(stats), rstd(stats);
+  batchnorm2d_forward(bn.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, HW,
+                      G, kEps);
+  for (const bool with_shortcut : {false, true}) {
+    SCOPED_TRACE(with_shortcut ? "relu(bn + shortcut)" : "relu(bn)");
+    if (with_shortcut) {
+      residual_forward(sum.data(), bn.data(), shortcut.data(), n);
+      relu_forward(want.data(), sum.data(), n);
+    } else {
+      relu_forward(want.data(), bn.data(), n);
+    }
+    VecF got(n, std::numeric_limits<float>::quiet_NaN()), m(stats), r(stats);
+    batchnorm2d_add_relu_forward(got.data(), m.data(), r.data(), inp.data(), w.data(), b.data(),
+                                 with_shortcut ? shortcut.data() : nullptr, N, C, HW, G, kEps);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(m.data(), mean.data(), stats * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(r.data(), rstd.data(), stats * sizeof(float)));
+    EXPECT_GT(std::count(got.begin(), got.end(), 0.0f), ptrdiff_t(n / 8));  // the ReLU bites
+  }
 }
 
 TEST(CnnBatchNorm, EvalUsesRunningStatistics) {

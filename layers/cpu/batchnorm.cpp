@@ -17,11 +17,24 @@ T* plane(T* base, int n, int c, int C, int HW) {
   return base + (ptrdiff_t(n) * C + c) * HW;
 }
 
-}  // namespace
+// y = (x - m) * scale + shift over one plane, then + residual and max(., 0) where asked (the
+// expressions of residual_forward and relu_forward, so fusing them changes no bit).
+template <class F, bool kAdd, bool kRelu>
+void normalize_plane(F* y, const F* x, const F* r, F m, F scale, F shift, int HW) {
+#pragma omp simd
+  for (int i = 0; i < HW; ++i) {
+    F v = (x[i] - m) * scale + shift;
+    if constexpr (kAdd) v = v + r[i];
+    if constexpr (kRelu) v = v < F(0) ? F(0) : v;
+    y[i] = v;
+  }
+}
 
+// batchnorm2d_forward, then ReLU (relu) or + residual and ReLU (residual, with relu).
 template <class F>
-void batchnorm2d_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
-                         int N, int C, int HW, int G, float eps) {
+void batchnorm2d_forward_then(F* out, F* mean, F* rstd, const F* inp, const F* weight,
+                              const F* bias, const F* residual, bool relu, int N, int C, int HW,
+                              int G, float eps) {
   const int groups = N / G;
   const double count = double(G) * HW;
   // One (group, channel) per iteration: independent, each summed in a fixed order.
@@ -51,10 +64,31 @@ void batchnorm2d_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight
     for (int n = g * G; n < (g + 1) * G; ++n) {
       const F* x = plane(inp, n, c, C, HW);
       F* y = plane(out, n, c, C, HW);
-#pragma omp simd
-      for (int i = 0; i < HW; ++i) y[i] = (x[i] - mf) * scale + shift;
+      if (residual) {
+        normalize_plane<F, true, true>(y, x, plane(residual, n, c, C, HW), mf, scale, shift, HW);
+      } else if (relu) {
+        normalize_plane<F, false, true>(y, x, nullptr, mf, scale, shift, HW);
+      } else {
+        normalize_plane<F, false, false>(y, x, nullptr, mf, scale, shift, HW);
+      }
     }
   }
+}
+
+}  // namespace
+
+template <class F>
+void batchnorm2d_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
+                         int N, int C, int HW, int G, float eps) {
+  batchnorm2d_forward_then(out, mean, rstd, inp, weight, bias, static_cast<const F*>(nullptr),
+                           false, N, C, HW, G, eps);
+}
+
+template <class F>
+void batchnorm2d_add_relu_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight,
+                                  const F* bias, const F* residual, int N, int C, int HW, int G,
+                                  float eps) {
+  batchnorm2d_forward_then(out, mean, rstd, inp, weight, bias, residual, true, N, C, HW, G, eps);
 }
 
 template <class F>
@@ -134,6 +168,12 @@ template void batchnorm2d_forward<float>(float*, float*, float*, const float*, c
                                          const float*, int, int, int, int, float);
 template void batchnorm2d_forward<double>(double*, double*, double*, const double*, const double*,
                                           const double*, int, int, int, int, float);
+template void batchnorm2d_add_relu_forward<float>(float*, float*, float*, const float*,
+                                                  const float*, const float*, const float*, int,
+                                                  int, int, int, float);
+template void batchnorm2d_add_relu_forward<double>(double*, double*, double*, const double*,
+                                                   const double*, const double*, const double*, int,
+                                                   int, int, int, float);
 template void batchnorm2d_forward_eval<float>(float*, const float*, const float*, const float*,
                                               const float*, const float*, int, int, int, float);
 template void batchnorm2d_forward_eval<double>(double*, const double*, const double*, const double*,

@@ -464,6 +464,7 @@ const LayerOpsT<A>& table() {
       float_only(batchnorm2d_forward),
       float_only(batchnorm2d_forward_eval),
       float_only(batchnorm2d_backward),
+      nullptr,  // no fused kernel: batch norm, residual and ReLU run separately
       float_only(batchnorm2d_group_stats),
       float_only(maxpool2d_forward),
       float_only(maxpool2d_backward),

@@ -397,7 +397,8 @@ void CnnModel::bind_gradients(const std::function<float*(size_t)>& address) {
   bind(registry, address, true);
 }
 
-void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training) {
+bool CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training,
+                               const float* shortcut, float* block_out) {
   ConvBn::Acts& a = u.slots[slot];
   cpu::Conv2dShape shape = u.shape;
   shape.N = rows;
@@ -406,19 +407,27 @@ void CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bo
   const LayerOps& L = *layers_;
   L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
   if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(tp_, a.conv, n, L);
+  // Training writes batch norm and what follows it in one pass where the device can.
+  const bool fused =
+      training && L.batchnorm2d_add_relu_forward && (u.spec.relu || shortcut != nullptr);
   if (training) {
     const int G = spec.group;
-    L.batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G, kBnEps);
+    if (fused)
+      L.batchnorm2d_add_relu_forward(shortcut ? block_out : a.relu, a.mean, a.rstd, a.conv, u.bn_w,
+                                     u.bn_b, shortcut, rows, u.C, HW, G, kBnEps);
+    else
+      L.batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G, kBnEps);
     L.batchnorm2d_group_stats(stat_dev + u.stats, stat_dev + u.stats + u.C, a.mean, a.rstd,
                               rows / G, u.C, HW, G, kBnEps);
   } else {
     L.batchnorm2d_forward_eval(a.bn, a.conv, u.bn_w, u.bn_b, u.running_mean, u.running_var, rows,
                                u.C, HW, kBnEps);
   }
-  if (u.spec.relu) L.relu_forward(a.relu, a.bn, n);
+  if (u.spec.relu && !fused) L.relu_forward(a.relu, a.bn, n);
   if (u.spec.pool)
     L.maxpool2d_forward(a.pool, a.argmax, a.relu ? a.relu : a.bn,
                         cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
+  return fused;
 }
 
 void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x,
@@ -456,13 +465,14 @@ const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool tr
 void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool training) {
   conv_bn_forward(b.c1, slot, x, rows, training);
   if (!b.residual) return;
-  conv_bn_forward(b.c2, slot, b.c1.slots[slot].out, rows, training);
-  const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
   const float* shortcut = x;
   if (b.projection) {
     conv_bn_forward(b.down, slot, x, rows, training);
     shortcut = b.down.slots[slot].out;
   }
+  if (conv_bn_forward(b.c2, slot, b.c1.slots[slot].out, rows, training, shortcut, b.out[slot]))
+    return;  // c2's batch norm wrote relu(bn + shortcut)
+  const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
   layers_->residual_forward(b.sum[slot], b.c2.slots[slot].out, shortcut, n);
   layers_->relu_forward(b.out[slot], b.sum[slot], n);
 }

@@ -134,7 +134,10 @@ class CnnModel final : public Model {
   double* stat_dev = nullptr;
 
  private:
-  void conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training);
+  // With a shortcut (resnet's c2), the block's relu(bn + shortcut) goes to block_out where the
+  // device fuses it into batch norm (returns true), else the caller adds it.
+  bool conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training,
+                       const float* shortcut = nullptr, float* block_out = nullptr);
   // dy is overwritten (ReLU's backward runs in place); dx may be nullptr (the image).
   void conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x, int rows);
   const float* trunk_forward(int slot, const float* x, int rows, bool training);

@@ -194,6 +194,8 @@ const LayerOps& host_layer_ops() {
       cpu::batchnorm2d_forward<float>,
       cpu::batchnorm2d_forward_eval<float>,
       cpu::batchnorm2d_backward<float>,
+      // cpu-staged runs the separate layers: the staged tests compare the two paths bit for bit
+      kStaged ? nullptr : cpu::batchnorm2d_add_relu_forward<float>,
       cpu::batchnorm2d_group_stats<float>,
       cpu::maxpool2d_forward<float>,
       cpu::maxpool2d_backward<float>,
@@ -528,6 +530,7 @@ const LayerOpsT<A>& host_16_layer_ops() {
       copy_bytes,
       copy_bytes,
       nullptr,  // the convolutional families in fp32 only
+      nullptr,
       nullptr,
       nullptr,
       nullptr,

@@ -140,6 +140,12 @@ struct LayerOpsT {
   void (*batchnorm2d_backward)(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
                                const A* weight, const float* mean, const float* rstd, int N, int C,
                                int HW, int G);
+  // batchnorm2d_forward with what follows it in a conv unit written by the same pass:
+  // out = relu(bn(inp) + residual), or relu(bn(inp)) where residual is null (the same bits as
+  // the separate layers). Null: the separate layers run.
+  void (*batchnorm2d_add_relu_forward)(A* out, float* mean, float* rstd, const A* inp,
+                                       const A* weight, const A* bias, const A* residual, int N,
+                                       int C, int HW, int G, float eps);
   // The groups' statistics added to (C) double sums in the device's memory, groups in order.
   void (*batchnorm2d_group_stats)(double* mean_sum, double* var_sum, const float* mean,
                                   const float* rstd, int groups, int C, int HW, int G, float eps);
