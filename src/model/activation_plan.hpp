@@ -23,6 +23,14 @@ struct ActivationCarver {
   }
 };
 
+// What ActivationCarver::take_as<T>(n) adds to `used`, in bytes (the memory plan's logits).
+template <class T>
+size_t carved_bytes(size_t n) {
+  ActivationCarver c;
+  c.take_as<T>(n);
+  return c.used * sizeof(float);
+}
+
 // carve(ActivationCarver&) assigns every pointer; returns the one allocation they point into.
 template <class Carve>
 Buffer<float> plan_activations(DeviceAllocator& alloc, Carve&& carve) {

@@ -184,6 +184,77 @@ PhiloxStream masking_stream(const MicroBatch& mb) {
   return PhiloxStream{mb.seed, mix64(uint64_t(mb.step), 0x3A5Cull)};
 }
 
+// Gradient segments in flat order: the embeddings (0), each layer (1 + l), the head (last).
+std::vector<GradSegment> bert_segments(const ParamRegistry& registry, const BertConfig& cfg,
+                                       size_t flat_size) {
+  auto begin_of = [&](int l) {
+    return registry.at("encoder.layer." + std::to_string(l) + ".attention.self.query.weight")
+        .offset;
+  };
+  const size_t head_begin =
+      registry.at(cfg.task == 0 ? "cls.predictions.transform.dense.weight" : "pooler.dense.weight")
+          .offset;
+  std::vector<GradSegment> segments{{0, cfg.n_layer > 0 ? begin_of(0) : head_begin, false}};
+  for (int l = 0; l < cfg.n_layer; ++l)
+    segments.push_back({begin_of(l), l + 1 < cfg.n_layer ? begin_of(l + 1) : head_begin, true});
+  segments.push_back({head_begin, flat_size, false});
+  return segments;
+}
+
+// Each slot's activations (M predicted rows of the masked LM, or the classifier's B first tokens),
+// the build's and the plan's carving.
+template <class A>
+void carve_bert_activations(ActivationCarver& a, std::vector<typename BertModelT<A>::Acts>& slots,
+                            const BertConfig& cfg, const BlockShapeT<A>& shape, size_t M,
+                            size_t Vl) {
+  const size_t B = size_t(shape.B), BT = B * shape.T, C = cfg.n_embd, K = cfg.classes();
+  for (typename BertModelT<A>::Acts& s : slots) {
+    s.embedded = a.take_as<A>(BT * C);
+    s.encoded = a.take_as<A>(BT * C);
+    s.emb_mean = a.take(BT);
+    s.emb_rstd = a.take(BT);
+    s.layer.resize(cfg.n_layer);
+    for (BlockActsT<A>& b : s.layer) block_acts_carve(b, a, shape);
+    if (cfg.task == 0) {
+      s.picked = a.take_as<A>(M * C);
+      s.dense = a.take_as<A>(M * C);
+      s.dense_gelu = a.take_as<A>(M * C);
+      s.head_ln = a.take_as<A>(M * C);
+      s.head_mean = a.take(M);
+      s.head_rstd = a.take(M);
+      s.logits = a.take_as<A>(M * Vl);
+      s.lse = a.take(M);
+      s.losses = a.take(M);
+    } else {
+      s.first = a.take_as<A>(B * C);
+      s.pooled = a.take_as<A>(B * C);
+      s.pooled_drop = a.take_as<A>(B * C);
+      s.logits = a.take_as<A>(B * K);
+      s.lse = a.take(B);
+      s.losses = a.take(B);
+    }
+  }
+}
+
+// Backward's scratch: the residual stream's gradient, the head's, the cross-entropy's, a block's.
+template <class A>
+void carve_bert_scratch(ActivationCarver& d, A*& dresidual, A*& dhead, A*& dhead2,
+                        float*& ce_scratch, BlockScratchT<A>& scratch, const BertConfig& cfg,
+                        const BlockShapeT<A>& shape, size_t M) {
+  const size_t head_rows = cfg.task == 0 ? M : size_t(shape.B), C = cfg.n_embd;
+  dresidual = d.take_as<A>(size_t(shape.B) * shape.T * C);
+  dhead = d.take_as<A>(head_rows * C);
+  dhead2 = d.take_as<A>(head_rows * C);
+  ce_scratch = d.take(3 * M);
+  block_scratch_carve(scratch, d, shape);
+}
+
+// The integers one forward derives from its rows: ids, types, targets (B,T), lengths (B), masked
+// rows (M), labels (B), the picked targets (M).
+size_t bert_ints_per_slot(size_t B, size_t T, size_t M) {
+  return 3 * B * T + B + M + B + M;
+}
+
 }  // namespace
 
 template <class A>
@@ -228,68 +299,25 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
   w = bert_weights<A>(registry, cfg, [read](size_t offset) { return read + offset; });
   parameters_changed();
 
-  // Gradient segments in flat order: the embeddings, each layer, the head.
-  auto begin_of = [&](int l) {
-    return registry.at("encoder.layer." + std::to_string(l) + ".attention.self.query.weight")
-        .offset;
-  };
-  const size_t head_begin =
-      registry.at(cfg.task == 0 ? "cls.predictions.transform.dense.weight" : "pooler.dense.weight")
-          .offset;
-  embedding_segment_ = segments.size();
-  segments.push_back({0, cfg.n_layer > 0 ? begin_of(0) : head_begin, false});
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    segment_of_layer_.push_back(segments.size());
-    segments.push_back({begin_of(l), l + 1 < cfg.n_layer ? begin_of(l + 1) : head_begin, true});
-  }
-  head_segment_ = segments.size();
-  segments.push_back({head_begin, flat_size, false});
+  segments = bert_segments(registry, cfg, flat_size);
+  embedding_segment_ = 0;
+  for (int l = 0; l < cfg.n_layer; ++l) segment_of_layer_.push_back(size_t(1 + l));
+  head_segment_ = segments.size() - 1;
 
   const BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, &tp_, kLnEps, layers_};
-  const size_t BT = size_t(B) * T, C = cfg.n_embd, M = size_t(B) * m;
-  const size_t K = size_t(cfg.classes());
+  const size_t BT = size_t(B) * T, M = size_t(B) * m;
   const int slot_count = std::max(1, how.slots);
   slots.resize(slot_count);
   last_rows_.assign(slot_count, 0);
   acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
-    for (Acts& s : slots) {
-      s.embedded = a.take_as<A>(BT * C);
-      s.encoded = a.take_as<A>(BT * C);
-      s.emb_mean = a.take(BT);
-      s.emb_rstd = a.take(BT);
-      s.layer.resize(cfg.n_layer);
-      for (BlockActsT<A>& b : s.layer) block_acts_carve(b, a, shape);
-      if (cfg.task == 0) {
-        s.picked = a.take_as<A>(M * C);
-        s.dense = a.take_as<A>(M * C);
-        s.dense_gelu = a.take_as<A>(M * C);
-        s.head_ln = a.take_as<A>(M * C);
-        s.head_mean = a.take(M);
-        s.head_rstd = a.take(M);
-        s.logits = a.take_as<A>(M * size_t(Vl));
-        s.lse = a.take(M);
-        s.losses = a.take(M);
-      } else {
-        s.first = a.take_as<A>(size_t(B) * C);
-        s.pooled = a.take_as<A>(size_t(B) * C);
-        s.pooled_drop = a.take_as<A>(size_t(B) * C);
-        s.logits = a.take_as<A>(size_t(B) * K);
-        s.lse = a.take(size_t(B));
-        s.losses = a.take(size_t(B));
-      }
-    }
+    carve_bert_activations<A>(a, slots, cfg, shape, M, size_t(Vl));
   });
-  const size_t head_rows = cfg.task == 0 ? M : size_t(B);
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
-    dresidual = d.take_as<A>(BT * C);
-    dhead = d.take_as<A>(head_rows * C);
-    dhead2 = d.take_as<A>(head_rows * C);
-    ce_scratch = d.take(3 * M);
-    block_scratch_carve(scratch, d, shape);
+    carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, cfg, shape, M);
   });
   // The integers each forward derives from its rows, made on the host; another device's layers
   // read an uploaded copy of each slot's block.
-  const size_t per_slot = 3 * BT + size_t(B) + M + size_t(B) + M;
+  const size_t per_slot = bert_ints_per_slot(size_t(B), size_t(T), M);
   ints = Buffer<int32_t>(*how.alloc, per_slot * slots.size());
   const bool on_host = layers_->device == Device::cpu;
   if (!on_host) host_ints_.assign(per_slot * slots.size(), 0);
@@ -535,6 +563,50 @@ std::vector<DumpTensor> BertModelT<A>::input_dump(int slot) const {
 template class BertModelT<float>;
 template class BertModelT<bf16_t>;
 template class BertModelT<fp16_t>;
+
+namespace {
+
+template <class A>
+ModelMemory bert_memory(const BertConfig& cfg, const ModelBuild& how) {
+  const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
+  const int B = how.micro_rows, T = how.seq_len > 0 ? how.seq_len : cfg.block_size;
+  const size_t M = size_t(B) * bert_masked_per_sample(T);
+  const size_t Vl = size_t(cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
+  const ParamRegistry registry = bert_registry(cfg, how.slice);
+  ModelMemory out;
+  out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
+  out.buffer_elements = registry.buffer_size();
+  out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
+  out.segments = bert_segments(registry, cfg, out.flat_size);
+  BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, nullptr, kLnEps, &L};
+  shape.tp_ranks = how.slice.tp;
+  std::vector<typename BertModelT<A>::Acts> slots(size_t(std::max(1, how.slots)));
+  ActivationCarver a, d;
+  carve_bert_activations<A>(a, slots, cfg, shape, M, Vl);
+  A *dresidual, *dhead, *dhead2;
+  float* ce_scratch;
+  BlockScratchT<A> scratch;
+  carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, cfg, shape, M);
+  const size_t ints = slots.size() * bert_ints_per_slot(size_t(B), size_t(T), M) * sizeof(int32_t);
+  out.activation_bytes = (a.used + d.used) * sizeof(float) + ints;
+  const size_t logits = cfg.task == 0 ? M * Vl : size_t(B) * cfg.classes();
+  out.logit_bytes = slots.size() * carved_bytes<A>(logits);
+  return out;
+}
+
+}  // namespace
+
+ModelMemory bert_model_memory(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return bert_memory<bf16_t>(bert_config(m), how);
+    case DType::f16:
+      return bert_memory<fp16_t>(bert_config(m), how);
+    case DType::f32:
+      break;
+  }
+  return bert_memory<float>(bert_config(m), how);
+}
 
 std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how) {
   switch (how.precision) {

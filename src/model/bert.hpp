@@ -135,5 +135,7 @@ class BertModelT final : public Model {
 using BertModel = BertModelT<float>;
 
 std::unique_ptr<Model> build_bert(const ModelConfig& m, const ModelBuild& how);
+// What build_bert allocates, counted without building (the memory plan).
+ModelMemory bert_model_memory(const ModelConfig& m, const ModelBuild& how);
 
 }  // namespace mpitron

@@ -175,27 +175,33 @@ PhiloxStream dropout_stream(const MicroBatch& mb) {
   return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), 0), 0xD50Full)};
 }
 
-}  // namespace
-
-CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
-    : spec(s),
-      B(how.micro_rows),
-      layers_(how.layers ? how.layers : &cpu_layer_ops()),
-      self_(comm::Group::solo()) {
-  const LayerOps& L = *layers_;
+void require_convolutions(const LayerOps& L, const std::string& type) {
   if (!L.conv2d_forward)
     throw UsageError(fmt::format(
         "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
         "family runs on the cpu)",
-        device_name(L.device), m.type));
-  tp_.group = tp::model_tp_group(how, self_);
-  tp_.device = how.tp_device;
-  const int tp = how.slice.tp;
-  config = m;
-  const RegistrySlice& slice = how.slice;
-  const int nblocks = int(s.blocks.size());
+        device_name(L.device), type));
+}
+
+// Every conv-BN unit of the trunk and the chunks' blocks, in flat order.
+template <class Fn>
+void for_each_unit(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks, Fn&& fn) {
+  for (ConvBn& u : trunk) fn(u);
+  for (CnnModel::Chunk& ch : chunks)
+    for (CnnModel::Block& b : ch.blocks) {
+      fn(b.c1);
+      if (b.residual) fn(b.c2);
+      if (b.projection) fn(b.down);
+    }
+}
+
+// The chunks of this rank's slice and their units at its sizes (B planned rows), each with its
+// kernels' plan on L's device: the build's and the memory plan's.
+void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const LayerOps& L,
+                    std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks) {
+  const int tp = slice.tp, nblocks = int(s.blocks.size());
   for (size_t k = 0; k < slice.chunks.size(); ++k) {
-    Chunk ch;
+    CnnModel::Chunk ch;
     ch.first = slice.stage == 0 && k == 0;
     ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
     const int begin = slice.chunks[k].begin, end = std::min(slice.chunks[k].end, nblocks);
@@ -203,10 +209,6 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
     for (int l = begin; l < end; ++l) ch.blocks.emplace_back().index = l;
     chunks.push_back(std::move(ch));
   }
-  registry = cnn_registry(s, slice);
-  allocate_tensors(how);
-
-  // Units at this rank's sizes.
   auto local = [&](const ConvBnSpec& u) {
     ConvBn c;
     c.spec = u;
@@ -219,8 +221,8 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
   };
   if (chunks.front().first)
     for (const ConvBnSpec& u : s.convs) trunk.push_back(local(u));
-  for (Chunk& ch : chunks)
-    for (Block& b : ch.blocks) {
+  for (CnnModel::Chunk& ch : chunks)
+    for (CnnModel::Block& b : ch.blocks) {
       const CnnBlockSpec& bs = s.blocks[b.index];
       b.c1 = local(bs.c1);
       b.residual = bs.residual;
@@ -228,76 +230,84 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
       b.projection = bs.projection;
       if (b.projection) b.down = local(bs.down);
     }
-  for (Chunk& ch : chunks) {
-    const Block& last = ch.blocks.back();
+  for (CnnModel::Chunk& ch : chunks) {
+    const CnnModel::Block& last = ch.blocks.back();
     ch.in_elements =
         ch.first ? size_t(s.channels) * s.image * s.image : per_sample_in(ch.blocks.front().c1);
     ch.out_elements =
         ch.last ? size_t(s.classes) : per_sample_out(last.residual ? last.c2 : last.c1);
   }
+}
 
-  // Parameters, buffers and running-statistics sums.
-  float* p = params.data();
-  bind(
-      registry, [p](size_t o) { return p + o; }, false);
-  head.Hl = s.hidden / tp;
-  float* buf = buffers.data();
-  size_t stat_at = 0;
-  each_unit([&](ConvBn& u) {
-    for (const ParamInfo& b : registry.buffers()) {
-      if (b.name == u.spec.bn + ".running_mean") u.running_mean = buf + b.offset;
-      if (b.name == u.spec.bn + ".running_var") u.running_var = buf + b.offset;
-    }
-    MPITRON_REQUIRE(u.running_mean && u.running_var, "batch norm without running statistics");
-    u.stats = stat_at;
-    stat_at += 2 * size_t(u.C);
-  });
-  stat_sums.assign(stat_at + 1, 0.0);  // the last: groups counted
-  stat_dev = stat_sums.data();
-  if (L.device != Device::cpu) {
-    stat_store_ = Buffer<double>(*how.alloc, stat_sums.size());
-    stat_dev = stat_store_.data();
-    L.upload_bytes(stat_dev, stat_sums.data(), stat_sums.size() * sizeof(double));
-  }
-
-  // Gradient segments in flat order: the trunk, each block, the classifier (those held here).
+// Gradient segments in flat order: the trunk, each block, the classifier (those held here). Where
+// given, the indices of the trunk's, each block's and the classifier's segment.
+std::vector<GradSegment> cnn_segments(const ParamRegistry& registry, const CnnSpec& s,
+                                      const std::vector<ConvBn>& trunk,
+                                      const std::vector<CnnModel::Chunk>& chunks, size_t flat_size,
+                                      size_t* trunk_segment = nullptr,
+                                      std::vector<size_t>* segment_of_block = nullptr,
+                                      size_t* head_segment = nullptr) {
   std::vector<std::pair<size_t, size_t*>> starts;  // (flat offset, where its index goes)
-  segment_of_block_.assign(s.blocks.size(), SIZE_MAX);
+  if (segment_of_block) segment_of_block->assign(s.blocks.size(), SIZE_MAX);
   if (!trunk.empty())
-    starts.push_back({registry.at(trunk.front().spec.conv + ".weight").offset, &trunk_segment_});
-  for (Chunk& ch : chunks)
-    for (Block& b : ch.blocks)
-      starts.push_back(
-          {registry.at(b.c1.spec.conv + ".weight").offset, &segment_of_block_[b.index]});
+    starts.push_back({registry.at(trunk.front().spec.conv + ".weight").offset, trunk_segment});
+  for (const CnnModel::Chunk& ch : chunks)
+    for (const CnnModel::Block& b : ch.blocks)
+      starts.push_back({registry.at(b.c1.spec.conv + ".weight").offset,
+                        segment_of_block ? &(*segment_of_block)[b.index] : nullptr});
   if (chunks.back().last)
     starts.push_back({registry.at(s.kind == CnnKind::alexnet ? "fc1.weight" : "fc.weight").offset,
-                      &head_segment_});
+                      head_segment});
+  std::vector<GradSegment> segments;
   for (size_t i = 0; i < starts.size(); ++i) {
-    *starts[i].second = segments.size();
+    if (starts[i].second) *starts[i].second = segments.size();
     segments.push_back({i == 0 ? 0 : starts[i].first,
                         i + 1 < starts.size() ? starts[i + 1].first : flat_size, false});
   }
+  return segments;
+}
 
-  // Activations of every slot, planned once.
-  const int slot_count = std::max(1, how.slots);
-  const int G = s.group;
-  size_t widest = 0, work = 0, argmax_count = 0;
-  auto note = [&](ConvBn& u) {
+// The running-statistics sums of every unit's batch norm: (mean, var) per channel, then the
+// groups counted. Sets each unit's offset into them; returns their count.
+size_t place_cnn_stat_sums(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks) {
+  size_t at = 0;
+  for_each_unit(trunk, chunks, [&](ConvBn& u) {
+    u.stats = at;
+    at += 2 * size_t(u.C);
+  });
+  return at + 1;
+}
+
+// Per micro-batch of B rows: the widest activation of any unit or the head (the backward
+// ping-pong and scratch buffers), the largest convolution workspace, and the pool winners.
+struct CnnScratchSizes {
+  size_t widest = 0, work = 0, argmax = 0;
+};
+CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks,
+                                  const CnnSpec& s, int Hl, const LayerOps& L) {
+  CnnScratchSizes z;
+  for_each_unit(trunk, chunks, [&](ConvBn& u) {
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
-    widest = std::max({widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
-                       size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
-    work = std::max(work, L.conv2d_workspace(u.plan.get()));
-    if (u.spec.pool) argmax_count += pooled(u);
-  };
-  each_unit(note);
-  widest = std::max({widest, size_t(s.features), size_t(s.classes), size_t(head.Hl)});
-  argmax_count *= slot_count;
-  argmax_store = Buffer<int32_t>(*how.alloc, std::max<size_t>(argmax_count, 1));
-  // Pool winners are int32: they come from their own allocation, handed out in the same order.
-  auto carve_unit = [&](ConvBn& u, ActivationCarver& a, int32_t*& am) {
+    z.widest = std::max({z.widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
+                         size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
+    z.work = std::max(z.work, L.conv2d_workspace(u.plan.get()));
+    if (u.spec.pool) z.argmax += pooled(u);
+  });
+  z.widest = std::max({z.widest, size_t(s.features), size_t(s.classes), size_t(Hl)});
+  return z;
+}
+
+// Every slot's activations: each unit's, a received chunk input, the residual sums and outputs,
+// the head's. Pool winners are int32 from their own allocation at am (null: only counting),
+// handed out in the same order.
+void carve_cnn_activations(ActivationCarver& a, int32_t* am, std::vector<ConvBn>& trunk,
+                           std::vector<CnnModel::Chunk>& chunks,
+                           std::vector<CnnModel::HeadActs>& head_slots, const CnnSpec& s, int B,
+                           int Hl, int slot_count) {
+  auto carve_unit = [&](ConvBn& u) {
     u.slots.resize(slot_count);
     const size_t n = size_t(B) * u.C * u.shape.OH() * u.shape.OW();
-    const size_t groups = size_t(std::max(1, B / G)) * u.C;
+    const size_t groups = size_t(std::max(1, B / s.group)) * u.C;
     for (ConvBn::Acts& x : u.slots) {
       x.conv = a.take(n);
       x.mean = a.take(groups);
@@ -306,44 +316,98 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
       x.relu = u.spec.relu ? a.take(n) : nullptr;
       x.pool = u.spec.pool ? a.take(pooled(u)) : nullptr;
       x.argmax = u.spec.pool ? am : nullptr;
-      if (u.spec.pool) am += pooled(u);
+      if (u.spec.pool && am) am += pooled(u);
       x.out = x.pool ? x.pool : x.relu ? x.relu : x.bn;
     }
   };
-  acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
-    int32_t* am = argmax_store.data();
-    for (ConvBn& u : trunk) carve_unit(u, a, am);
-    for (Chunk& ch : chunks) {
-      ch.input.assign(slot_count, nullptr);
-      if (!ch.first)
-        for (float*& in : ch.input) in = a.take(size_t(B) * ch.in_elements);
-      for (Block& b : ch.blocks) {
-        carve_unit(b.c1, a, am);
-        b.sum.assign(slot_count, nullptr);
-        b.out.assign(slot_count, nullptr);
-        if (!b.residual) {
-          for (int k = 0; k < slot_count; ++k) b.out[k] = b.c1.slots[k].out;
-          continue;
-        }
-        carve_unit(b.c2, a, am);
-        if (b.projection) carve_unit(b.down, a, am);
-        const size_t n = size_t(B) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
-        for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take(n), b.out[k] = a.take(n);
+  for (ConvBn& u : trunk) carve_unit(u);
+  for (CnnModel::Chunk& ch : chunks) {
+    ch.input.assign(slot_count, nullptr);
+    if (!ch.first)
+      for (float*& in : ch.input) in = a.take(size_t(B) * ch.in_elements);
+    for (CnnModel::Block& b : ch.blocks) {
+      carve_unit(b.c1);
+      b.sum.assign(slot_count, nullptr);
+      b.out.assign(slot_count, nullptr);
+      if (!b.residual) {
+        for (int k = 0; k < slot_count; ++k) b.out[k] = b.c1.slots[k].out;
+        continue;
       }
+      carve_unit(b.c2);
+      if (b.projection) carve_unit(b.down);
+      const size_t n = size_t(B) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
+      for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take(n), b.out[k] = a.take(n);
     }
-    head_slots.assign(chunks.back().last ? slot_count : 0, {});
-    for (HeadActs& h : head_slots) {
-      h.features = a.take(size_t(B) * s.features);
-      h.hidden = a.take(size_t(B) * std::max(1, head.Hl));
-      h.relu = a.take(size_t(B) * std::max(1, head.Hl));
-      h.logits = a.take(size_t(B) * s.classes);
-      h.lse = a.take(B);
-      h.losses = a.take(B);
+  }
+  head_slots.assign(chunks.back().last ? slot_count : 0, {});
+  for (CnnModel::HeadActs& h : head_slots) {
+    h.features = a.take(size_t(B) * s.features);
+    h.hidden = a.take(size_t(B) * std::max(1, Hl));
+    h.relu = a.take(size_t(B) * std::max(1, Hl));
+    h.logits = a.take(size_t(B) * s.classes);
+    h.lse = a.take(B);
+    h.losses = a.take(B);
+  }
+}
+
+// Backward's (B, widest) ping-pong gradients and scratch, and the convolutions' workspace.
+void carve_cnn_scratch(ActivationCarver& d, float* (&buffers)[5], float*& workspace,
+                       const CnnScratchSizes& z, int B) {
+  for (float*& t : buffers) t = d.take(size_t(B) * z.widest);
+  workspace = d.take(std::max<size_t>(z.work, 1));
+}
+
+}  // namespace
+
+CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
+    : spec(s),
+      B(how.micro_rows),
+      layers_(how.layers ? how.layers : &cpu_layer_ops()),
+      self_(comm::Group::solo()) {
+  const LayerOps& L = *layers_;
+  require_convolutions(L, m.type);
+  tp_.group = tp::model_tp_group(how, self_);
+  tp_.device = how.tp_device;
+  config = m;
+  make_cnn_units(s, how.slice, B, L, trunk, chunks);
+  registry = cnn_registry(s, how.slice);
+  allocate_tensors(how);
+
+  // Parameters, buffers and running-statistics sums.
+  float* p = params.data();
+  bind(
+      registry, [p](size_t o) { return p + o; }, false);
+  head.Hl = s.hidden / how.slice.tp;
+  float* buf = buffers.data();
+  for_each_unit(trunk, chunks, [&](ConvBn& u) {
+    for (const ParamInfo& b : registry.buffers()) {
+      if (b.name == u.spec.bn + ".running_mean") u.running_mean = buf + b.offset;
+      if (b.name == u.spec.bn + ".running_var") u.running_var = buf + b.offset;
     }
+    MPITRON_REQUIRE(u.running_mean && u.running_var, "batch norm without running statistics");
+  });
+  stat_sums.assign(place_cnn_stat_sums(trunk, chunks), 0.0);  // the last: groups counted
+  stat_dev = stat_sums.data();
+  if (L.device != Device::cpu) {
+    stat_store_ = Buffer<double>(*how.alloc, stat_sums.size());
+    stat_dev = stat_store_.data();
+    L.upload_bytes(stat_dev, stat_sums.data(), stat_sums.size() * sizeof(double));
+  }
+  segments = cnn_segments(registry, s, trunk, chunks, flat_size, &trunk_segment_,
+                          &segment_of_block_, &head_segment_);
+
+  // Activations of every slot, planned once.
+  const int slot_count = std::max(1, how.slots);
+  const CnnScratchSizes z = cnn_scratch_sizes(trunk, chunks, s, head.Hl, L);
+  argmax_store = Buffer<int32_t>(*how.alloc, std::max<size_t>(z.argmax * slot_count, 1));
+  acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
+    carve_cnn_activations(a, argmax_store.data(), trunk, chunks, head_slots, s, B, head.Hl,
+                          slot_count);
   });
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
-    for (float** t : {&d0, &d1, &t0, &t1, &t2}) *t = d.take(size_t(B) * widest);
-    workspace = d.take(std::max<size_t>(work, 1));
+    float* buffers[5];
+    carve_cnn_scratch(d, buffers, workspace, z, B);
+    d0 = buffers[0], d1 = buffers[1], t0 = buffers[2], t1 = buffers[3], t2 = buffers[4];
   });
   // Another device's layers cannot read the host's samples: they are uploaded per micro-batch.
   // One per slot: backward reads its micro-batch's images (the first convolution's weight
@@ -381,7 +445,7 @@ void CnnModel::bind(const ParamRegistry& reg, const std::function<float*(size_t)
     const ParamInfo* p = reg.find(name);
     return p ? address(p->offset) : nullptr;
   };
-  each_unit([&](ConvBn& u) {
+  for_each_unit(trunk, chunks, [&](ConvBn& u) {
     (gradients ? u.dw : u.w) = at(u.spec.conv + ".weight");
     (gradients ? u.dbn_w : u.bn_w) = at(u.spec.bn + ".weight");
     (gradients ? u.dbn_b : u.bn_b) = at(u.spec.bn + ".bias");
@@ -626,7 +690,7 @@ void CnnModel::end_step(comm::Group& dp) {
     running = host_buffers_.data();
   }
   if (groups > 0)
-    each_unit([&](ConvBn& u) {
+    for_each_unit(trunk, chunks, [&](ConvBn& u) {
       float* rm = running + (u.running_mean - buffers.data());
       float* rv = running + (u.running_var - buffers.data());
       for (int c = 0; c < u.C; ++c) {
@@ -639,6 +703,53 @@ void CnnModel::end_step(comm::Group& dp) {
   if (!off_host) return;
   if (groups > 0) L.upload(buffers.data(), host_buffers_.data(), buffers.size());
   L.upload_bytes(stat_dev, sums.data(), sums.size() * sizeof(double));
+}
+
+namespace {
+
+ModelMemory cnn_memory(CnnKind kind, const ModelConfig& m, const ModelBuild& how) {
+  const CnnSpec s = cnn_spec(kind, m);
+  const LayerOps& L = how.layers ? *how.layers : cpu_layer_ops();
+  require_convolutions(L, m.type);
+  const int B = how.micro_rows, slot_count = std::max(1, how.slots), Hl = s.hidden / how.slice.tp;
+  std::vector<ConvBn> trunk;
+  std::vector<CnnModel::Chunk> chunks;
+  make_cnn_units(s, how.slice, B, L, trunk, chunks);
+  const ParamRegistry registry = cnn_registry(s, how.slice);
+  ModelMemory out;
+  out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
+  out.buffer_elements = registry.buffer_size();
+  out.segments = cnn_segments(registry, s, trunk, chunks, out.flat_size);
+  const CnnScratchSizes z = cnn_scratch_sizes(trunk, chunks, s, Hl, L);
+  ActivationCarver a, d;
+  std::vector<CnnModel::HeadActs> head_slots;
+  carve_cnn_activations(a, nullptr, trunk, chunks, head_slots, s, B, Hl, slot_count);
+  float* scratch[5];
+  float* workspace;
+  carve_cnn_scratch(d, scratch, workspace, z, B);
+  size_t other = std::max<size_t>(z.argmax * slot_count, 1) * sizeof(int32_t);  // pool winners
+  if (L.device != Device::cpu) {  // the statistics' sums, and each slot's images and labels
+    other += place_cnn_stat_sums(trunk, chunks) * sizeof(double);
+    if (chunks.front().first)
+      other += size_t(slot_count) * B * s.channels * s.image * s.image * sizeof(float);
+    other += size_t(slot_count) * B * sizeof(int32_t);
+  }
+  out.activation_bytes = (a.used + d.used) * sizeof(float) + other;
+  out.logit_bytes = head_slots.size() * carved_bytes<float>(size_t(B) * s.classes);
+  if (how.slice.stages > 1)
+    for (const CnnModel::Chunk& ch : chunks)
+      out.boundary_elements = std::max({out.boundary_elements, ch.in_elements, ch.out_elements});
+  return out;
+}
+
+}  // namespace
+
+ModelMemory alexnet_model_memory(const ModelConfig& m, const ModelBuild& how) {
+  return cnn_memory(CnnKind::alexnet, m, how);
+}
+
+ModelMemory resnet_model_memory(const ModelConfig& m, const ModelBuild& how) {
+  return cnn_memory(CnnKind::resnet, m, how);
 }
 
 std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how) {

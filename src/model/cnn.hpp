@@ -67,6 +67,10 @@ void validate_alexnet_layout(const ModelConfig& m, int tp);
 void validate_resnet_layout(const ModelConfig& m, int tp);
 std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how);
 std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how);
+// What build_alexnet and build_resnet allocate, counted without building (the memory plan; the
+// convolutions' kernels are planned to size their workspace).
+ModelMemory alexnet_model_memory(const ModelConfig& m, const ModelBuild& how);
+ModelMemory resnet_model_memory(const ModelConfig& m, const ModelBuild& how);
 
 // A conv-BN unit at this rank's sizes, with its weights and one slot's activations.
 struct ConvBn {
@@ -145,16 +149,6 @@ class CnnModel final : public Model {
   void block_backward(Block& b, int slot, float* dout, float* dx, const float* x, int rows);
   // Points the weights (or, with gradients, their gradients) at address(flat offset).
   void bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address, bool gradients);
-  template <class Fn>
-  void each_unit(Fn&& fn) {
-    for (ConvBn& u : trunk) fn(u);
-    for (Chunk& ch : chunks)
-      for (Block& b : ch.blocks) {
-        fn(b.c1);
-        if (b.residual) fn(b.c2);
-        if (b.projection) fn(b.down);
-      }
-  }
   // The micro-batch's images and labels where the layers read them: the host's on the CPU, else
   // the slot's device copy (uploaded when asked: by forward).
   const float* device_images(const MicroBatch& mb, bool upload);

@@ -69,6 +69,8 @@ const ModelFamily kFamilies[] = {
      true,
      true,
      gpt_model_memory,
+     true,
+     nullptr,
      true},
     {"mlp",
      "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",
@@ -93,7 +95,8 @@ const ModelFamily kFamilies[] = {
      false,
      false,
      true,
-     true},
+     true,
+     mlp_model_memory},
     {"alexnet",
      "AlexNet-style CNN: conv-BN-ReLU pairs with max pooling, dropout-linear-ReLU-linear; "
      "channels split over TP, the four convolutions into pipeline stages",
@@ -118,7 +121,9 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return m.get("norm_group"); },
      false,
      false,
-     true},
+     true,
+     false,
+     alexnet_model_memory},
     {"resnet",
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
      "blocks split into pipeline stages",
@@ -143,7 +148,9 @@ const ModelFamily kFamilies[] = {
      [](const ModelConfig& m) { return m.get("norm_group"); },
      false,
      false,
-     true},
+     true,
+     false,
+     resnet_model_memory},
     {"bert",
      "BERT-style encoder: masked-LM pretraining (task 0) or classification of verses (task 1: "
      "testament, task 2: consecutive pairs)",
@@ -176,7 +183,7 @@ const ModelFamily kFamilies[] = {
      false,
      true,
      true,
-     nullptr,
+     bert_model_memory,
      false,
      [](const ModelConfig& m) -> std::vector<std::string> {
        if (m.get("task") == 1) return {"Old Testament", "New Testament"};

@@ -514,13 +514,6 @@ std::unique_ptr<Model> build_gpt(const ModelConfig& m, const ModelBuild& how) {
 namespace {
 
 template <class A>
-size_t carved_bytes(size_t n) {  // what ActivationCarver::take_as<A>(n) adds to `used`, in bytes
-  ActivationCarver c;
-  c.take_as<A>(n);
-  return c.used * sizeof(float);
-}
-
-template <class A>
 ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
   const int Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, L.lm_head_align));

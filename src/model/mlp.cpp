@@ -17,6 +17,64 @@ void validate_mlp(const ModelConfig& m, const TrainConfig&) {
     throw UsageError(fmt::format("model.classes must be at least 2 (got {})", m.get("classes")));
 }
 
+namespace {
+
+ParamRegistry mlp_registry(const ModelConfig& m, const RegistrySlice& slice) {
+  const int64_t D = m.get("input"), H = m.get("hidden"), K = m.get("classes");
+  ParamRegistry r(slice);
+  // He initialisation for the ReLU layer, LeCun's for the classifier.
+  r.add("fc1.weight", {H, D}, InitKind::normal, std::sqrt(2.0f / float(D)), true, {0});
+  r.add("fc1.bias", {H}, InitKind::zeros, 0, false, {0});
+  if (m.get("layernorm") != 0) {
+    r.add("ln.weight", {H}, InitKind::ones, 0, false);
+    r.add("ln.bias", {H}, InitKind::zeros, 0, false);
+  }
+  r.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
+  r.add("fc2.bias", {K}, InitKind::zeros, 0, false);
+  return r;
+}
+
+// fc1 and LayerNorm, then the classifier: fc2's gradients are final first.
+std::vector<GradSegment> mlp_segments(const ParamRegistry& registry, size_t flat_size) {
+  const size_t fc2 = registry.at("fc2.weight").offset;
+  return {{0, fc2, false}, {fc2, flat_size, false}};
+}
+
+// Another device's layers cannot read the host's samples, nor 16-bit layers float ones: the
+// images go to each slot's copy (backward reads them for fc1's weight gradient).
+template <class A>
+bool mlp_owns_images(Device device) {
+  return device != Device::cpu || !std::is_same_v<A, float>;
+}
+
+// Each slot's activations, the build's and the plan's carving.
+template <class A>
+void carve_mlp_activations(ActivationCarver& a, std::vector<typename MlpModelT<A>::Acts>& slots,
+                           int B, int D, int H, int K, bool layernorm, bool own_images) {
+  const size_t BH = size_t(B) * H;
+  for (typename MlpModelT<A>::Acts& s : slots) {
+    s.h = a.take_as<A>(BH);
+    s.ln = layernorm ? a.take_as<A>(BH) : s.h;
+    s.ln_mean = a.take(B);
+    s.ln_rstd = a.take(B);
+    s.r = a.take_as<A>(BH);
+    s.logits = a.take_as<A>(size_t(B) * K);
+    s.lse = a.take(B);
+    s.losses = a.take(B);
+    s.x = own_images ? a.take_as<A>(size_t(B) * D) : nullptr;
+  }
+}
+
+// Backward's (B,H) scratch.
+template <class A>
+void carve_mlp_scratch(ActivationCarver& d, A*& dr, A*& dln, A*& dh, size_t BH) {
+  dr = d.take_as<A>(BH);
+  dln = d.take_as<A>(BH);
+  dh = d.take_as<A>(BH);
+}
+
+}  // namespace
+
 template <class A>
 MlpModelT<A>::MlpModelT(const ModelConfig& m, const ModelBuild& how)
     : D(int(m.get("input"))),
@@ -30,16 +88,7 @@ MlpModelT<A>::MlpModelT(const ModelConfig& m, const ModelBuild& how)
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "an MLP built for another precision");
   config = m;
   DeviceAllocator& alloc = *how.alloc;
-  registry = ParamRegistry(how.slice);
-  // He initialisation for the ReLU layer, LeCun's for the classifier.
-  registry.add("fc1.weight", {H, D}, InitKind::normal, std::sqrt(2.0f / float(D)), true, {0});
-  registry.add("fc1.bias", {H}, InitKind::zeros, 0, false, {0});
-  if (layernorm) {
-    registry.add("ln.weight", {H}, InitKind::ones, 0, false);
-    registry.add("ln.bias", {H}, InitKind::zeros, 0, false);
-  }
-  registry.add("fc2.weight", {K, H}, InitKind::normal, std::sqrt(1.0f / float(H)), true, {1});
-  registry.add("fc2.bias", {K}, InitKind::zeros, 0, false);
+  registry = mlp_registry(m, how.slice);
   allocate_tensors(how);
   A* read = nullptr;
   if constexpr (std::is_same_v<A, float>) {
@@ -55,33 +104,16 @@ MlpModelT<A>::MlpModelT(const ModelConfig& m, const ModelBuild& how)
   w = {at("fc1.weight"), at("fc1.bias"),   at("ln.weight"),
        at("ln.bias"),    at("fc2.weight"), at("fc2.bias")};
   parameters_changed();
-  const size_t fc2 = registry.at("fc2.weight").offset;
-  segments = {{0, fc2, false}, {fc2, flat_size, false}};
+  segments = mlp_segments(registry, flat_size);
   fc2_segment = 1;
 
-  // Another device's layers cannot read the host's samples, nor 16-bit layers float ones: the
-  // images go to each slot's copy (backward reads them for fc1's weight gradient).
-  const bool own_images = layers_->device != Device::cpu || !std::is_same_v<A, float>;
+  const bool own_images = mlp_owns_images<A>(layers_->device);
   slots.resize(size_t(std::max(1, how.slots)));
-  const size_t BH = size_t(B) * H;
   acts = plan_activations(alloc, [&](ActivationCarver& a) {
-    for (Acts& s : slots) {
-      s.h = a.take_as<A>(BH);
-      s.ln = layernorm ? a.take_as<A>(BH) : s.h;
-      s.ln_mean = a.take(B);
-      s.ln_rstd = a.take(B);
-      s.r = a.take_as<A>(BH);
-      s.logits = a.take_as<A>(size_t(B) * K);
-      s.lse = a.take(B);
-      s.losses = a.take(B);
-      s.x = own_images ? a.take_as<A>(size_t(B) * D) : nullptr;
-    }
+    carve_mlp_activations<A>(a, slots, B, D, H, K, layernorm, own_images);
   });
-  dacts = plan_activations(alloc, [&](ActivationCarver& d) {
-    dr = d.take_as<A>(BH);
-    dln = d.take_as<A>(BH);
-    dh = d.take_as<A>(BH);
-  });
+  dacts = plan_activations(
+      alloc, [&](ActivationCarver& d) { carve_mlp_scratch(d, dr, dln, dh, size_t(B) * H); });
   if (layers_->device != Device::cpu) labels = Buffer<int32_t>(alloc, slots.size() * size_t(B));
   if (!std::is_same_v<A, float>) staging_ = Buffer<float>(alloc, size_t(B) * D);
   host_losses_.resize(size_t(B));
@@ -199,6 +231,46 @@ std::unique_ptr<Model> build_mlp(const ModelConfig& m, const ModelBuild& how) {
       break;
   }
   return std::make_unique<MlpModel>(m, how);
+}
+
+namespace {
+
+template <class A>
+ModelMemory mlp_memory(const ModelConfig& m, const ModelBuild& how) {
+  const Device device = how.layers ? how.layers->device : Device::cpu;
+  const int D = int(m.get("input")), H = int(m.get("hidden")), K = int(m.get("classes"));
+  const int B = how.micro_rows;
+  const ParamRegistry registry = mlp_registry(m, how.slice);
+  ModelMemory out;
+  out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
+  out.buffer_elements = registry.buffer_size();
+  out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
+  out.segments = mlp_segments(registry, out.flat_size);
+  std::vector<typename MlpModelT<A>::Acts> slots(size_t(std::max(1, how.slots)));
+  ActivationCarver a, d;
+  carve_mlp_activations<A>(a, slots, B, D, H, K, m.get("layernorm") != 0,
+                           mlp_owns_images<A>(device));
+  A *dr, *dln, *dh;
+  carve_mlp_scratch(d, dr, dln, dh, size_t(B) * H);
+  const size_t labels = device != Device::cpu ? slots.size() * size_t(B) * sizeof(int32_t) : 0;
+  const size_t staging = std::is_same_v<A, float> ? 0 : size_t(B) * D * sizeof(float);
+  out.activation_bytes = (a.used + d.used) * sizeof(float) + labels + staging;
+  out.logit_bytes = slots.size() * carved_bytes<A>(size_t(B) * K);
+  return out;
+}
+
+}  // namespace
+
+ModelMemory mlp_model_memory(const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return mlp_memory<bf16_t>(m, how);
+    case DType::f16:
+      return mlp_memory<fp16_t>(m, how);
+    case DType::f32:
+      break;
+  }
+  return mlp_memory<float>(m, how);
 }
 
 }  // namespace mpitron

@@ -16,6 +16,8 @@ namespace mpitron {
 
 void validate_mlp(const ModelConfig& m, const TrainConfig& t);
 std::unique_ptr<Model> build_mlp(const ModelConfig& m, const ModelBuild& how);
+// What build_mlp allocates, counted without building (the memory plan).
+ModelMemory mlp_model_memory(const ModelConfig& m, const ModelBuild& how);
 
 template <class A>
 class MlpModelT final : public Model {

@@ -32,9 +32,13 @@ struct MemoryPlan {
   size_t peak() const;  // the largest stage's total: what every rank must fit
 };
 
-// Whether the family can be planned (ModelFamily::memory).
-bool can_plan_memory(const TrainOptions& opts);
-// opts.layout.dp must be resolved (> 0). UsageError for a family without a plan.
+// Why these settings have no memory plan ("the resnet family plans one pipeline stage (--pp 1)
+// so far"), or "" where they have one (ModelFamily::memory, ::plans_stages).
+std::string missing_memory_plan(const TrainOptions& opts);
+inline bool can_plan_memory(const TrainOptions& opts) {
+  return missing_memory_plan(opts).empty();
+}
+// opts.layout.dp must be resolved (> 0). UsageError where missing_memory_plan says why.
 MemoryPlan plan_memory(const TrainOptions& opts);
 StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage);
 

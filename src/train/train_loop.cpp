@@ -17,6 +17,7 @@
 #include "base/gemm.hpp"
 #include "base/human_units.hpp"
 #include "comm/world.hpp"
+#include "src/train/memory_plan.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer_state.hpp"
 
@@ -346,9 +347,8 @@ int Trainer::run() {
               ? ""
               : fmt::format(", best validation loss {:.4f} at step {}", best_val, best_val_step),
           checkpoint_path(tc.steps));
-      spdlog::info("{}", planned_bytes >= 0
-                             ? plan_accuracy_line(row)
-                             : fmt::format("memory plan: none for the {} family yet", family.type));
+      spdlog::info("{}", planned_bytes >= 0 ? plan_accuracy_line(row)
+                                            : "memory plan: none: " + missing_memory_plan(opts));
     }
   }
   return 0;
