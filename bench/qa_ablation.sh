@@ -11,8 +11,8 @@
 # exact match per run, a table of means beside the most-common-answer baseline and, where a
 # python imports torch, the cloze probe of each span pretraining (validate/qa_cloze_probe.py:
 # does the model fill a father into a line of its text?), and draws OUT/qa_ablation.png.
-# Runs -j at a time with -t threads each (2 x 1 on a 2-core machine: about 40 minutes a
-# pretraining, 12 of them, about 4 hours in all).
+# Runs -j at a time with -t threads each (on 2 cores, -j 1 -t 2 is the quickest: 23 minutes a
+# pretraining, 12 of them, about 5 hours in all with the fine-tunings and probes).
 # -c picks the pretraining conditions (default all four: next_token span_corruption
 # name_span_corruption name_span_verses); no pretraining always runs. Runs already in OUT are kept.
 # Usage: bench/qa_ablation.sh [-b BUILD] [-p PRETRAIN_STEPS] [-f FINETUNE_STEPS] [-s "SEEDS"]
