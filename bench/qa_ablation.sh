@@ -154,7 +154,7 @@ ax.axhline(100 * base, color="gray", ls="--", lw=1, label="most common answer")
 ax.set_xticks(range(len(conds)), [textwrap.fill(names[c], 18) for c in conds])
 ax.set_ylabel("dev exact match (%)")
 ax.set_title(f"Father-of questions on unseen people ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}; dots: runs)")
-ax.legend(loc="upper right", framealpha=0.9)
+ax.legend(loc="best", framealpha=0.9)  # where it hides no run
 fig.tight_layout()
 fig.savefig(f"{out}/qa_ablation.png", dpi=120)
 print(f"wrote {out}/qa_ablation.png")
