@@ -1,8 +1,10 @@
 // Shared by the precision tests (tests/test_precision.cpp, tests/test_cuda_precision.cpp): one
-// forward and backward of a small GPT in a given storage precision, on a given device's layers.
+// forward and backward of a small GPT, or of a small CNN (training: ghost-group batch norm,
+// dropout), in a given storage precision, on a given device's layers.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "src/model/family.hpp"
@@ -46,6 +48,45 @@ inline GptRun run_gpt(const GptConfig& g, int rows, int T, DType precision, floa
   GptRun r;
   r.loss = model->forward(mb) / double(rows * T);
   model->backward(mb, dloss, {});
+  r.grads.resize(grads.data.size());
+  layers.download(r.grads.data(), grads.data.data(), r.grads.size());
+  return r;
+}
+
+// A CNN family's model (alexnet or resnet: width 8, 2 blocks per stage, groups of 4) on rows
+// synthetic 28x28 images with labels; the loss is the mean over the rows.
+inline GptRun run_cnn(const std::string& type, int rows, DType precision, DeviceAllocator alloc,
+                      const LayerOps& layers) {
+  ModelConfig m = default_model_config(type);
+  m.dims["width"] = 8;
+  m.dims["norm_group"] = 4;
+  if (type == "alexnet") m.dims["hidden"] = 32;
+  if (type == "resnet") m.dims["blocks_per_stage"] = 2;
+  const size_t pixels = 28 * 28;
+  std::vector<float> images(size_t(rows) * pixels);
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  for (size_t i = 0; i < images.size(); ++i)
+    images[i] = float((i * 7919 + 13) % 255) / 255.0f - float(i / pixels % 3) * 0.2f;
+  for (int i = 0; i < rows; ++i) labels[size_t(i)] = (i * 3 + 1) % 10;
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seed = 3;
+  how.alloc = &alloc;
+  how.layers = &layers;
+  how.precision = precision;
+  auto model = build_model(m, how);
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples.features = images.data();
+  mb.samples.labels = labels.data();
+  mb.samples.rows = rows;
+  mb.step = 1;
+  mb.dropout = 0.1f;
+  mb.seed = 5;
+  mb.training = true;
+  GptRun r;
+  r.loss = model->forward(mb) / double(rows);
+  model->backward(mb, 1.0f / float(rows), {});
   r.grads.resize(grads.data.size());
   layers.download(r.grads.data(), grads.data.data(), r.grads.size());
   return r;

@@ -96,7 +96,7 @@ TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
       cpu::conv2d_backward_direct(dx.data(), dw.data(), static_cast<float*>(nullptr), dy.data(),
                                   x.data(), w.data(), s);
 
-      const auto plan = cuda::conv2d_plan(planned);
+      const auto plan = cuda::conv2d_plan<float>(planned);
       DeviceArray<char> ws(std::max<size_t>(cuda::conv2d_workspace_bytes(*plan), 1));
       DeviceArray<float> gx(x), gw(w), gy(out), gdy(dy), gdx(in), gdw(dw0);
       cuda::conv2d_forward(gy.ptr, ws.ptr, gx.ptr, gw.ptr, *plan, rows, stream.s);
@@ -120,8 +120,8 @@ TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
 
       // No input gradient asked (the image's): the weight gradient alone.
       gdw.upload(dw0);
-      cuda::conv2d_backward(nullptr, gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr, *plan, rows,
-                            stream.s);
+      cuda::conv2d_backward(static_cast<float*>(nullptr), gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr,
+                            *plan, rows, stream.s);
       stream.sync();
       expect_bitwise(gdw.download(), dw1, where + " weight gradient without the input's");
     }

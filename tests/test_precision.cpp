@@ -201,6 +201,79 @@ void check_layers_round_the_float_layers() {
   expect_rounded(r, x.f, "round_weights");
 }
 
+// The convolutional families' layers (conv, ghost-group batch norm, pooling): the same rule.
+template <class A>
+void check_cnn_layers_round_the_float_layers() {
+  const LayerOps& F = cpu_layer_ops();
+  const LayerOpsT<A>& H = layer_ops<A>(Device::cpu);
+  const cpu::Conv2dShape s{4, 8, 6, 6, 8, 3, 3, 1, 1};  // channels suit oneDNN's kernels
+  const int N = s.N, C = s.OC, HW = s.OH() * s.OW(), G = 2;
+  const size_t in = size_t(N) * s.IC * s.H * s.W, out = size_t(N) * C * HW, nw = 8 * 8 * 9;
+  Exact<A> x(in, 21, 1.0f), w(nw, 22, 0.3f), dy(out, 23, 0.5f), g(C, 24, 1.0f), b(C, 25, 0.2f);
+  const auto fp = F.conv2d_plan(s);
+  const auto hp = H.conv2d_plan(s);
+  std::vector<float> wsf(F.conv2d_workspace(fp.get()) + 1), of(out), dif(in), dwf(nw), dwh(nw);
+  std::vector<A> wsh(H.conv2d_workspace(hp.get()) + 1), oh(out), dih(in);
+  ASSERT_EQ(wsh.size() - 1, (wsf.size() - 1) * sizeof(float) / sizeof(A)) << "the same bytes";
+  F.conv2d_forward(of.data(), wsf.data(), x.f.data(), w.f.data(), fp.get(), N);
+  H.conv2d_forward(oh.data(), wsh.data(), x.h.data(), w.h.data(), hp.get(), N);
+  expect_rounded(oh, of, "conv2d_forward");
+  F.conv2d_backward(dif.data(), dwf.data(), wsf.data(), dy.f.data(), x.f.data(), w.f.data(),
+                    fp.get(), N);
+  H.conv2d_backward(dih.data(), dwh.data(), wsh.data(), dy.h.data(), x.h.data(), w.h.data(),
+                    hp.get(), N);
+  expect_rounded(dih, dif, "conv2d_backward dinp");
+  EXPECT_EQ(dwf, dwh) << "conv2d_backward: weight gradients stay fp32";
+
+  Exact<A> conv(out, 26, 2.0f);
+  const size_t groups = size_t(N / G) * C;
+  std::vector<float> mf(groups), rf(groups), mh(groups), rh(groups);
+  F.batchnorm2d_forward(of.data(), mf.data(), rf.data(), conv.f.data(), g.f.data(), b.f.data(), N,
+                        C, HW, G, 1e-5f);
+  H.batchnorm2d_forward(oh.data(), mh.data(), rh.data(), conv.h.data(), g.h.data(), b.h.data(), N,
+                        C, HW, G, 1e-5f);
+  expect_rounded(oh, of, "batchnorm2d_forward");
+  EXPECT_EQ(mf, mh);
+  EXPECT_EQ(rf, rh);
+  std::vector<float> dgf(C), dbf(C), dgh(C), dbh(C), dof(out);
+  std::vector<A> doh(out);
+  F.batchnorm2d_backward(dof.data(), dgf.data(), dbf.data(), dy.f.data(), conv.f.data(), g.f.data(),
+                         mf.data(), rf.data(), N, C, HW, G);
+  H.batchnorm2d_backward(doh.data(), dgh.data(), dbh.data(), dy.h.data(), conv.h.data(), g.h.data(),
+                         mh.data(), rh.data(), N, C, HW, G);
+  expect_rounded(doh, dof, "batchnorm2d_backward");
+  EXPECT_EQ(dgf, dgh);
+  EXPECT_EQ(dbf, dbh);
+  std::vector<float> run_mean(C, 0.25f), run_var(C, 1.5f);
+  F.batchnorm2d_forward_eval(of.data(), conv.f.data(), g.f.data(), b.f.data(), run_mean.data(),
+                             run_var.data(), N, C, HW, 1e-5f);
+  H.batchnorm2d_forward_eval(oh.data(), conv.h.data(), g.h.data(), b.h.data(), run_mean.data(),
+                             run_var.data(), N, C, HW, 1e-5f);
+  expect_rounded(oh, of, "batchnorm2d_forward_eval");
+  EXPECT_EQ(H.batchnorm2d_add_relu_forward, nullptr) << "16 bits round bn, sum and relu apart";
+
+  const cpu::Pool2dShape ps{N, C, s.OH(), s.OW(), 2, 2, 0};
+  const size_t pooled = size_t(N) * C * ps.OH() * ps.OW();
+  std::vector<int32_t> af(pooled), ah(pooled);
+  F.maxpool2d_forward(of.data(), af.data(), conv.f.data(), ps);
+  H.maxpool2d_forward(oh.data(), ah.data(), conv.h.data(), ps);
+  of.resize(pooled);
+  oh.resize(pooled);
+  expect_rounded(oh, of, "maxpool2d_forward");
+  EXPECT_EQ(af, ah);
+  F.maxpool2d_backward(dof.data(), dy.f.data(), af.data(), ps);
+  H.maxpool2d_backward(doh.data(), dy.h.data(), ah.data(), ps);
+  expect_rounded(doh, dof, "maxpool2d_backward");
+  of.resize(size_t(N) * C);
+  oh.resize(size_t(N) * C);
+  F.global_avgpool_forward(of.data(), conv.f.data(), N, C, HW);
+  H.global_avgpool_forward(oh.data(), conv.h.data(), N, C, HW);
+  expect_rounded(oh, of, "global_avgpool_forward");
+  F.global_avgpool_backward(dof.data(), dy.f.data(), N, C, HW);
+  H.global_avgpool_backward(doh.data(), dy.h.data(), N, C, HW);
+  expect_rounded(doh, dof, "global_avgpool_backward");
+}
+
 }  // namespace
 
 TEST(Precision, Bf16CpuLayersAreTheFloatLayersRounded) {
@@ -208,6 +281,12 @@ TEST(Precision, Bf16CpuLayersAreTheFloatLayersRounded) {
 }
 TEST(Precision, Fp16CpuLayersAreTheFloatLayersRounded) {
   check_layers_round_the_float_layers<fp16_t>();
+}
+TEST(Precision, Bf16CpuConvolutionLayersAreTheFloatLayersRounded) {
+  check_cnn_layers_round_the_float_layers<bf16_t>();
+}
+TEST(Precision, Fp16CpuConvolutionLayersAreTheFloatLayersRounded) {
+  check_cnn_layers_round_the_float_layers<fp16_t>();
 }
 
 TEST(Precision, CpuStagedHasNoSixteenBitLayers) {

@@ -8,10 +8,14 @@
 
 #include "base/cuda_check.hpp"
 #include "layers/cuda/batchnorm.cuh"
+#include "layers/cuda/elementwise.cuh"
 
 namespace mpitron::cuda {
 
 namespace {
+
+using elementwise::from_float;
+using elementwise::to_float;
 
 constexpr int kThreads = 256;
 
@@ -34,17 +38,18 @@ __device__ size_t at(int g, int c, int i, int C, int HW, int G) {
   return (size_t(n) * C + c) * HW + i % HW;
 }
 
-__global__ void forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                               const float* weight, const float* bias, int C, int HW, int G,
-                               float eps) {
+template <class T>
+__global__ void forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                               const T* bias, int C, int HW, int G, float eps) {
   __shared__ double shared[kThreads];
   const int gc = blockIdx.x, g = gc / C, c = gc % C, count = G * HW;
   double sum = 0;
-  for (int i = threadIdx.x; i < count; i += kThreads) sum += double(inp[at(g, c, i, C, HW, G)]);
+  for (int i = threadIdx.x; i < count; i += kThreads)
+    sum += double(to_float(inp[at(g, c, i, C, HW, G)]));
   const double m = block_sum(sum, shared) / double(count);
   double sq = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) {
-    const double d = double(inp[at(g, c, i, C, HW, G)]) - m;
+    const double d = double(to_float(inp[at(g, c, i, C, HW, G)])) - m;
     sq += d * d;
   }
   const double r = 1.0 / sqrt(block_sum(sq, shared) / double(count) + double(eps));
@@ -52,27 +57,32 @@ __global__ void forward_kernel(float* out, float* mean, float* rstd, const float
     mean[gc] = float(m);
     rstd[gc] = float(r);
   }
-  const float mf = float(m), scale = float(r * double(weight[c])), shift = bias[c];
+  const float mf = float(m), scale = float(r * double(to_float(weight[c])));
+  const float shift = to_float(bias[c]);
   for (int i = threadIdx.x; i < count; i += kThreads) {
     const size_t k = at(g, c, i, C, HW, G);
-    out[k] = __fadd_rn(__fmul_rn(__fsub_rn(inp[k], mf), scale), shift);
+    out[k] = from_float<T>(__fadd_rn(__fmul_rn(__fsub_rn(to_float(inp[k]), mf), scale), shift));
   }
 }
 
-__global__ void forward_eval_kernel(float* out, const float* inp, const float* weight,
-                                    const float* bias, const float* running_mean,
-                                    const float* running_var, size_t n, int C, int HW, float eps) {
+template <class T>
+__global__ void forward_eval_kernel(T* out, const T* inp, const T* weight, const T* bias,
+                                    const float* running_mean, const float* running_var, size_t n,
+                                    int C, int HW, float eps) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
     const int c = int((i / size_t(HW)) % size_t(C));
-    const float scale = float(double(weight[c]) / sqrt(double(running_var[c]) + double(eps)));
-    out[i] = __fadd_rn(__fmul_rn(__fsub_rn(inp[i], running_mean[c]), scale), bias[c]);
+    const float scale =
+        float(double(to_float(weight[c])) / sqrt(double(running_var[c]) + double(eps)));
+    out[i] = from_float<T>(__fadd_rn(__fmul_rn(__fsub_rn(to_float(inp[i]), running_mean[c]), scale),
+                                     to_float(bias[c])));
   }
 }
 
 // partial[(g C + c) 2 + {0, 1}] = the group's sum of dy xhat and of dy.
-__global__ void backward_kernel(float* dinp, double* partial, const float* dout, const float* inp,
-                                const float* weight, const float* mean, const float* rstd, int C,
+template <class T>
+__global__ void backward_kernel(T* dinp, double* partial, const T* dout, const T* inp,
+                                const T* weight, const float* mean, const float* rstd, int C,
                                 int HW, int G) {
   __shared__ double shared[kThreads];
   const int gc = blockIdx.x, g = gc / C, c = gc % C, count = G * HW;
@@ -80,21 +90,22 @@ __global__ void backward_kernel(float* dinp, double* partial, const float* dout,
   double sdy = 0, sdyx = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) {
     const size_t k = at(g, c, i, C, HW, G);
-    const double dy = double(dout[k]);
+    const double dy = double(to_float(dout[k]));
     sdy += dy;
-    sdyx += dy * (double(inp[k]) - m) * r;
+    sdyx += dy * (double(to_float(inp[k])) - m) * r;
   }
   const double sum_dy = block_sum(sdy, shared), sum_dy_xhat = block_sum(sdyx, shared);
   if (threadIdx.x == 0) {
     partial[2 * size_t(gc)] = sum_dy_xhat;
     partial[2 * size_t(gc) + 1] = sum_dy;
   }
-  const double a = r * double(weight[c]), mdy = sum_dy / count, mdx = sum_dy_xhat / count;
+  const double a = r * double(to_float(weight[c])), mdy = sum_dy / count, mdx = sum_dy_xhat / count;
   const float fa = float(a), fb = float(-a * mdx * r), fk = float(-a * mdy), fm = float(m);
   for (int i = threadIdx.x; i < count; i += kThreads) {
     const size_t k = at(g, c, i, C, HW, G);
+    const float dy = to_float(dout[k]), x = to_float(inp[k]);
     dinp[k] =
-        __fadd_rn(__fadd_rn(__fmul_rn(fa, dout[k]), __fmul_rn(fb, __fsub_rn(inp[k], fm))), fk);
+        from_float<T>(__fadd_rn(__fadd_rn(__fmul_rn(fa, dy), __fmul_rn(fb, __fsub_rn(x, fm))), fk));
   }
 }
 
@@ -140,16 +151,17 @@ void batchnorm2d_group_stats(double* mean_sum, double* var_sum, const float* mea
   CUDA_CHECK_LAUNCH();
 }
 
-void batchnorm2d_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C, int HW, int G,
-                         float eps, cudaStream_t s) {
+template <class T>
+void batchnorm2d_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                         const T* bias, int N, int C, int HW, int G, float eps, cudaStream_t s) {
   const int blocks = (N / G) * C;
   if (blocks == 0) return;
   forward_kernel<<<blocks, kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, C, HW, G, eps);
   CUDA_CHECK_LAUNCH();
 }
 
-void batchnorm2d_forward_eval(float* out, const float* inp, const float* weight, const float* bias,
+template <class T>
+void batchnorm2d_forward_eval(T* out, const T* inp, const T* weight, const T* bias,
                               const float* running_mean, const float* running_var, int N, int C,
                               int HW, float eps, cudaStream_t s) {
   const size_t n = size_t(N) * C * HW;
@@ -164,10 +176,10 @@ size_t batchnorm2d_backward_scratch_bytes(int N, int C, int G) {
   return 2 * size_t(N / G) * C * sizeof(double);
 }
 
-void batchnorm2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C, int HW, int G, void* scratch,
-                          cudaStream_t s) {
+template <class T>
+void batchnorm2d_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                          const T* weight, const float* mean, const float* rstd, int N, int C,
+                          int HW, int G, void* scratch, cudaStream_t s) {
   const int groups = N / G;
   if (groups == 0) return;
   auto* partial = static_cast<double*>(scratch);
@@ -177,5 +189,18 @@ void batchnorm2d_backward(float* dinp, float* dweight, float* dbias, const float
   backward_params_kernel<<<(C + 127) / 128, 128, 0, s>>>(dweight, dbias, partial, groups, C);
   CUDA_CHECK_LAUNCH();
 }
+
+#define MPITRON_INSTANTIATE(T)                                                                     \
+  template void batchnorm2d_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int, \
+                                       int, int, float, cudaStream_t);                             \
+  template void batchnorm2d_forward_eval<T>(T*, const T*, const T*, const T*, const float*,        \
+                                            const float*, int, int, int, float, cudaStream_t);     \
+  template void batchnorm2d_backward<T>(T*, float*, float*, const T*, const T*, const T*,          \
+                                        const float*, const float*, int, int, int, int, void*,     \
+                                        cudaStream_t);
+MPITRON_INSTANTIATE(float)
+MPITRON_INSTANTIATE(__nv_bfloat16)
+MPITRON_INSTANTIATE(__half)
+#undef MPITRON_INSTANTIATE
 
 }  // namespace mpitron::cuda

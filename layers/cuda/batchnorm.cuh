@@ -1,4 +1,5 @@
-// CUDA twins of layers/batchnorm.hpp (ghost groups of G samples; float NCHW): one block per
+// CUDA twins of layers/batchnorm.hpp (ghost groups of G samples; NCHW, T float, __nv_bfloat16 or
+// __half: fp32 arithmetic, each output rounded once): one block per
 // (group, channel) sums its G*HW values in double in a fixed tree, so every call gives the same
 // bits; the weight and bias gradients add the groups' partials in group order, without atomics.
 // cuDNN's batch norm takes its statistics over the whole batch, not over groups: these are the
@@ -10,18 +11,20 @@
 
 namespace mpitron::cuda {
 
-void batchnorm2d_forward(float* out,           // (N,C,HW) =
-                         float* mean,          // (N/G,C)
-                         float* rstd,          // (N/G,C)
-                         const float* inp,     // (N,C,HW)
-                         const float* weight,  // (C)
-                         const float* bias,    // (C)
+template <class T>
+void batchnorm2d_forward(T* out,           // (N,C,HW) =
+                         float* mean,      // (N/G,C)
+                         float* rstd,      // (N/G,C)
+                         const T* inp,     // (N,C,HW)
+                         const T* weight,  // (C)
+                         const T* bias,    // (C)
                          int N, int C, int HW, int G, float eps, cudaStream_t s);
 
-void batchnorm2d_forward_eval(float* out,                 // (N,C,HW) =
-                              const float* inp,           // (N,C,HW)
-                              const float* weight,        // (C)
-                              const float* bias,          // (C)
+template <class T>
+void batchnorm2d_forward_eval(T* out,                     // (N,C,HW) =
+                              const T* inp,               // (N,C,HW)
+                              const T* weight,            // (C)
+                              const T* bias,              // (C)
                               const float* running_mean,  // (C)
                               const float* running_var,   // (C)
                               int N, int C, int HW, float eps, cudaStream_t s);
@@ -29,14 +32,15 @@ void batchnorm2d_forward_eval(float* out,                 // (N,C,HW) =
 // Bytes of scratch batchnorm2d_backward needs: the (N/G,C) groups' two partial sums in double.
 size_t batchnorm2d_backward_scratch_bytes(int N, int C, int G);
 
-void batchnorm2d_backward(float* dinp,          // (N,C,HW) =
-                          float* dweight,       // (C) +=
-                          float* dbias,         // (C) +=
-                          const float* dout,    // (N,C,HW)
-                          const float* inp,     // (N,C,HW)
-                          const float* weight,  // (C)
-                          const float* mean,    // (N/G,C)
-                          const float* rstd,    // (N/G,C)
+template <class T>
+void batchnorm2d_backward(T* dinp,            // (N,C,HW) =
+                          float* dweight,     // (C) +=
+                          float* dbias,       // (C) +=
+                          const T* dout,      // (N,C,HW)
+                          const T* inp,       // (N,C,HW)
+                          const T* weight,    // (C)
+                          const float* mean,  // (N/G,C)
+                          const float* rstd,  // (N/G,C)
                           int N, int C, int HW, int G,
                           void* scratch,  // (batchnorm2d_backward_scratch_bytes(N, C, G))
                           cudaStream_t s);

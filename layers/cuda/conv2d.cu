@@ -1,16 +1,20 @@
 // Convolution through cuDNN's convolution calls (conv2d.cuh). Algorithms come from cuDNN's
 // heuristics (the _v7 queries, best first), keeping the first that is deterministic, does not use
-// tensor cores on float data (TF32 would round the inputs to 10 bits) and fits kMaxWorkspace.
+// tensor cores on float data (TF32 would round the inputs to 10 bits) and fits kMaxWorkspace. On
+// bf16 and fp16 data tensor cores are welcome: the inputs are 16-bit already, products accumulate
+// in fp32 (the descriptor's compute type).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/cuda_check.hpp"
 #include "base/cudnn_library.hpp"
 #include "layers/cuda/conv2d.cuh"
+#include "layers/cuda/elementwise.cuh"
 
 namespace mpitron::cuda {
 
@@ -53,17 +57,33 @@ bool fp32_math(cudnnMathType_t m) {
 // The first acceptable of a heuristic's answers, best first.
 template <class Perf>
 Perf choose(const std::vector<Perf>& perfs, int returned, const char* which,
-            const cpu::Conv2dShape& s) {
+            const cpu::Conv2dShape& s, bool float_data) {
   for (int i = 0; i < returned; ++i) {
     const Perf& p = perfs[size_t(i)];
     if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-        fp32_math(p.mathType) && p.memory <= kMaxWorkspace)
+        (fp32_math(p.mathType) || !float_data) && p.memory <= kMaxWorkspace)
       return p;
   }
   throw UsageError(fmt::format(
-      "cuDNN offers no deterministic fp32 {} algorithm within {} MiB of workspace for the "
+      "cuDNN offers no deterministic {} {} algorithm within {} MiB of workspace for the "
       "convolution N {} IC {} {}x{} OC {} kernel {}x{} stride {} pad {}",
-      which, kMaxWorkspace >> 20, s.N, s.IC, s.H, s.W, s.OC, s.KH, s.KW, s.stride, s.pad));
+      float_data ? "fp32" : "16-bit", which, kMaxWorkspace >> 20, s.N, s.IC, s.H, s.W, s.OC, s.KH,
+      s.KW, s.stride, s.pad));
+}
+
+template <class T>
+constexpr cudnnDataType_t data_type() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return CUDNN_DATA_BFLOAT16;
+  if constexpr (std::is_same_v<T, __half>) return CUDNN_DATA_HALF;
+  return CUDNN_DATA_FLOAT;
+}
+
+// dweight[i] += dw16[i]: a 16-bit weight gradient into the fp32 one.
+template <class T>
+__global__ void accumulate_kernel(float* dweight, const T* dw16, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    dweight[i] = __fadd_rn(dweight[i], elementwise::to_float(dw16[i]));
 }
 
 }  // namespace
@@ -76,7 +96,11 @@ struct Conv2dCudnn {
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
-  size_t workspace = 0;
+  cudnnDataType_t data = CUDNN_DATA_FLOAT;  // of x, y and w
+  size_t workspace = 0;                     // cuDNN's
+  // 16-bit data: the weight gradient cuDNN writes in the storage type (it writes w's type), at
+  // this offset of the caller's workspace, then added to the fp32 gradient.
+  size_t weight_grad_offset = 0, weight_grad_bytes = 0;
 
   Conv2dCudnn() = default;
   Conv2dCudnn(const Conv2dCudnn&) = delete;
@@ -89,26 +113,29 @@ struct Conv2dCudnn {
   }
   void set_rows(int N) const {
     const cpu::Conv2dShape& s = shape;
-    CUDNN_CHECK(lib().cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, s.IC,
-                                                 s.H, s.W));
-    CUDNN_CHECK(lib().cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, s.OC,
-                                                 s.OH(), s.OW()));
+    CUDNN_CHECK(lib().cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, data, N, s.IC, s.H, s.W));
+    CUDNN_CHECK(
+        lib().cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, data, N, s.OC, s.OH(), s.OW()));
   }
 };
 
+template <class T>
 std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
+  constexpr bool float_data = std::is_same_v<T, float>;
   auto p = std::make_shared<Conv2dCudnn>();
   p->shape = s;
+  p->data = data_type<T>();
   CUDNN_CHECK(lib().cudnnCreateTensorDescriptor(&p->x));
   CUDNN_CHECK(lib().cudnnCreateTensorDescriptor(&p->y));
   CUDNN_CHECK(lib().cudnnCreateFilterDescriptor(&p->w));
   CUDNN_CHECK(lib().cudnnCreateConvolutionDescriptor(&p->conv));
-  CUDNN_CHECK(lib().cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.OC,
-                                               s.IC, s.KH, s.KW));
-  // Cross-correlation, as the CPU layers and PyTorch compute it.
+  CUDNN_CHECK(
+      lib().cudnnSetFilter4dDescriptor(p->w, p->data, CUDNN_TENSOR_NCHW, s.OC, s.IC, s.KH, s.KW));
+  // Cross-correlation, as the CPU layers and PyTorch compute it; sums in fp32 on any data.
   CUDNN_CHECK(lib().cudnnSetConvolution2dDescriptor(p->conv, s.pad, s.pad, s.stride, s.stride, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv, CUDNN_FMA_MATH));
+  CUDNN_CHECK(lib().cudnnSetConvolutionMathType(
+      p->conv, float_data ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
   p->set_rows(s.N);
   cudnnHandle_t h = handle(cudaStreamPerThread);
   int count = 0;
@@ -116,19 +143,19 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionForwardAlgorithm_v7(
         h, p->x, p->w, p->conv, p->y, int(perfs.size()), &count, perfs.data()));
-    p->fwd = choose(perfs, count, "forward", s).algo;
+    p->fwd = choose(perfs, count, "forward", s, float_data).algo;
   }
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataAlgorithm_v7(
         h, p->w, p->y, p->conv, p->x, int(perfs.size()), &count, perfs.data()));
-    p->bwd_data = choose(perfs, count, "input-gradient", s).algo;
+    p->bwd_data = choose(perfs, count, "input-gradient", s, float_data).algo;
   }
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, p->x, p->y, p->conv, p->w, int(perfs.size()), &count, perfs.data()));
-    p->bwd_filter = choose(perfs, count, "weight-gradient", s).algo;
+    p->bwd_filter = choose(perfs, count, "weight-gradient", s, float_data).algo;
   }
   size_t a = 0, b = 0, c = 0;
   CUDNN_CHECK(
@@ -140,11 +167,15 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
   p->workspace = std::max({a, b, c});
   MPITRON_REQUIRE(p->workspace <= kMaxWorkspace,
                   "cuDNN's workspace above the cap it was chosen by");
+  if (!float_data) {
+    p->weight_grad_offset = (p->workspace + 255) / 256 * 256;
+    p->weight_grad_bytes = size_t(s.OC) * s.IC * s.KH * s.KW * sizeof(T);
+  }
   return p;
 }
 
 size_t conv2d_workspace_bytes(const Conv2dCudnn& plan) {
-  return plan.workspace;
+  return plan.weight_grad_bytes ? plan.weight_grad_offset + plan.weight_grad_bytes : plan.workspace;
 }
 
 namespace {
@@ -172,8 +203,10 @@ void check_workspace(cudnnHandle_t h, const Conv2dCudnn& p, int N, bool backward
 
 }  // namespace
 
-void conv2d_forward(float* out, void* workspace, const float* inp, const float* weight,
-                    const Conv2dCudnn& p, int N, cudaStream_t s) {
+template <class T>
+void conv2d_forward(T* out, void* workspace, const T* inp, const T* weight, const Conv2dCudnn& p,
+                    int N, cudaStream_t s) {
+  MPITRON_REQUIRE(p.data == data_type<T>(), "a convolution planned for another storage type");
   check_rows(p, N);
   cudnnHandle_t h = handle(s);
   p.set_rows(N);
@@ -183,22 +216,45 @@ void conv2d_forward(float* out, void* workspace, const float* inp, const float* 
                                             workspace, p.workspace, &zero, p.y, out));
 }
 
-void conv2d_backward(float* dinp, float* dweight, void* workspace, const float* dout,
-                     const float* inp, const float* weight, const Conv2dCudnn& p, int N,
-                     cudaStream_t s) {
+template <class T>
+void conv2d_backward(T* dinp, float* dweight, void* workspace, const T* dout, const T* inp,
+                     const T* weight, const Conv2dCudnn& p, int N, cudaStream_t s) {
+  MPITRON_REQUIRE(p.data == data_type<T>(), "a convolution planned for another storage type");
   check_rows(p, N);
   cudnnHandle_t h = handle(s);
   p.set_rows(N);
   if (N != p.shape.N) check_workspace(h, p, N, true);
   const float one = 1.0f, zero = 0.0f;
-  // dweight += (beta 1): gradients accumulate over micro-batches, as the CPU's.
-  CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
-                                                   p.bwd_filter, workspace, p.workspace, &one, p.w,
-                                                   dweight));
+  if constexpr (std::is_same_v<T, float>) {
+    // dweight += (beta 1): gradients accumulate over micro-batches, as the CPU's.
+    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
+                                                     p.bwd_filter, workspace, p.workspace, &one,
+                                                     p.w, dweight));
+  } else {  // this micro-batch's gradient rounded once to T, then added in fp32
+    T* dw16 = reinterpret_cast<T*>(static_cast<char*>(workspace) + p.weight_grad_offset);
+    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
+                                                     p.bwd_filter, workspace, p.workspace, &zero,
+                                                     p.w, dw16));
+    const size_t n = p.weight_grad_bytes / sizeof(T);
+    const int blocks = int(std::min<size_t>((n + 255) / 256, 65536));
+    accumulate_kernel<<<blocks, 256, 0, s>>>(dweight, dw16, n);
+    CUDA_CHECK_LAUNCH();
+  }
   if (dinp)
     CUDNN_CHECK(lib().cudnnConvolutionBackwardData(h, &one, p.w, weight, p.y, dout, p.conv,
                                                    p.bwd_data, workspace, p.workspace, &zero, p.x,
                                                    dinp));
 }
+
+#define MPITRON_INSTANTIATE(T)                                                            \
+  template std::shared_ptr<const Conv2dCudnn> conv2d_plan<T>(const cpu::Conv2dShape&);    \
+  template void conv2d_forward<T>(T*, void*, const T*, const T*, const Conv2dCudnn&, int, \
+                                  cudaStream_t);                                          \
+  template void conv2d_backward<T>(T*, float*, void*, const T*, const T*, const T*,       \
+                                   const Conv2dCudnn&, int, cudaStream_t);
+MPITRON_INSTANTIATE(float)
+MPITRON_INSTANTIATE(__nv_bfloat16)
+MPITRON_INSTANTIATE(__half)
+#undef MPITRON_INSTANTIATE
 
 }  // namespace mpitron::cuda

@@ -285,60 +285,70 @@ void lm_head_backward(A* dinp, float* dweight, const A* dout, const A* inp, cons
                         dev(weight), N, IC, OC, kStream, dout_scale);
 }
 
-// ---- the convolutional families' layers, float only ----
+// ---- the convolutional families' layers ----
 #ifdef MPITRON_HAVE_CUDNN
+template <class A>
 std::shared_ptr<const void> conv2d_plan(const cpu::Conv2dShape& s) {
-  return cuda::conv2d_plan(s);
+  return cuda::conv2d_plan<typename Cuda<A>::type>(s);
 }
 const cuda::Conv2dCudnn& conv_plan(const void* plan) {
   return *static_cast<const cuda::Conv2dCudnn*>(plan);
 }
+template <class A>
 size_t conv2d_workspace(const void* plan) {
-  return (cuda::conv2d_workspace_bytes(conv_plan(plan)) + sizeof(float) - 1) / sizeof(float);
+  return (cuda::conv2d_workspace_bytes(conv_plan(plan)) + sizeof(A) - 1) / sizeof(A);
 }
-void conv2d_forward(float* out, float* workspace, const float* inp, const float* weight,
-                    const void* plan, int N) {
-  cuda::conv2d_forward(out, workspace, inp, weight, conv_plan(plan), N, kStream);
+template <class A>
+void conv2d_forward(A* out, A* workspace, const A* inp, const A* weight, const void* plan, int N) {
+  cuda::conv2d_forward(dev(out), workspace, dev(inp), dev(weight), conv_plan(plan), N, kStream);
 }
-void conv2d_backward(float* dinp, float* dweight, float* workspace, const float* dout,
-                     const float* inp, const float* weight, const void* plan, int N) {
-  cuda::conv2d_backward(dinp, dweight, workspace, dout, inp, weight, conv_plan(plan), N, kStream);
+template <class A>
+void conv2d_backward(A* dinp, float* dweight, A* workspace, const A* dout, const A* inp,
+                     const A* weight, const void* plan, int N) {
+  cuda::conv2d_backward(dev(dinp), dweight, workspace, dev(dout), dev(inp), dev(weight),
+                        conv_plan(plan), N, kStream);
 }
 #endif
-void batchnorm2d_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C, int HW, int G,
-                         float eps) {
-  cuda::batchnorm2d_forward(out, mean, rstd, inp, weight, bias, N, C, HW, G, eps, kStream);
+template <class A>
+void batchnorm2d_forward(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                         const A* bias, int N, int C, int HW, int G, float eps) {
+  cuda::batchnorm2d_forward(dev(out), mean, rstd, dev(inp), dev(weight), dev(bias), N, C, HW, G,
+                            eps, kStream);
 }
-void batchnorm2d_forward_eval(float* out, const float* inp, const float* weight, const float* bias,
+template <class A>
+void batchnorm2d_forward_eval(A* out, const A* inp, const A* weight, const A* bias,
                               const float* running_mean, const float* running_var, int N, int C,
                               int HW, float eps) {
-  cuda::batchnorm2d_forward_eval(out, inp, weight, bias, running_mean, running_var, N, C, HW, eps,
-                                 kStream);
+  cuda::batchnorm2d_forward_eval(dev(out), dev(inp), dev(weight), dev(bias), running_mean,
+                                 running_var, N, C, HW, eps, kStream);
 }
-void batchnorm2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C, int HW, int G) {
+template <class A>
+void batchnorm2d_backward(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                          const A* weight, const float* mean, const float* rstd, int N, int C,
+                          int HW, int G) {
   void* scratch = batchnorm_scratch(cuda::batchnorm2d_backward_scratch_bytes(N, C, G));
-  cuda::batchnorm2d_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, HW, G,
-                             scratch, kStream);
+  cuda::batchnorm2d_backward(dev(dinp), dweight, dbias, dev(dout), dev(inp), dev(weight), mean,
+                             rstd, N, C, HW, G, scratch, kStream);
 }
 void batchnorm2d_group_stats(double* mean_sum, double* var_sum, const float* mean,
                              const float* rstd, int groups, int C, int HW, int G, float eps) {
   cuda::batchnorm2d_group_stats(mean_sum, var_sum, mean, rstd, groups, C, HW, G, eps, kStream);
 }
-void maxpool2d_forward(float* out, int32_t* argmax, const float* inp, const cpu::Pool2dShape& s) {
-  cuda::maxpool2d_forward(out, argmax, inp, s, kStream);
+template <class A>
+void maxpool2d_forward(A* out, int32_t* argmax, const A* inp, const cpu::Pool2dShape& s) {
+  cuda::maxpool2d_forward(dev(out), argmax, dev(inp), s, kStream);
 }
-void maxpool2d_backward(float* dinp, const float* dout, const int32_t* argmax,
-                        const cpu::Pool2dShape& s) {
-  cuda::maxpool2d_backward(dinp, dout, argmax, s, kStream);
+template <class A>
+void maxpool2d_backward(A* dinp, const A* dout, const int32_t* argmax, const cpu::Pool2dShape& s) {
+  cuda::maxpool2d_backward(dev(dinp), dev(dout), argmax, s, kStream);
 }
-void global_avgpool_forward(float* out, const float* inp, int N, int C, int HW) {
-  cuda::global_avgpool_forward(out, inp, N, C, HW, kStream);
+template <class A>
+void global_avgpool_forward(A* out, const A* inp, int N, int C, int HW) {
+  cuda::global_avgpool_forward(dev(out), dev(inp), N, C, HW, kStream);
 }
-void global_avgpool_backward(float* dinp, const float* dout, int N, int C, int HW) {
-  cuda::global_avgpool_backward(dinp, dout, N, C, HW, kStream);
+template <class A>
+void global_avgpool_backward(A* dinp, const A* dout, int N, int C, int HW) {
+  cuda::global_avgpool_backward(dev(dinp), dev(dout), N, C, HW, kStream);
 }
 
 // Tensor parallelism's pieces.
@@ -382,25 +392,6 @@ void crossentropy_shard_backward(A* dlogits, const A* logits, const float* lse,
                                  int V) {
   cuda::crossentropy_shard_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, Vl, v0, V,
                                     kStream);
-}
-
-// A float layer as a table entry: itself in the float table, null in the 16-bit ones where the
-// entry's type names the storage type (an entry without it, as the plan's, stays: harmless, the
-// CNNs check conv2d_forward). The convolutional families run in fp32.
-template <class F>
-struct FloatOnly {
-  F* f;
-  template <class G>
-  constexpr operator G*() const {
-    if constexpr (std::is_same_v<G, F>)
-      return f;
-    else
-      return nullptr;
-  }
-};
-template <class F>
-constexpr FloatOnly<F> float_only(F* f) {
-  return {f};
 }
 
 template <class A>
@@ -451,25 +442,25 @@ const LayerOpsT<A>& table() {
       cuda::upload_bytes,
       cuda::download_bytes,
 #ifdef MPITRON_HAVE_CUDNN
-      float_only(conv2d_plan),
-      float_only(conv2d_workspace),
-      float_only(conv2d_forward),
-      float_only(conv2d_backward),
+      conv2d_plan<A>,
+      conv2d_workspace<A>,
+      conv2d_forward<A>,
+      conv2d_backward<A>,
 #else
       nullptr,  // convolutions need cuDNN
       nullptr,
       nullptr,
       nullptr,
 #endif
-      float_only(batchnorm2d_forward),
-      float_only(batchnorm2d_forward_eval),
-      float_only(batchnorm2d_backward),
+      batchnorm2d_forward<A>,
+      batchnorm2d_forward_eval<A>,
+      batchnorm2d_backward<A>,
       nullptr,  // no fused kernel: batch norm, residual and ReLU run separately
-      float_only(batchnorm2d_group_stats),
-      float_only(maxpool2d_forward),
-      float_only(maxpool2d_backward),
-      float_only(global_avgpool_forward),
-      float_only(global_avgpool_backward),
+      batchnorm2d_group_stats,
+      maxpool2d_forward<A>,
+      maxpool2d_backward<A>,
+      global_avgpool_forward<A>,
+      global_avgpool_backward<A>,
       add_bias_rows<A>,
       embedding_shard_forward<A>,
       embedding_add_positions<A>,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "base/check.hpp"
 #include "layers/batchnorm.hpp"
@@ -160,14 +161,17 @@ void validate_resnet_layout(const ModelConfig&, int tp) {
 namespace {
 
 // Per sample at this rank's sizes: a split convolution's input or output is its TP shard.
-size_t per_sample_in(const ConvBn& u) {
+template <class U>
+size_t per_sample_in(const U& u) {
   return size_t(u.shape.IC) * u.shape.H * u.shape.W;
 }
-size_t per_sample_out(const ConvBn& u) {
+template <class U>
+size_t per_sample_out(const U& u) {
   return size_t(u.C) * u.spec.out_h() * u.spec.out_w();
 }
 
-size_t pooled(const ConvBn& u) {  // pool outputs of a planned micro-batch
+template <class U>
+size_t pooled(const U& u) {  // pool outputs of a planned micro-batch
   return size_t(u.shape.N) * u.C * (u.shape.OH() / 2) * (u.shape.OW() / 2);
 }
 
@@ -175,20 +179,34 @@ PhiloxStream dropout_stream(const MicroBatch& mb) {
   return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), 0), 0xD50Full)};
 }
 
-void require_convolutions(const LayerOps& L, const std::string& type) {
-  if (!L.conv2d_forward)
+template <class A>
+void require_convolutions(const LayerOpsT<A>& L, const std::string& type) {
+  if (L.conv2d_forward) return;
+  if constexpr (!std::is_same_v<A, float>)
     throw UsageError(fmt::format(
-        "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
-        "family runs on the cpu)",
-        device_name(L.device), type));
+        "--device {} --precision {}: this build has no 16-bit convolutions for it (the {} family "
+        "runs in 16 bits on the cpu, and in fp32 on this device)",
+        device_name(L.device), precision_name(dtype_of<A>()), type));
+  throw UsageError(fmt::format(
+      "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
+      "family runs on the cpu)",
+      device_name(L.device), type));
+}
+
+// Another device's layers cannot read the host's images, nor 16-bit layers float ones: the model
+// keeps a copy per slot.
+template <class A>
+bool cnn_owns_images(Device device) {
+  return device != Device::cpu || !std::is_same_v<A, float>;
 }
 
 // Every conv-BN unit of the trunk and the chunks' blocks, in flat order.
-template <class Fn>
-void for_each_unit(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks, Fn&& fn) {
-  for (ConvBn& u : trunk) fn(u);
-  for (CnnModel::Chunk& ch : chunks)
-    for (CnnModel::Block& b : ch.blocks) {
+template <class A, class Fn>
+void for_each_unit(std::vector<ConvBnT<A>>& trunk,
+                   std::vector<typename CnnModelT<A>::Chunk>& chunks, Fn&& fn) {
+  for (ConvBnT<A>& u : trunk) fn(u);
+  for (auto& ch : chunks)
+    for (auto& b : ch.blocks) {
       fn(b.c1);
       if (b.residual) fn(b.c2);
       if (b.projection) fn(b.down);
@@ -197,11 +215,15 @@ void for_each_unit(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chu
 
 // The chunks of this rank's slice and their units at its sizes (B planned rows), each with its
 // kernels' plan on L's device: the build's and the memory plan's.
-void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const LayerOps& L,
-                    std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks) {
+template <class A>
+void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const LayerOpsT<A>& L,
+                    std::vector<ConvBnT<A>>& trunk,
+                    std::vector<typename CnnModelT<A>::Chunk>& chunks) {
+  using Chunk = typename CnnModelT<A>::Chunk;
+  using Block = typename CnnModelT<A>::Block;
   const int tp = slice.tp, nblocks = int(s.blocks.size());
   for (size_t k = 0; k < slice.chunks.size(); ++k) {
-    CnnModel::Chunk ch;
+    Chunk ch;
     ch.first = slice.stage == 0 && k == 0;
     ch.last = slice.stage == slice.stages - 1 && k + 1 == slice.chunks.size();
     const int begin = slice.chunks[k].begin, end = std::min(slice.chunks[k].end, nblocks);
@@ -210,7 +232,7 @@ void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const L
     chunks.push_back(std::move(ch));
   }
   auto local = [&](const ConvBnSpec& u) {
-    ConvBn c;
+    ConvBnT<A> c;
     c.spec = u;
     const int ic = u.split == ChannelSplit::row ? u.IC / tp : u.IC;
     const int oc = u.split == ChannelSplit::column ? u.OC / tp : u.OC;
@@ -221,8 +243,8 @@ void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const L
   };
   if (chunks.front().first)
     for (const ConvBnSpec& u : s.convs) trunk.push_back(local(u));
-  for (CnnModel::Chunk& ch : chunks)
-    for (CnnModel::Block& b : ch.blocks) {
+  for (Chunk& ch : chunks)
+    for (Block& b : ch.blocks) {
       const CnnBlockSpec& bs = s.blocks[b.index];
       b.c1 = local(bs.c1);
       b.residual = bs.residual;
@@ -230,8 +252,8 @@ void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const L
       b.projection = bs.projection;
       if (b.projection) b.down = local(bs.down);
     }
-  for (CnnModel::Chunk& ch : chunks) {
-    const CnnModel::Block& last = ch.blocks.back();
+  for (Chunk& ch : chunks) {
+    const Block& last = ch.blocks.back();
     ch.in_elements =
         ch.first ? size_t(s.channels) * s.image * s.image : per_sample_in(ch.blocks.front().c1);
     ch.out_elements =
@@ -241,18 +263,19 @@ void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const L
 
 // Gradient segments in flat order: the trunk, each block, the classifier (those held here). Where
 // given, the indices of the trunk's, each block's and the classifier's segment.
+template <class A>
 std::vector<GradSegment> cnn_segments(const ParamRegistry& registry, const CnnSpec& s,
-                                      const std::vector<ConvBn>& trunk,
-                                      const std::vector<CnnModel::Chunk>& chunks, size_t flat_size,
-                                      size_t* trunk_segment = nullptr,
+                                      const std::vector<ConvBnT<A>>& trunk,
+                                      const std::vector<typename CnnModelT<A>::Chunk>& chunks,
+                                      size_t flat_size, size_t* trunk_segment = nullptr,
                                       std::vector<size_t>* segment_of_block = nullptr,
                                       size_t* head_segment = nullptr) {
   std::vector<std::pair<size_t, size_t*>> starts;  // (flat offset, where its index goes)
   if (segment_of_block) segment_of_block->assign(s.blocks.size(), SIZE_MAX);
   if (!trunk.empty())
     starts.push_back({registry.at(trunk.front().spec.conv + ".weight").offset, trunk_segment});
-  for (const CnnModel::Chunk& ch : chunks)
-    for (const CnnModel::Block& b : ch.blocks)
+  for (const auto& ch : chunks)
+    for (const auto& b : ch.blocks)
       starts.push_back({registry.at(b.c1.spec.conv + ".weight").offset,
                         segment_of_block ? &(*segment_of_block)[b.index] : nullptr});
   if (chunks.back().last)
@@ -269,9 +292,11 @@ std::vector<GradSegment> cnn_segments(const ParamRegistry& registry, const CnnSp
 
 // The running-statistics sums of every unit's batch norm: (mean, var) per channel, then the
 // groups counted. Sets each unit's offset into them; returns their count.
-size_t place_cnn_stat_sums(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks) {
+template <class A>
+size_t place_cnn_stat_sums(std::vector<ConvBnT<A>>& trunk,
+                           std::vector<typename CnnModelT<A>::Chunk>& chunks) {
   size_t at = 0;
-  for_each_unit(trunk, chunks, [&](ConvBn& u) {
+  for_each_unit<A>(trunk, chunks, [&](ConvBnT<A>& u) {
     u.stats = at;
     at += 2 * size_t(u.C);
   });
@@ -283,10 +308,12 @@ size_t place_cnn_stat_sums(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chu
 struct CnnScratchSizes {
   size_t widest = 0, work = 0, argmax = 0;
 };
-CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBn>& trunk, std::vector<CnnModel::Chunk>& chunks,
-                                  const CnnSpec& s, int Hl, const LayerOps& L) {
+template <class A>
+CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBnT<A>>& trunk,
+                                  std::vector<typename CnnModelT<A>::Chunk>& chunks,
+                                  const CnnSpec& s, int Hl, const LayerOpsT<A>& L) {
   CnnScratchSizes z;
-  for_each_unit(trunk, chunks, [&](ConvBn& u) {
+  for_each_unit<A>(trunk, chunks, [&](ConvBnT<A>& u) {
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
     z.widest = std::max({z.widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
                          size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
@@ -300,32 +327,33 @@ CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBn>& trunk, std::vector<CnnMod
 // Every slot's activations: each unit's, a received chunk input, the residual sums and outputs,
 // the head's. Pool winners are int32 from their own allocation at am (null: only counting),
 // handed out in the same order.
-void carve_cnn_activations(ActivationCarver& a, int32_t* am, std::vector<ConvBn>& trunk,
-                           std::vector<CnnModel::Chunk>& chunks,
-                           std::vector<CnnModel::HeadActs>& head_slots, const CnnSpec& s, int B,
-                           int Hl, int slot_count) {
-  auto carve_unit = [&](ConvBn& u) {
+template <class A>
+void carve_cnn_activations(ActivationCarver& a, int32_t* am, std::vector<ConvBnT<A>>& trunk,
+                           std::vector<typename CnnModelT<A>::Chunk>& chunks,
+                           std::vector<typename CnnModelT<A>::HeadActs>& head_slots,
+                           const CnnSpec& s, int B, int Hl, int slot_count) {
+  auto carve_unit = [&](ConvBnT<A>& u) {
     u.slots.resize(slot_count);
     const size_t n = size_t(B) * u.C * u.shape.OH() * u.shape.OW();
     const size_t groups = size_t(std::max(1, B / s.group)) * u.C;
-    for (ConvBn::Acts& x : u.slots) {
-      x.conv = a.take(n);
+    for (auto& x : u.slots) {
+      x.conv = a.take_as<A>(n);
       x.mean = a.take(groups);
       x.rstd = a.take(groups);
-      x.bn = a.take(n);
-      x.relu = u.spec.relu ? a.take(n) : nullptr;
-      x.pool = u.spec.pool ? a.take(pooled(u)) : nullptr;
+      x.bn = a.take_as<A>(n);
+      x.relu = u.spec.relu ? a.take_as<A>(n) : nullptr;
+      x.pool = u.spec.pool ? a.take_as<A>(pooled(u)) : nullptr;
       x.argmax = u.spec.pool ? am : nullptr;
       if (u.spec.pool && am) am += pooled(u);
       x.out = x.pool ? x.pool : x.relu ? x.relu : x.bn;
     }
   };
-  for (ConvBn& u : trunk) carve_unit(u);
-  for (CnnModel::Chunk& ch : chunks) {
+  for (ConvBnT<A>& u : trunk) carve_unit(u);
+  for (auto& ch : chunks) {
     ch.input.assign(slot_count, nullptr);
     if (!ch.first)
-      for (float*& in : ch.input) in = a.take(size_t(B) * ch.in_elements);
-    for (CnnModel::Block& b : ch.blocks) {
+      for (A*& in : ch.input) in = a.take_as<A>(size_t(B) * ch.in_elements);
+    for (auto& b : ch.blocks) {
       carve_unit(b.c1);
       b.sum.assign(slot_count, nullptr);
       b.out.assign(slot_count, nullptr);
@@ -336,35 +364,38 @@ void carve_cnn_activations(ActivationCarver& a, int32_t* am, std::vector<ConvBn>
       carve_unit(b.c2);
       if (b.projection) carve_unit(b.down);
       const size_t n = size_t(B) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
-      for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take(n), b.out[k] = a.take(n);
+      for (int k = 0; k < slot_count; ++k) b.sum[k] = a.take_as<A>(n), b.out[k] = a.take_as<A>(n);
     }
   }
   head_slots.assign(chunks.back().last ? slot_count : 0, {});
-  for (CnnModel::HeadActs& h : head_slots) {
-    h.features = a.take(size_t(B) * s.features);
-    h.hidden = a.take(size_t(B) * std::max(1, Hl));
-    h.relu = a.take(size_t(B) * std::max(1, Hl));
-    h.logits = a.take(size_t(B) * s.classes);
+  for (auto& h : head_slots) {
+    h.features = a.take_as<A>(size_t(B) * s.features);
+    h.hidden = a.take_as<A>(size_t(B) * std::max(1, Hl));
+    h.relu = a.take_as<A>(size_t(B) * std::max(1, Hl));
+    h.logits = a.take_as<A>(size_t(B) * s.classes);
     h.lse = a.take(B);
     h.losses = a.take(B);
   }
 }
 
 // Backward's (B, widest) ping-pong gradients and scratch, and the convolutions' workspace.
-void carve_cnn_scratch(ActivationCarver& d, float* (&buffers)[5], float*& workspace,
+template <class A>
+void carve_cnn_scratch(ActivationCarver& d, A* (&buffers)[5], A*& workspace,
                        const CnnScratchSizes& z, int B) {
-  for (float*& t : buffers) t = d.take(size_t(B) * z.widest);
-  workspace = d.take(std::max<size_t>(z.work, 1));
+  for (A*& t : buffers) t = d.take_as<A>(size_t(B) * z.widest);
+  workspace = d.take_as<A>(std::max<size_t>(z.work, 1));
 }
 
 }  // namespace
 
-CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
+template <class A>
+CnnModelT<A>::CnnModelT(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how)
     : spec(s),
       B(how.micro_rows),
-      layers_(how.layers ? how.layers : &cpu_layer_ops()),
+      layers_(&layer_ops<A>(how.layers ? how.layers->device : Device::cpu)),
       self_(comm::Group::solo()) {
-  const LayerOps& L = *layers_;
+  MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a CNN built for another precision");
+  const LayerOpsT<A>& L = *layers_;
   require_convolutions(L, m.type);
   tp_.group = tp::model_tp_group(how, self_);
   tp_.device = how.tp_device;
@@ -373,102 +404,133 @@ CnnModel::CnnModel(const CnnSpec& s, const ModelConfig& m, const ModelBuild& how
   registry = cnn_registry(s, how.slice);
   allocate_tensors(how);
 
-  // Parameters, buffers and running-statistics sums.
-  float* p = params.data();
-  bind(
-      registry, [p](size_t o) { return p + o; }, false);
+  // Parameters (or their rounded copy), buffers and running-statistics sums.
+  if constexpr (std::is_same_v<A, float>) {
+    bind_weights(params.data());
+  } else {
+    weights = Buffer<A>(*how.alloc, flat_size);
+    bind_weights(weights.data());
+  }
+  parameters_changed();
   head.Hl = s.hidden / how.slice.tp;
   float* buf = buffers.data();
-  for_each_unit(trunk, chunks, [&](ConvBn& u) {
+  for_each_unit<A>(trunk, chunks, [&](ConvBn& u) {
     for (const ParamInfo& b : registry.buffers()) {
       if (b.name == u.spec.bn + ".running_mean") u.running_mean = buf + b.offset;
       if (b.name == u.spec.bn + ".running_var") u.running_var = buf + b.offset;
     }
     MPITRON_REQUIRE(u.running_mean && u.running_var, "batch norm without running statistics");
   });
-  stat_sums.assign(place_cnn_stat_sums(trunk, chunks), 0.0);  // the last: groups counted
+  stat_sums.assign(place_cnn_stat_sums<A>(trunk, chunks), 0.0);  // the last: groups counted
   stat_dev = stat_sums.data();
   if (L.device != Device::cpu) {
     stat_store_ = Buffer<double>(*how.alloc, stat_sums.size());
     stat_dev = stat_store_.data();
     L.upload_bytes(stat_dev, stat_sums.data(), stat_sums.size() * sizeof(double));
   }
-  segments = cnn_segments(registry, s, trunk, chunks, flat_size, &trunk_segment_,
-                          &segment_of_block_, &head_segment_);
+  segments = cnn_segments<A>(registry, s, trunk, chunks, flat_size, &trunk_segment_,
+                             &segment_of_block_, &head_segment_);
 
   // Activations of every slot, planned once.
   const int slot_count = std::max(1, how.slots);
-  const CnnScratchSizes z = cnn_scratch_sizes(trunk, chunks, s, head.Hl, L);
+  const CnnScratchSizes z = cnn_scratch_sizes<A>(trunk, chunks, s, head.Hl, L);
   argmax_store = Buffer<int32_t>(*how.alloc, std::max<size_t>(z.argmax * slot_count, 1));
   acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
-    carve_cnn_activations(a, argmax_store.data(), trunk, chunks, head_slots, s, B, head.Hl,
-                          slot_count);
+    carve_cnn_activations<A>(a, argmax_store.data(), trunk, chunks, head_slots, s, B, head.Hl,
+                             slot_count);
   });
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
-    float* buffers[5];
-    carve_cnn_scratch(d, buffers, workspace, z, B);
-    d0 = buffers[0], d1 = buffers[1], t0 = buffers[2], t1 = buffers[3], t2 = buffers[4];
+    A* scratch[5];
+    carve_cnn_scratch<A>(d, scratch, workspace, z, B);
+    d0 = scratch[0], d1 = scratch[1], t0 = scratch[2], t1 = scratch[3], t2 = scratch[4];
   });
-  // Another device's layers cannot read the host's samples: they are uploaded per micro-batch.
-  // One per slot: backward reads its micro-batch's images (the first convolution's weight
-  // gradient) and labels after other micro-batches' forwards.
-  if (L.device != Device::cpu) {
-    if (chunks.front().first) images_ = Buffer<float>(*how.alloc, slot_count * image_elements());
-    labels_ = Buffer<int32_t>(*how.alloc, size_t(slot_count) * B);
+  // Another device's layers cannot read the host's samples, nor 16-bit layers float images: they
+  // go to a copy per micro-batch, one per slot (backward reads its micro-batch's images for the
+  // first convolution's weight gradient, and its labels, after other micro-batches' forwards).
+  if (cnn_owns_images<A>(L.device) && chunks.front().first) {
+    images_ = Buffer<A>(*how.alloc, slot_count * image_elements());
+    if (!std::is_same_v<A, float>) image_staging_ = Buffer<float>(*how.alloc, image_elements());
   }
+  if (L.device != Device::cpu) labels_ = Buffer<int32_t>(*how.alloc, size_t(slot_count) * B);
   host_losses_.resize(size_t(B));
 }
 
-size_t CnnModel::image_elements() const {
+template <class A>
+size_t CnnModelT<A>::image_elements() const {
   return size_t(B) * spec.channels * spec.image * spec.image;
 }
 
-const float* CnnModel::device_images(const MicroBatch& mb, bool upload) {
-  if (!images_.data()) return mb.samples.features;
-  float* at = images_.data() + size_t(mb.slot) * image_elements();
-  if (upload)
-    layers_->upload(at, mb.samples.features,
-                    size_t(mb.samples.rows) * spec.channels * spec.image * spec.image);
+template <class A>
+const A* CnnModelT<A>::device_images(const MicroBatch& mb, bool upload) {
+  if constexpr (std::is_same_v<A, float>)
+    if (!images_.data()) return mb.samples.features;
+  A* at = images_.data() + size_t(mb.slot) * image_elements();
+  if (!upload) return at;
+  const size_t n = size_t(mb.samples.rows) * spec.channels * spec.image * spec.image;
+  if constexpr (std::is_same_v<A, float>) {
+    layers_->upload(at, mb.samples.features, n);
+  } else {  // rounded to A where the layers run, as the weights are
+    layers_->upload(image_staging_.data(), mb.samples.features, n);
+    layers_->round_weights(at, image_staging_.data(), n);
+  }
   return at;
 }
 
-const int32_t* CnnModel::device_labels(const MicroBatch& mb, bool upload) {
+template <class A>
+const int32_t* CnnModelT<A>::device_labels(const MicroBatch& mb, bool upload) {
   if (!labels_.data()) return mb.samples.labels;
   int32_t* at = labels_.data() + size_t(mb.slot) * B;
   if (upload) layers_->upload_int32(at, mb.samples.labels, size_t(mb.samples.rows));
   return at;
 }
 
-void CnnModel::bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address,
-                    bool gradients) {
-  auto at = [&](const std::string& name) -> float* {
-    const ParamInfo* p = reg.find(name);
-    return p ? address(p->offset) : nullptr;
-  };
-  for_each_unit(trunk, chunks, [&](ConvBn& u) {
-    (gradients ? u.dw : u.w) = at(u.spec.conv + ".weight");
-    (gradients ? u.dbn_w : u.bn_w) = at(u.spec.bn + ".weight");
-    (gradients ? u.dbn_b : u.bn_b) = at(u.spec.bn + ".bias");
+template <class A>
+template <class Fn>
+void CnnModelT<A>::for_each_parameter(Fn&& fn) {
+  for_each_unit<A>(trunk, chunks, [&](ConvBn& u) {
+    fn(u.spec.conv + ".weight", u.w, u.dw);
+    fn(u.spec.bn + ".weight", u.bn_w, u.dbn_w);
+    fn(u.spec.bn + ".bias", u.bn_b, u.dbn_b);
   });
   const bool alexnet = spec.kind == CnnKind::alexnet;
-  (gradients ? head.dfc1_w : head.fc1_w) = at(alexnet ? "fc1.weight" : "fc.weight");
-  (gradients ? head.dfc1_b : head.fc1_b) = at(alexnet ? "fc1.bias" : "fc.bias");
-  (gradients ? head.dfc2_w : head.fc2_w) = alexnet ? at("fc2.weight") : nullptr;
-  (gradients ? head.dfc2_b : head.fc2_b) = alexnet ? at("fc2.bias") : nullptr;
+  fn(alexnet ? "fc1.weight" : "fc.weight", head.fc1_w, head.dfc1_w);
+  fn(alexnet ? "fc1.bias" : "fc.bias", head.fc1_b, head.dfc1_b);
+  if (!alexnet) return;
+  fn("fc2.weight", head.fc2_w, head.dfc2_w);
+  fn("fc2.bias", head.fc2_b, head.dfc2_b);
 }
 
-void CnnModel::bind_gradients(const std::function<float*(size_t)>& address) {
-  bind(registry, address, true);
+template <class A>
+void CnnModelT<A>::bind_weights(A* read) {
+  for_each_parameter([&](const std::string& name, A*& weight, float*&) {
+    const ParamInfo* p = registry.find(name);
+    weight = p ? read + p->offset : nullptr;
+  });
 }
 
-bool CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training,
-                               const float* shortcut, float* block_out) {
-  ConvBn::Acts& a = u.slots[slot];
+template <class A>
+void CnnModelT<A>::bind_gradients(const std::function<float*(size_t)>& address) {
+  for_each_parameter([&](const std::string& name, A*&, float*& gradient) {
+    const ParamInfo* p = registry.find(name);
+    gradient = p ? address(p->offset) : nullptr;
+  });
+}
+
+template <class A>
+void CnnModelT<A>::parameters_changed() {
+  if constexpr (!std::is_same_v<A, float>)
+    layers_->round_weights(weights.data(), params.data(), flat_size);
+}
+
+template <class A>
+bool CnnModelT<A>::conv_bn_forward(ConvBn& u, int slot, const A* x, int rows, bool training,
+                                   const A* shortcut, A* block_out) {
+  auto& a = u.slots[slot];
   cpu::Conv2dShape shape = u.shape;
   shape.N = rows;
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
   if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(tp_, a.conv, n, L);
   // Training writes batch norm and what follows it in one pass where the device can.
@@ -494,15 +556,15 @@ bool CnnModel::conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bo
   return fused;
 }
 
-void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x,
-                                int rows) {
-  const ConvBn::Acts& a = u.slots[slot];
+template <class A>
+void CnnModelT<A>::conv_bn_backward(ConvBn& u, int slot, A* dy, A* dx, const A* x, int rows) {
+  const auto& a = u.slots[slot];
   cpu::Conv2dShape shape = u.shape;
   shape.N = rows;
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
-  const LayerOps& L = *layers_;
-  float* g = dy;
+  const LayerOpsT<A>& L = *layers_;
+  A* g = dy;
   if (u.spec.pool) {
     L.maxpool2d_backward(t0, g, a.argmax,
                          cpu::Pool2dShape{rows, u.C, shape.OH(), shape.OW(), 2, 2, 0});
@@ -518,7 +580,8 @@ void CnnModel::conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const
     tp::copy_to_tp_backward(tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W, L);
 }
 
-const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool training) {
+template <class A>
+const A* CnnModelT<A>::trunk_forward(int slot, const A* x, int rows, bool training) {
   for (ConvBn& u : trunk) {
     conv_bn_forward(u, slot, x, rows, training);
     x = u.slots[slot].out;
@@ -526,10 +589,11 @@ const float* CnnModel::trunk_forward(int slot, const float* x, int rows, bool tr
   return x;
 }
 
-void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool training) {
+template <class A>
+void CnnModelT<A>::block_forward(Block& b, int slot, const A* x, int rows, bool training) {
   conv_bn_forward(b.c1, slot, x, rows, training);
   if (!b.residual) return;
-  const float* shortcut = x;
+  const A* shortcut = x;
   if (b.projection) {
     conv_bn_forward(b.down, slot, x, rows, training);
     shortcut = b.down.slots[slot].out;
@@ -541,8 +605,8 @@ void CnnModel::block_forward(Block& b, int slot, const float* x, int rows, bool 
   layers_->relu_forward(b.out[slot], b.sum[slot], n);
 }
 
-void CnnModel::block_backward(Block& b, int slot, float* dout, float* dx, const float* x,
-                              int rows) {
+template <class A>
+void CnnModelT<A>::block_backward(Block& b, int slot, A* dout, A* dx, const A* x, int rows) {
   if (!b.residual) return conv_bn_backward(b.c1, slot, dout, dx, x, rows);
   const size_t n = size_t(rows) * b.c2.C * b.c2.shape.OH() * b.c2.shape.OW();
   layers_->relu_backward(dout, dout, b.out[slot], n);                  // dout now holds d(sum)
@@ -557,7 +621,8 @@ void CnnModel::block_backward(Block& b, int slot, float* dout, float* dx, const 
   }
 }
 
-double CnnModel::forward(const MicroBatch& mb) {
+template <class A>
+double CnnModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(mb.chunk >= 0 && mb.chunk < int(chunks.size()), "no such chunk on this stage");
   Chunk& ch = chunks[mb.chunk];
   const int rows = mb.samples.rows, slot = mb.slot;
@@ -566,8 +631,8 @@ double CnnModel::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(!mb.training || rows % spec.group == 0,
                   "a training micro-batch must hold whole batch-norm groups");
   if (mb.training && mb.chunk == 0) stat_groups += rows / spec.group;
-  const LayerOps& L = *layers_;
-  const float* x = ch.input[slot];
+  const LayerOpsT<A>& L = *layers_;
+  const A* x = ch.input[slot];
   if (ch.first) {
     MPITRON_REQUIRE(mb.samples.features && mb.samples.labels, "the model reads images");
     x = trunk_forward(slot, device_images(mb, true), rows, mb.training);
@@ -604,11 +669,12 @@ double CnnModel::forward(const MicroBatch& mb) {
   return sum;
 }
 
-void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
+template <class A>
+void CnnModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) {
   Chunk& ch = chunks[mb.chunk];
   const int rows = mb.samples.rows, slot = mb.slot;
   const int F = spec.features, K = spec.classes;
-  const LayerOps& L = *layers_;
+  const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
     HeadActs& h = head_slots[slot];
     L.crossentropy_backward(h.logits, h.logits, h.lse, device_labels(mb, false), dloss, rows, K);
@@ -627,15 +693,15 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
     }
     ready(head_segment_);
   }  // else d0 holds the gradient of the chunk's output, received from the next stage
-  const float* image = device_images(mb, false);
-  float *g = d0, *other = d1;
+  const A* image = ch.first ? device_images(mb, false) : nullptr;
+  A *g = d0, *other = d1;
   for (int k = int(ch.blocks.size()) - 1; k >= 0; --k) {
     Block& b = ch.blocks[k];
     const bool first = ch.first && k == 0 && trunk.empty();  // no gradient for the image
-    const float* x = k > 0       ? ch.blocks[k - 1].out[slot]
-                     : !ch.first ? ch.input[slot]
-                     : first     ? image
-                                 : trunk.back().slots[slot].out;
+    const A* x = k > 0       ? ch.blocks[k - 1].out[slot]
+                 : !ch.first ? ch.input[slot]
+                 : first     ? image
+                             : trunk.back().slots[slot].out;
     block_backward(b, slot, g, first ? nullptr : other, x, rows);
     std::swap(g, other);
     ready(segment_of_block_[b.index]);
@@ -643,25 +709,27 @@ void CnnModel::backward(const MicroBatch& mb, float dloss, GradReadyHook ready) 
   // g is the chunk's input gradient (boundary().input_grad)
   if (!ch.first || trunk.empty()) return;
   for (int i = int(trunk.size()) - 1; i >= 0; --i) {
-    const float* x = i > 0 ? trunk[i - 1].slots[slot].out : image;
+    const A* x = i > 0 ? trunk[i - 1].slots[slot].out : image;
     conv_bn_backward(trunk[i], slot, g, i > 0 ? other : nullptr, x, rows);
     std::swap(g, other);
   }
   ready(trunk_segment_);
 }
 
-ModelOutput CnnModel::output(int slot) const {
-  std::vector<float> unused;  // float logits: nothing to widen
+template <class A>
+ModelOutput CnnModelT<A>::output(int slot) const {
   return {host_floats(*layers_, head_slots[slot].logits, size_t(B) * spec.classes, host_logits_,
-                      unused),
+                      host_logits_16_),
           1, spec.classes};
 }
 
-StageBoundary CnnModel::boundary(int chunk, int slot) {
+template <class A>
+StageBoundary CnnModelT<A>::boundary(int chunk, int slot) {
   Chunk& ch = chunks[chunk];
   StageBoundary b;
   b.input_elements = ch.in_elements;
   b.output_elements = ch.out_elements;
+  b.element_bytes = sizeof(A);
   if (!ch.first) {
     b.input = ch.input[slot];
     b.input_grad = ch.blocks.size() % 2 == 0 ? d0 : d1;
@@ -673,8 +741,9 @@ StageBoundary CnnModel::boundary(int chunk, int slot) {
   return b;
 }
 
-void CnnModel::end_step(comm::Group& dp) {
-  const LayerOps& L = *layers_;
+template <class A>
+void CnnModelT<A>::end_step(comm::Group& dp) {
+  const LayerOpsT<A>& L = *layers_;
   std::vector<double>& sums = stat_sums;
   const bool off_host = L.device != Device::cpu;
   // Off the CPU the sums and the running statistics come to the host and go back: C values each.
@@ -690,7 +759,7 @@ void CnnModel::end_step(comm::Group& dp) {
     running = host_buffers_.data();
   }
   if (groups > 0)
-    for_each_unit(trunk, chunks, [&](ConvBn& u) {
+    for_each_unit<A>(trunk, chunks, [&](ConvBn& u) {
       float* rm = running + (u.running_mean - buffers.data());
       float* rv = running + (u.running_var - buffers.data());
       for (int c = 0; c < u.C; ++c) {
@@ -705,59 +774,98 @@ void CnnModel::end_step(comm::Group& dp) {
   L.upload_bytes(stat_dev, sums.data(), sums.size() * sizeof(double));
 }
 
+template class CnnModelT<float>;
+template class CnnModelT<bf16_t>;
+template class CnnModelT<fp16_t>;
+
 namespace {
 
+template <class A>
 ModelMemory cnn_memory(CnnKind kind, const ModelConfig& m, const ModelBuild& how) {
   const CnnSpec s = cnn_spec(kind, m);
-  const LayerOps& L = how.layers ? *how.layers : cpu_layer_ops();
+  const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
   require_convolutions(L, m.type);
   const int B = how.micro_rows, slot_count = std::max(1, how.slots), Hl = s.hidden / how.slice.tp;
-  std::vector<ConvBn> trunk;
-  std::vector<CnnModel::Chunk> chunks;
+  std::vector<ConvBnT<A>> trunk;
+  std::vector<typename CnnModelT<A>::Chunk> chunks;
   make_cnn_units(s, how.slice, B, L, trunk, chunks);
   const ParamRegistry registry = cnn_registry(s, how.slice);
   ModelMemory out;
   out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
   out.buffer_elements = registry.buffer_size();
-  out.segments = cnn_segments(registry, s, trunk, chunks, out.flat_size);
-  const CnnScratchSizes z = cnn_scratch_sizes(trunk, chunks, s, Hl, L);
+  out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
+  out.segments = cnn_segments<A>(registry, s, trunk, chunks, out.flat_size);
+  const CnnScratchSizes z = cnn_scratch_sizes<A>(trunk, chunks, s, Hl, L);
   ActivationCarver a, d;
-  std::vector<CnnModel::HeadActs> head_slots;
-  carve_cnn_activations(a, nullptr, trunk, chunks, head_slots, s, B, Hl, slot_count);
-  float* scratch[5];
-  float* workspace;
-  carve_cnn_scratch(d, scratch, workspace, z, B);
+  std::vector<typename CnnModelT<A>::HeadActs> head_slots;
+  carve_cnn_activations<A>(a, nullptr, trunk, chunks, head_slots, s, B, Hl, slot_count);
+  A* scratch[5];
+  A* workspace;
+  carve_cnn_scratch<A>(d, scratch, workspace, z, B);
   size_t other = std::max<size_t>(z.argmax * slot_count, 1) * sizeof(int32_t);  // pool winners
-  if (L.device != Device::cpu) {  // the statistics' sums, and each slot's images and labels
-    other += place_cnn_stat_sums(trunk, chunks) * sizeof(double);
-    if (chunks.front().first)
-      other += size_t(slot_count) * B * s.channels * s.image * s.image * sizeof(float);
-    other += size_t(slot_count) * B * sizeof(int32_t);
+  if (L.device != Device::cpu)  // the statistics' sums, and each slot's labels
+    other += place_cnn_stat_sums<A>(trunk, chunks) * sizeof(double) +
+             size_t(slot_count) * B * sizeof(int32_t);
+  if (cnn_owns_images<A>(L.device) && chunks.front().first) {  // each slot's images
+    const size_t image = size_t(B) * s.channels * s.image * s.image;
+    other += slot_count * image * sizeof(A);
+    if (!std::is_same_v<A, float>) other += image * sizeof(float);  // the staging
   }
   out.activation_bytes = (a.used + d.used) * sizeof(float) + other;
-  out.logit_bytes = head_slots.size() * carved_bytes<float>(size_t(B) * s.classes);
+  out.logit_bytes = head_slots.size() * carved_bytes<A>(size_t(B) * s.classes);
   if (how.slice.stages > 1)
-    for (const CnnModel::Chunk& ch : chunks)
+    for (const auto& ch : chunks)
       out.boundary_elements = std::max({out.boundary_elements, ch.in_elements, ch.out_elements});
   return out;
 }
 
+template <class A>
+std::unique_ptr<Model> build_cnn(CnnKind kind, const ModelConfig& m, const ModelBuild& how) {
+  return std::make_unique<CnnModelT<A>>(cnn_spec(kind, m), m, how);
+}
+
+// The precision's instance of f<A>(kind, m, how).
+template <template <class> class F>
+auto for_precision(CnnKind kind, const ModelConfig& m, const ModelBuild& how) {
+  switch (how.precision) {
+    case DType::bf16:
+      return F<bf16_t>::call(kind, m, how);
+    case DType::f16:
+      return F<fp16_t>::call(kind, m, how);
+    case DType::f32:
+      break;
+  }
+  return F<float>::call(kind, m, how);
+}
+template <class A>
+struct Memory {
+  static ModelMemory call(CnnKind k, const ModelConfig& m, const ModelBuild& how) {
+    return cnn_memory<A>(k, m, how);
+  }
+};
+template <class A>
+struct Build {
+  static std::unique_ptr<Model> call(CnnKind k, const ModelConfig& m, const ModelBuild& how) {
+    return build_cnn<A>(k, m, how);
+  }
+};
+
 }  // namespace
 
 ModelMemory alexnet_model_memory(const ModelConfig& m, const ModelBuild& how) {
-  return cnn_memory(CnnKind::alexnet, m, how);
+  return for_precision<Memory>(CnnKind::alexnet, m, how);
 }
 
 ModelMemory resnet_model_memory(const ModelConfig& m, const ModelBuild& how) {
-  return cnn_memory(CnnKind::resnet, m, how);
+  return for_precision<Memory>(CnnKind::resnet, m, how);
 }
 
 std::unique_ptr<Model> build_alexnet(const ModelConfig& m, const ModelBuild& how) {
-  return std::make_unique<CnnModel>(cnn_spec(CnnKind::alexnet, m), m, how);
+  return for_precision<Build>(CnnKind::alexnet, m, how);
 }
 
 std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how) {
-  return std::make_unique<CnnModel>(cnn_spec(CnnKind::resnet, m), m, how);
+  return for_precision<Build>(CnnKind::resnet, m, how);
 }
 
 }  // namespace mpitron

@@ -72,27 +72,35 @@ std::unique_ptr<Model> build_resnet(const ModelConfig& m, const ModelBuild& how)
 ModelMemory alexnet_model_memory(const ModelConfig& m, const ModelBuild& how);
 ModelMemory resnet_model_memory(const ModelConfig& m, const ModelBuild& how);
 
-// A conv-BN unit at this rank's sizes, with its weights and one slot's activations.
-struct ConvBn {
+// A conv-BN unit at this rank's sizes, with its weights and one slot's activations. A: the storage
+// type of activations and of the weights the layers read (src/model/precision.hpp); gradients,
+// batch norm's statistics and running buffers are float.
+template <class A>
+struct ConvBnT {
   ConvBnSpec spec;
   cpu::Conv2dShape shape;            // N = planned rows; IC/OC this rank's
   std::shared_ptr<const void> plan;  // its kernels on the model's device (LayerOps::conv2d_plan)
   int C = 0;  // batch-norm channels held here (OC, or OC/tp after a column split)
-  float *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;     // (OC,IC,K,K), (C), (C)
+  A *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;         // (OC,IC,K,K), (C), (C)
   float *dw = nullptr, *dbn_w = nullptr, *dbn_b = nullptr;  // their gradients
   float *running_mean = nullptr, *running_var = nullptr;    // (C) buffers
   size_t stats = 0;  // offset of its (mean, var) sums in the model's running-statistics sums
   struct Acts {
-    float *conv, *mean, *rstd, *bn, *relu, *pool;  // relu/pool null where absent
+    A *conv, *bn, *relu, *pool;  // relu/pool null where absent
+    float *mean, *rstd;
     int32_t* argmax;
-    float* out;  // what the next unit reads
+    A* out;  // what the next unit reads
   };
   std::vector<Acts> slots;
 };
 
-class CnnModel final : public Model {
+// In fp32, bf16 or fp16 storage (--precision): below fp32 the images and a copy of the fp32
+// parameters are rounded to A; gradients, the loss and batch norm's statistics stay fp32.
+template <class A>
+class CnnModelT final : public Model {
  public:
-  CnnModel(const CnnSpec& spec, const ModelConfig& m, const ModelBuild& how);
+  using ConvBn = ConvBnT<A>;
+  CnnModelT(const CnnSpec& spec, const ModelConfig& m, const ModelBuild& how);
   void bind_gradients(const std::function<float*(size_t)>& address) override;
   double forward(const MicroBatch& mb) override;
   void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
@@ -100,6 +108,8 @@ class CnnModel final : public Model {
   int loss_terms_per_sample() const override { return 1; }
   StageBoundary boundary(int chunk, int slot) override;
   void end_step(comm::Group& dp) override;
+  void parameters_changed() override;
+  size_t weight_copy_bytes() const override { return weights.size() * sizeof(A); }
 
   CnnSpec spec;
   int B = 0;  // planned rows
@@ -108,30 +118,32 @@ class CnnModel final : public Model {
     ConvBn c1, c2, down;
     bool residual = true, projection = false;
     // Per slot: c2 + shortcut and its ReLU (B,OC,H,W); not residual: out is c1's output.
-    std::vector<float*> sum, out;
+    std::vector<A*> sum, out;
   };
   struct Chunk {
     bool first = false, last = false;  // holds the image (and resnet's stem) / the classifier
     std::vector<Block> blocks;
-    std::vector<float*> input;  // per slot: the received input of a chunk that is not first
+    std::vector<A*> input;  // per slot: the received input of a chunk that is not first
     size_t in_elements = 0, out_elements = 0;  // per sample, at the chunk's boundaries
   };
   std::vector<ConvBn> trunk;  // resnet's stem (the first chunk's); alexnet: empty
   std::vector<Chunk> chunks;
   struct Head {  // resnet's fc is fc1 here
-    float *fc1_w = nullptr, *fc1_b = nullptr, *fc2_w = nullptr, *fc2_b = nullptr;
+    A *fc1_w = nullptr, *fc1_b = nullptr, *fc2_w = nullptr, *fc2_b = nullptr;
     float *dfc1_w = nullptr, *dfc1_b = nullptr, *dfc2_w = nullptr, *dfc2_b = nullptr;
     int Hl = 0;  // alexnet: fc1's outputs held here
   } head;
   struct HeadActs {
-    float *features, *hidden, *relu, *logits, *lse, *losses;
+    A *features, *hidden, *relu, *logits;
+    float *lse, *losses;
   };
   std::vector<HeadActs> head_slots;
   Buffer<float> acts, dacts;
   Buffer<int32_t> argmax_store;
-  float *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
-  float *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
-  float* workspace = nullptr;                         // convolution scratch
+  A *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
+  A *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
+  A* workspace = nullptr;                         // convolution scratch
+  Buffer<A> weights;              // below fp32: params rounded to A (flat_size); empty in fp32
   std::vector<double> stat_sums;  // per BN: (C) mean sums, (C) var sums; last, the groups summed
   int64_t stat_groups = 0;        // groups counted into stat_sums this step
   // Where the layers add to the sums: stat_sums itself on the CPU, else the device's copy.
@@ -140,30 +152,37 @@ class CnnModel final : public Model {
  private:
   // With a shortcut (resnet's c2), the block's relu(bn + shortcut) goes to block_out where the
   // device fuses it into batch norm (returns true), else the caller adds it.
-  bool conv_bn_forward(ConvBn& u, int slot, const float* x, int rows, bool training,
-                       const float* shortcut = nullptr, float* block_out = nullptr);
+  bool conv_bn_forward(ConvBn& u, int slot, const A* x, int rows, bool training,
+                       const A* shortcut = nullptr, A* block_out = nullptr);
   // dy is overwritten (ReLU's backward runs in place); dx may be nullptr (the image).
-  void conv_bn_backward(ConvBn& u, int slot, float* dy, float* dx, const float* x, int rows);
-  const float* trunk_forward(int slot, const float* x, int rows, bool training);
-  void block_forward(Block& b, int slot, const float* x, int rows, bool training);
-  void block_backward(Block& b, int slot, float* dout, float* dx, const float* x, int rows);
-  // Points the weights (or, with gradients, their gradients) at address(flat offset).
-  void bind(const ParamRegistry& reg, const std::function<float*(size_t)>& address, bool gradients);
-  // The micro-batch's images and labels where the layers read them: the host's on the CPU, else
-  // the slot's device copy (uploaded when asked: by forward).
-  const float* device_images(const MicroBatch& mb, bool upload);
+  void conv_bn_backward(ConvBn& u, int slot, A* dy, A* dx, const A* x, int rows);
+  const A* trunk_forward(int slot, const A* x, int rows, bool training);
+  void block_forward(Block& b, int slot, const A* x, int rows, bool training);
+  void block_backward(Block& b, int slot, A* dout, A* dx, const A* x, int rows);
+  // fn(name, weight view, gradient view) for every parameter held here.
+  template <class Fn>
+  void for_each_parameter(Fn&& fn);
+  // Points the weights at what the layers read: params, or the rounded copy.
+  void bind_weights(A* read);
+  // The micro-batch's images and labels where the layers read them: the host's on the CPU in fp32,
+  // else the slot's copy (uploaded, and rounded below fp32, when asked: by forward).
+  const A* device_images(const MicroBatch& mb, bool upload);
   const int32_t* device_labels(const MicroBatch& mb, bool upload);
   size_t image_elements() const;  // per slot
-  const LayerOps* layers_;
+  const LayerOpsT<A>* layers_;
   comm::Group self_;
   tp::TpComm tp_;  // over how.tp, or self_
-  Buffer<float> images_;
+  Buffer<A> images_;
+  Buffer<float> image_staging_;  // below fp32: a micro-batch's images as float, then rounded
   Buffer<int32_t> labels_;
   Buffer<double> stat_store_;  // stat_dev off the CPU
   std::vector<float> host_losses_, host_buffers_;
   mutable std::vector<float> host_logits_;
+  mutable std::vector<A> host_logits_16_;
   size_t trunk_segment_ = SIZE_MAX, head_segment_ = SIZE_MAX;
   std::vector<size_t> segment_of_block_;
 };
+
+using CnnModel = CnnModelT<float>;
 
 }  // namespace mpitron

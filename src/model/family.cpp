@@ -122,7 +122,7 @@ const ModelFamily kFamilies[] = {
      false,
      false,
      true,
-     false,
+     true,
      alexnet_model_memory},
     {"resnet",
      "ResNet (basic blocks with batch norm) in three widths, global average pooling, linear; "
@@ -149,7 +149,7 @@ const ModelFamily kFamilies[] = {
      false,
      false,
      true,
-     false,
+     true,
      resnet_model_memory},
     {"bert",
      "BERT-style encoder: masked-LM pretraining (task 0) or classification of verses (task 1: "

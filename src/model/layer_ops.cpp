@@ -482,6 +482,99 @@ void table_rows_backward_16(float* dtable, const A* dout, const int32_t* index, 
   }
 }
 
+// The convolutional families: the float kernels' plan and workspace (its bytes counted in
+// elements of A), every 16-bit tensor widened, each output rounded once.
+template <class A>
+size_t conv2d_workspace_16(const void* plan) {
+  return conv2d_workspace(plan) * (sizeof(float) / sizeof(A));
+}
+template <class A>
+void conv2d_forward_16(A* out, A* workspace, const A* inp, const A* weight, const void* plan,
+                       int N) {
+  const cpu::Conv2dShape& s = conv_plan(plan).shape;
+  const size_t in = size_t(N) * s.IC * s.H * s.W, o = size_t(N) * s.OC * s.OH() * s.OW();
+  Widened w;
+  float* f = w.out(o);
+  conv2d_forward(f, reinterpret_cast<float*>(workspace), w.in(inp, in),
+                 w.in(weight, size_t(s.OC) * s.IC * s.KH * s.KW), plan, N);
+  round_to(out, f, o);
+}
+template <class A>
+void conv2d_backward_16(A* dinp, float* dweight, A* workspace, const A* dout, const A* inp,
+                        const A* weight, const void* plan, int N) {
+  const cpu::Conv2dShape& s = conv_plan(plan).shape;
+  const size_t in = size_t(N) * s.IC * s.H * s.W, o = size_t(N) * s.OC * s.OH() * s.OW();
+  Widened w;
+  float* di = dinp ? w.out(in) : nullptr;
+  conv2d_backward(di, dweight, reinterpret_cast<float*>(workspace), w.in(dout, o), w.in(inp, in),
+                  w.in(weight, size_t(s.OC) * s.IC * s.KH * s.KW), plan, N);
+  if (dinp) round_to(dinp, di, in);
+}
+template <class A>
+void batchnorm2d_forward_16(A* out, float* mean, float* rstd, const A* inp, const A* weight,
+                            const A* bias, int N, int C, int HW, int G, float eps) {
+  const size_t n = size_t(N) * C * HW;
+  Widened w;
+  float* o = w.out(n);
+  cpu::batchnorm2d_forward(o, mean, rstd, w.in(inp, n), w.in(weight, size_t(C)),
+                           w.in(bias, size_t(C)), N, C, HW, G, eps);
+  round_to(out, o, n);
+}
+template <class A>
+void batchnorm2d_forward_eval_16(A* out, const A* inp, const A* weight, const A* bias,
+                                 const float* running_mean, const float* running_var, int N, int C,
+                                 int HW, float eps) {
+  const size_t n = size_t(N) * C * HW;
+  Widened w;
+  float* o = w.out(n);
+  cpu::batchnorm2d_forward_eval(o, w.in(inp, n), w.in(weight, size_t(C)), w.in(bias, size_t(C)),
+                                running_mean, running_var, N, C, HW, eps);
+  round_to(out, o, n);
+}
+template <class A>
+void batchnorm2d_backward_16(A* dinp, float* dweight, float* dbias, const A* dout, const A* inp,
+                             const A* weight, const float* mean, const float* rstd, int N, int C,
+                             int HW, int G) {
+  const size_t n = size_t(N) * C * HW;
+  Widened w;
+  float* di = w.out(n);
+  cpu::batchnorm2d_backward(di, dweight, dbias, w.in(dout, n), w.in(inp, n),
+                            w.in(weight, size_t(C)), mean, rstd, N, C, HW, G);
+  round_to(dinp, di, n);
+}
+// Max pooling moves values: its outputs are inputs (no rounding changes them).
+template <class A>
+void maxpool2d_forward_16(A* out, int32_t* argmax, const A* inp, const cpu::Pool2dShape& s) {
+  const size_t in = size_t(s.N) * s.C * s.H * s.W, o = size_t(s.N) * s.C * s.OH() * s.OW();
+  Widened w;
+  float* f = w.out(o);
+  cpu::maxpool2d_forward(f, argmax, w.in(inp, in), s);
+  round_to(out, f, o);
+}
+template <class A>
+void maxpool2d_backward_16(A* dinp, const A* dout, const int32_t* argmax,
+                           const cpu::Pool2dShape& s) {
+  const size_t in = size_t(s.N) * s.C * s.H * s.W, o = size_t(s.N) * s.C * s.OH() * s.OW();
+  Widened w;
+  float* f = w.out(in);
+  cpu::maxpool2d_backward(f, w.in(dout, o), argmax, s);
+  round_to(dinp, f, in);
+}
+template <class A>
+void global_avgpool_forward_16(A* out, const A* inp, int N, int C, int HW) {
+  Widened w;
+  float* f = w.out(size_t(N) * C);
+  cpu::global_avgpool_forward(f, w.in(inp, size_t(N) * C * HW), N, C, HW);
+  round_to(out, f, size_t(N) * C);
+}
+template <class A>
+void global_avgpool_backward_16(A* dinp, const A* dout, int N, int C, int HW) {
+  Widened w;
+  float* f = w.out(size_t(N) * C * HW);
+  cpu::global_avgpool_backward(f, w.in(dout, size_t(N) * C), N, C, HW);
+  round_to(dinp, f, size_t(N) * C * HW);
+}
+
 template <class A>
 const LayerOpsT<A>& host_16_layer_ops() {
   static constexpr LayerOpsT<A> ops{
@@ -529,19 +622,19 @@ const LayerOpsT<A>& host_16_layer_ops() {
       expand_rows<A>,
       copy_bytes,
       copy_bytes,
-      nullptr,  // the convolutional families in fp32 only
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
-      nullptr,
+      conv2d_plan,
+      conv2d_workspace_16<A>,
+      conv2d_forward_16<A>,
+      conv2d_backward_16<A>,
+      batchnorm2d_forward_16<A>,
+      batchnorm2d_forward_eval_16<A>,
+      batchnorm2d_backward_16<A>,
+      nullptr,  // the separate layers, each output rounded (as CUDA's 16-bit layers would)
+      cpu::batchnorm2d_group_stats<float>,
+      maxpool2d_forward_16<A>,
+      maxpool2d_backward_16<A>,
+      global_avgpool_forward_16<A>,
+      global_avgpool_backward_16<A>,
       add_bias_rows_16<A>,
       embedding_shard_forward_16<A>,
       embedding_add_positions_16<A>,
