@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "base/check.hpp"
 #include "src/pipeline/schedule.hpp"
@@ -381,6 +383,83 @@ TEST(Schedule, RandomGroupSwapsAreReportedNotHung) {
   }
   for (const char* outcome : {"ok", "deadlock", "mismatch", "structure"})
     EXPECT_GT(outcomes[outcome], 0) << outcome;
+}
+
+// --- send plans ----------------------------------------------------------------------------------
+
+// The receive each send meets: the k-th send from a to b of a kind meets b's k-th such receive.
+std::map<std::pair<int, std::size_t>, std::pair<int, std::size_t>> receive_of_send(const Lists& l) {
+  std::map<std::tuple<int, int, bool>, std::vector<std::pair<int, std::size_t>>> sends, recvs;
+  for (int r = 0; r < int(l.size()); ++r)
+    for (std::size_t i = 0; i < l[r].size(); ++i) {
+      const Action& a = l[r][i];
+      const bool act = a.op == Op::send_activation || a.op == Op::recv_activation;
+      if (a.op == Op::send_activation || a.op == Op::send_gradient)
+        sends[{r, a.peer, act}].push_back({r, i});
+      if (a.op == Op::recv_activation || a.op == Op::recv_gradient)
+        recvs[{a.peer, r, act}].push_back({r, i});
+    }
+  std::map<std::pair<int, std::size_t>, std::pair<int, std::size_t>> out;
+  for (const auto& [channel, list] : sends)
+    for (std::size_t k = 0; k < list.size(); ++k) out[list[k]] = recvs.at(channel).at(k);
+  return out;
+}
+
+// Wherever the plan reuses a send's buffer, the receiving rank has already started the forward or
+// backward that completes that receive, in simulated timings of several forward/backward ratios;
+// every send is retired once, at the latest at the end.
+TEST(SendPlan, EveryRetiredSendWasReceivedWhateverTheTiming) {
+  int retired = 0;
+  for (const ScheduleSpec& spec : all_specs()) {
+    if (spec.pp == 1) continue;
+    const Lists lists = lists_of(spec);
+    const auto receive = receive_of_send(lists);
+    for (const auto& [f, b] : {std::pair{1.0, 2.0}, {2.0, 1.0}, {1.0, 7.0}, {7.0, 1.0}}) {
+      const SimulationResult sim = simulate(lists, spec.virtual_stages, f, b);
+      ASSERT_TRUE(sim.ok) << name(spec) << ": " << sim.error;
+      for (int r = 0; r < spec.pp; ++r) {
+        const SendPlan plan = send_plan(lists, r, true);
+        ASSERT_EQ(plan.retire_at.size(), lists[r].size());
+        std::vector<int> times(lists[r].size(), 0);
+        for (std::size_t l = 0; l < lists[r].size(); ++l)
+          for (std::size_t s : plan.retire_at[l]) {
+            ++times[s];
+            ++retired;
+            const Op op = lists[r][s].op;
+            ASSERT_TRUE(op == Op::send_activation || op == Op::send_gradient) << name(spec);
+            ASSERT_LT(s, l) << name(spec) << ": retired before it was sent";
+            auto [q, j] = receive.at({r, s});
+            while (j < lists[q].size() && lists[q][j].op != Op::forward &&
+                   lists[q][j].op != Op::backward)
+              ++j;
+            ASSERT_LT(j, lists[q].size()) << name(spec);
+            EXPECT_LE(sim.timeline[q][j].start, sim.timeline[r][l].start)
+                << name(spec) << " rank " << r << " reuses send " << s << " at action " << l
+                << " before rank " << q << " received it (forward " << f << ", backward " << b
+                << ")";
+          }
+        for (std::size_t s = 0; s < times.size(); ++s) EXPECT_LE(times[s], 1) << name(spec);
+      }
+    }
+  }
+  EXPECT_GT(retired, 0) << "the plans never reuse a buffer";
+}
+
+// 1F1B needs buffers for its warm-up, not for its micro-batches; GPipe holds every micro-batch's
+// message until its backwards; evaluation holds one micro-batch's (a send per chunk).
+TEST(SendPlan, BuffersFollowTheScheduleNotTheMicroBatches) {
+  for (int pp = 2; pp <= 6; ++pp)
+    for (int r = 0; r < pp; ++r) {
+      const int few = send_plan({ScheduleKind::one_f_one_b, pp, 8, 1}, r, true).buffers;
+      const int many = send_plan({ScheduleKind::one_f_one_b, pp, 64, 1}, r, true).buffers;
+      EXPECT_EQ(few, many) << "1f1b pp " << pp << " rank " << r;
+      EXPECT_LE(many, pp) << "1f1b pp " << pp << " rank " << r;
+      EXPECT_EQ(send_plan({ScheduleKind::gpipe, pp, 16, 1}, r, true).buffers, 16)
+          << "gpipe pp " << pp << " rank " << r;
+      EXPECT_EQ(send_plan({ScheduleKind::one_f_one_b, pp, 16, 1}, r, false).buffers,
+                r + 1 < pp ? 1 : 0);  // the last stage sends nothing forward
+      EXPECT_LE(send_plan({ScheduleKind::interleaved, pp, 2 * pp, 3}, r, false).buffers, 3);
+    }
 }
 
 // --- charts --------------------------------------------------------------------------------------

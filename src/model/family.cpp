@@ -69,8 +69,6 @@ const ModelFamily kFamilies[] = {
      true,
      true,
      gpt_model_memory,
-     true,
-     nullptr,
      true},
     {"mlp",
      "MLP classifier: linear, optional LayerNorm, ReLU, dropout, linear",

@@ -75,10 +75,6 @@ struct ModelFamily {
   // Names of the classes a labelled task predicts, for `eval`'s confusion matrix (nullptr or
   // empty: the data's names, else the class numbers).
   std::vector<std::string> (*class_names)(const ModelConfig& model) = nullptr;
-  // The memory plan holds over pipeline stages too (--pp > 1). Their send buffers grow with the
-  // messages in flight, which depends on timing: a small part of the GPT's stages, too large a
-  // part of the CNNs' for the plan to hold within 5%.
-  bool plans_stages = false;
 };
 
 // --data when none is given, and how to get it (pairs: data/es-en, whatever the family).

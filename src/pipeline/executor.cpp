@@ -22,20 +22,51 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The most sends and receives in flight of any of the plans: what one pool serves them all with.
+std::pair<int, int> buffer_counts(const std::vector<const SendPlan*>& plans) {
+  int sends = 0, receives = 0;
+  for (const SendPlan* p : plans) {
+    sends = std::max(sends, p->buffers);
+    receives = std::max(receives, p->receives);
+  }
+  return {sends, receives};
+}
+
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_bytes,
-                                   DeviceAllocator& alloc, StageTransfers transfers)
+                                   DeviceAllocator& alloc, StageTransfers transfers,
+                                   const std::vector<const SendPlan*>& plans)
     : pp_(pp), slots_(slots), message_bytes_(message_bytes), alloc_(alloc), transfers_(transfers) {
   MPITRON_REQUIRE(chunks >= 1 && slots >= 1, "a pipeline stage needs a chunk and a slot");
   slot_of_.resize(size_t(chunks));
   free_slots_.resize(size_t(chunks));
+  const auto [sends, receives] = buffer_counts(plans);
+  {
+    AllocationPurpose purpose(alloc_, "the pipeline send buffers");
+    for (int k = 0; k < sends; ++k) {
+      send_buffers_.emplace_back(alloc_, message_bytes_);
+      sends_.emplace_back();
+      free_send_buffers_.push_back(size_t(sends - 1 - k));
+    }
+  }
+  if (!transfers_.staged()) return;
+  AllocationPurpose purpose(alloc_, "the pipeline receive buffers");
+  for (int k = 0; k < receives; ++k) {
+    recv_buffers_.emplace_back(alloc_, message_bytes_);
+    free_recv_buffers_.push_back(size_t(receives - 1 - k));
+  }
 }
 
-double PipelineExecutor::run(const std::vector<Action>& actions, const StageWork& work,
-                             bool training) {
+int PipelineExecutor::message_buffers(const std::vector<const SendPlan*>& plans, bool staged) {
+  const auto [sends, receives] = buffer_counts(plans);
+  return sends + (staged ? receives : 0);
+}
+
+double PipelineExecutor::run(const std::vector<Action>& actions, const SendPlan& plan,
+                             const StageWork& work, bool training) {
   try {
-    return walk(actions, work, training);
+    return walk(actions, plan, work, training);
   } catch (const std::exception& e) {
     // The neighbours wait for this stage's messages: only ending the job avoids a hang.
     std::fprintf(stderr, "[pipeline stage %d] error: %s\n", pp_.rank(), e.what());
@@ -45,25 +76,25 @@ double PipelineExecutor::run(const std::vector<Action>& actions, const StageWork
   }
 }
 
-size_t PipelineExecutor::free_send_buffer() {
-  for (size_t i = 0; i < sends_.size(); ++i)
-    if (!sends_[i].pending() || sends_[i].test()) return i;
-  AllocationPurpose purpose(alloc_, "a pipeline send buffer");
-  send_buffers_.emplace_back(alloc_, message_bytes_);
-  sends_.emplace_back();
-  return sends_.size() - 1;
+void PipelineExecutor::retire(size_t send_action) {
+  const auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                               [&](const auto& f) { return f.first == send_action; });
+  MPITRON_REQUIRE(it != in_flight_.end(), "the send plan retires a send not in flight");
+  sends_[it->second].wait();
+  free_send_buffers_.push_back(it->second);
+  in_flight_.erase(it);
 }
 
 void PipelineExecutor::finish_sends() {
-  for (comm::Request& r : sends_) r.wait();
+  for (const auto& [action, buffer] : in_flight_) {
+    sends_[buffer].wait();
+    free_send_buffers_.push_back(buffer);
+  }
+  in_flight_.clear();
 }
 
 comm::Request PipelineExecutor::staged_irecv(void* dst, size_t bytes, int peer, int tag) {
-  if (free_recv_buffers_.empty()) {
-    AllocationPurpose purpose(alloc_, "a pipeline receive buffer");
-    recv_buffers_.emplace_back(alloc_, message_bytes_);
-    free_recv_buffers_.push_back(recv_buffers_.size() - 1);
-  }
+  MPITRON_REQUIRE(!free_recv_buffers_.empty(), "more receives posted than the send plan counts");
   const size_t k = free_recv_buffers_.back();
   free_recv_buffers_.pop_back();
   staged_recvs_.push_back({dst, k, bytes});
@@ -80,8 +111,9 @@ void PipelineExecutor::finish_receives() {
   staged_recvs_.clear();
 }
 
-double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWork& work,
-                              bool training) {
+double PipelineExecutor::walk(const std::vector<Action>& actions, const SendPlan& plan,
+                              const StageWork& work, bool training) {
+  MPITRON_REQUIRE(plan.retire_at.size() == actions.size(), "a send plan of another list");
   timing_ = {};
   const auto t_start = Clock::now();
   int mbs = 0;
@@ -117,9 +149,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
     free_slots_[chunk].push_back(s);
     s = -1;
   };
-  auto wait_receives = [&] {
+  // Before action i (a forward or backward): its receives, then the sends the plan proves
+  // received (their buffers free again).
+  auto wait_receives = [&](size_t i) {
     const auto t0 = Clock::now();
     finish_receives();
+    for (size_t s : plan.retire_at[i]) retire(s);
     timing_.wait_s += seconds_since(t0);
   };
   auto irecv = [&](void* dst, size_t bytes, int peer, int tag) {
@@ -132,9 +167,12 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
     MPITRON_REQUIRE(bytes <= message_bytes_, "a boundary message larger than planned");
     return bytes;
   };
-  auto send = [&](const void* data, size_t bytes, int peer, int tag) {
+  auto send = [&](size_t action, const void* data, size_t bytes, int peer, int tag) {
     MPITRON_REQUIRE(data != nullptr, "send from a chunk with no neighbour on that side");
-    const size_t k = free_send_buffer();
+    MPITRON_REQUIRE(!free_send_buffers_.empty(), "more sends in flight than the send plan counts");
+    const size_t k = free_send_buffers_.back();
+    free_send_buffers_.pop_back();
+    in_flight_.push_back({action, k});
     if (transfers_.staged())
       transfers_.download(send_buffers_[k].data(), data, bytes);
     else
@@ -146,8 +184,8 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
   // The micro-batch whose slot is free once its send (the next action, if any) has copied out of
   // it: after its backward, or after its forward when not training.
   int released_chunk = -1, released_mb = -1;
-  int last_forward_mb = -1;
-  for (const Action& a : actions) {
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const Op its_send = training ? Op::send_gradient : Op::send_activation;
     if (released_mb >= 0 &&
         !(a.op == its_send && a.micro_batch == released_mb && a.chunk == released_chunk)) {
@@ -170,17 +208,7 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         break;
       }
       case Op::forward: {
-        wait_receives();
-        // Without backwards nothing holds a stage back, so the first stage could run m messages
-        // ahead. Before a new micro-batch, its sends of the last one must have been received:
-        // that bounds the message buffers, and cannot deadlock, since every receive of a
-        // micro-batch needs only sends of that micro-batch.
-        if (!training && a.micro_batch != last_forward_mb) {
-          const auto t_wait = Clock::now();
-          finish_sends();
-          timing_.wait_s += seconds_since(t_wait);
-        }
-        last_forward_mb = a.micro_batch;
+        wait_receives(i);  // forward only, also the last micro-batch's sends (send_plan)
         const int slot = slot_for(a);
         const auto t0 = Clock::now();
         loss += work.forward(a.micro_batch, a.chunk, slot);
@@ -189,7 +217,7 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
         break;
       }
       case Op::backward: {
-        wait_receives();
+        wait_receives(i);
         const int slot = held_slot(a);
         const auto t0 = Clock::now();
         work.backward(a.micro_batch, a.chunk, slot);
@@ -200,19 +228,19 @@ double PipelineExecutor::walk(const std::vector<Action>& actions, const StageWor
       }
       case Op::send_activation: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.output, message(b, b.output_elements, a.micro_batch), a.peer, kActivationTag);
+        send(i, b.output, message(b, b.output_elements, a.micro_batch), a.peer, kActivationTag);
         break;
       }
       case Op::send_gradient: {
         const StageBoundary b = work.boundary(a.chunk, held_slot(a));
-        send(b.input_grad, message(b, b.input_elements, a.micro_batch), a.peer, kGradientTag);
+        send(i, b.input_grad, message(b, b.input_elements, a.micro_batch), a.peer, kGradientTag);
         break;
       }
     }
   }
   if (released_mb >= 0) release(released_chunk, released_mb);
   const auto t0 = Clock::now();
-  wait_receives();
+  finish_receives();
   finish_sends();
   timing_.wait_s += seconds_since(t0);
   timing_.total_s = seconds_since(t_start);

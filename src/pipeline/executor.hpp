@@ -1,8 +1,10 @@
 // Walks one rank's action list (src/pipeline/schedule.hpp) over its pipeline stage: receives
 // with MPI_Irecv, completed just before the forward or backward that reads them; sends with
 // MPI_Isend from a pool of message buffers, so a send never waits for its receiver (the semantics
-// the simulator proved deadlock-free). Messages between two ranks match in list order on both
-// sides, one tag per kind. It knows no model: StageWork says what forward and backward do.
+// the simulator proved deadlock-free). A buffer is reused where the list proves its send received
+// (send_plan), not when a test finds it done, so the pool's size is the plan's, whatever the
+// timing. Messages between two ranks match in list order on both sides, one tag per kind. It
+// knows no model: StageWork says what forward and backward do.
 //
 // Activation sets (slots): a micro-batch takes a free slot of its chunk at its forward and gives
 // it back after its backward, so a stage keeps at most the schedule's peak in flight (1F1B: pp -
@@ -17,6 +19,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "base/allocator.hpp"
@@ -54,23 +57,28 @@ class PipelineExecutor {
   // pp: the pipeline group (its rank is this stage); slots per chunk as the model was built;
   // message_bytes: the largest message (a full micro-batch's boundary tensor, in the model's
   // storage type); alloc: where the message buffers live (the host's memory); transfers: how
-  // boundary tensors reach them.
+  // boundary tensors reach them; plans: those of every list the executor will walk (their most
+  // sends, and with transfers their most receives, in flight: the buffers allocated here).
   PipelineExecutor(comm::Group& pp, int chunks, int slots, size_t message_bytes,
-                   DeviceAllocator& alloc, StageTransfers transfers = {});
+                   DeviceAllocator& alloc, StageTransfers transfers,
+                   const std::vector<const SendPlan*>& plans);
 
-  // Runs the actions (training: rank_actions; otherwise forward_only_actions); returns the sum
-  // of the forwards' results. Ends the job on any exception.
-  double run(const std::vector<Action>& actions, const StageWork& work, bool training);
+  // Runs the actions (training: rank_actions; otherwise forward_only_actions) with their send
+  // plan; returns the sum of the forwards' results. Ends the job on any exception.
+  double run(const std::vector<Action>& actions, const SendPlan& plan, const StageWork& work,
+             bool training);
   const PipelineTiming& timing() const { return timing_; }
-  // Message buffers allocated so far (they grow to the most sends, and staged receives, in flight
-  // at once).
+  // Message buffers (send_buffers(plans) sends, and staged receives).
   size_t send_buffer_bytes() const {
     return (send_buffers_.size() + recv_buffers_.size()) * message_bytes_;
   }
+  // The message buffers the plans need: sends, and with staged transfers receives as well.
+  static int message_buffers(const std::vector<const SendPlan*>& plans, bool staged);
 
  private:
-  double walk(const std::vector<Action>& actions, const StageWork& work, bool training);
-  size_t free_send_buffer();  // index of a send buffer no pending send uses (a new one if none)
+  double walk(const std::vector<Action>& actions, const SendPlan& plan, const StageWork& work,
+              bool training);
+  void retire(size_t send_action);  // waits for that action's send and frees its buffer
   void finish_sends();
   // Staged: a receive into a host buffer, uploaded to dst by finish_receives.
   comm::Request staged_irecv(void* dst, size_t bytes, int peer, int tag);
@@ -84,7 +92,9 @@ class PipelineExecutor {
   std::vector<std::vector<int>> free_slots_;  // [chunk]
   std::vector<Buffer<unsigned char>> send_buffers_;
   std::vector<comm::Request> sends_;  // sends_[i] uses send_buffers_[i]
-  std::vector<comm::Request> recvs_;  // posted, not yet needed
+  std::vector<size_t> free_send_buffers_;
+  std::vector<std::pair<size_t, size_t>> in_flight_;  // (send action index, its buffer)
+  std::vector<comm::Request> recvs_;                  // posted, not yet needed
   StageTransfers transfers_;
   struct StagedReceive {
     void* dst;

@@ -464,6 +464,113 @@ SimulationResult simulate(const ScheduleSpec& spec, double forward_time, double 
   return out;
 }
 
+SendPlan send_plan(const std::vector<std::vector<Action>>& lists, int rank, bool training) {
+  const int pp = int(lists.size());
+  MPITRON_REQUIRE(rank >= 0 && rank < pp, "send_plan: no such rank");
+  const Shape shape{pp, 1};  // channels only: (from, to, kind)
+  // Match the k-th send of each channel with its k-th receive: for every send, its receive's
+  // rank and index.
+  std::vector<std::vector<std::pair<int, std::size_t>>> sends(std::size_t(pp) * pp * 2),
+      recvs(sends.size());
+  for (int r = 0; r < pp; ++r)
+    for (std::size_t i = 0; i < lists[r].size(); ++i) {
+      const Action& a = lists[r][i];
+      if (is_send(a.op)) sends[channel(shape, r, a.peer, a.op)].push_back({r, i});
+      if (is_recv(a.op)) recvs[channel(shape, a.peer, r, a.op)].push_back({r, i});
+    }
+  std::vector<std::vector<std::pair<int, std::size_t>>> match(
+      static_cast<std::size_t>(pp));  // of sends
+  for (int r = 0; r < pp; ++r) match[r].assign(lists[r].size(), {-1, 0});
+  for (std::size_t ch = 0; ch < sends.size(); ++ch) {
+    MPITRON_REQUIRE(sends[ch].size() == recvs[ch].size(), "send_plan: unmatched messages");
+    for (std::size_t k = 0; k < sends[ch].size(); ++k)
+      match[sends[ch][k].first][sends[ch][k].second] = recvs[ch][k];
+  }
+  // A receive completes at the rank's next forward or backward (which waits for every posted
+  // receive), or at the end of the list.
+  auto completion = [&](int r, std::size_t i) {
+    while (i < lists[r].size() && !is_compute(lists[r][i].op)) ++i;
+    return i;
+  };
+  // Vector clocks: known[r][i][q] = how many of rank q's actions happened before rank r finished
+  // its action i. A forward or backward learns what the senders of its completed receives knew.
+  std::vector<std::vector<std::vector<std::size_t>>> known(static_cast<std::size_t>(pp));
+  std::vector<std::vector<std::pair<int, std::size_t>>> sender(static_cast<std::size_t>(pp));
+  for (int r = 0; r < pp; ++r) sender[r].assign(lists[r].size(), {-1, 0});
+  for (int r = 0; r < pp; ++r)
+    for (std::size_t i = 0; i < lists[r].size(); ++i)
+      if (match[r][i].first >= 0) sender[match[r][i].first][match[r][i].second] = {r, i};
+  std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < pp; ++r) {
+      auto& list = lists[r];
+      for (; next[r] < list.size(); ++next[r]) {
+        const std::size_t i = next[r];
+        std::vector<std::size_t> v =
+            i == 0 ? std::vector<std::size_t>(std::size_t(pp), 0) : known[r][i - 1];
+        if (is_compute(list[i].op)) {
+          bool ready = true;
+          for (std::size_t j = i; j-- > 0 && !is_compute(list[j].op) && ready;) {
+            if (!is_recv(list[j].op)) continue;
+            const auto [q, k] = sender[r][j];
+            if (next[q] <= k) {
+              ready = false;
+            } else {
+              for (int o = 0; o < pp; ++o) v[o] = std::max(v[o], known[q][k][o]);
+            }
+          }
+          if (!ready) break;
+        }
+        v[r] = i + 1;
+        known[r].push_back(std::move(v));
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < pp; ++r)
+    MPITRON_REQUIRE(next[r] == lists[r].size(), "send_plan: the lists deadlock");
+
+  const auto& list = lists[rank];
+  SendPlan out;
+  out.retire_at.assign(list.size(), {});
+  std::vector<std::size_t> outstanding;  // sends not yet retired, in list order
+  int posted = 0;
+  int last_forward_mb = -1;
+  for (std::size_t l = 0; l < list.size(); ++l) {
+    const Action& a = list[l];
+    if (is_recv(a.op)) out.receives = std::max(out.receives, ++posted);
+    if (is_send(a.op)) {
+      outstanding.push_back(l);
+      out.buffers = std::max(out.buffers, int(outstanding.size()));
+    }
+    if (!is_compute(a.op)) continue;
+    posted = 0;
+    std::vector<std::size_t> keep;
+    for (std::size_t s : outstanding) {
+      const auto [q, j] = match[rank][s];
+      const std::size_t done = completion(q, j);  // the peer's action that completes it
+      // Evaluation walks retire every send of the last micro-batch before a new one's forward.
+      const bool retired = done < lists[q].size() ? known[rank][l][std::size_t(q)] > done : false;
+      const bool new_micro_batch =
+          !training && a.op == Op::forward && a.micro_batch != last_forward_mb;
+      (retired || new_micro_batch ? out.retire_at[l] : keep).push_back(s);
+    }
+    outstanding = std::move(keep);
+    if (a.op == Op::forward) last_forward_mb = a.micro_batch;
+  }
+  return out;
+}
+
+SendPlan send_plan(const ScheduleSpec& spec, int rank, bool training) {
+  require_valid(spec);
+  require_rank(spec, rank);
+  std::vector<std::vector<Action>> lists;
+  for (int r = 0; r < spec.pp; ++r)
+    lists.push_back(training ? rank_actions(spec, r) : forward_only_actions(spec, r));
+  return send_plan(lists, rank, training);
+}
+
 double theoretical_bubble(const ScheduleSpec& spec) {
   require_valid(spec);
   const double p = spec.pp, m = spec.micro_batches;

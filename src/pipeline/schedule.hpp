@@ -5,15 +5,16 @@
 // flight. The executor (src/pipeline/executor.hpp) only walks the list.
 //
 // Semantics shared by the simulator and the executor: a rank performs its actions in order; a
-// send never blocks (MPI_Isend; its buffer stays untouched until the step ends); a receive blocks
-// until the matching send has been performed. Messages from rank a to rank b of one kind
-// (activation or gradient) match in order (MPI's non-overtaking rule), so the k-th such send on a
-// must carry the same (micro-batch, chunk) as the k-th such receive on b.
+// send never blocks (MPI_Isend from a buffer of its own, reused once the send is known received:
+// send_plan); a receive blocks until the matching send has been performed. Messages from rank a to
+// rank b of one kind (activation or gradient) match in order (MPI's non-overtaking rule), so the
+// k-th such send on a must carry the same (micro-batch, chunk) as the k-th such receive on b.
 //
 // Virtual stages: with V > 1 (interleaved 1F1B) rank r holds V model chunks; chunk c of rank r is
 // virtual stage c * pp + r, so the network runs rank 0, 1, ..., pp-1, 0, 1, ... (Narayanan et
 // al. 2021). With V = 1, chunk is always 0 and the virtual stage is the rank.
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,12 @@ std::vector<Action> rank_actions(const ScheduleSpec& spec, int rank);
 std::vector<Action> forward_only_actions(const ScheduleSpec& spec, int rank);
 
 // Virtual stage of a chunk on a rank, and the pipeline rank holding a virtual stage.
-inline int virtual_stage(const ScheduleSpec& s, int rank, int chunk) { return chunk * s.pp + rank; }
-inline int stage_rank(const ScheduleSpec& s, int stage) { return stage % s.pp; }
+inline int virtual_stage(const ScheduleSpec& s, int rank, int chunk) {
+  return chunk * s.pp + rank;
+}
+inline int stage_rank(const ScheduleSpec& s, int stage) {
+  return stage % s.pp;
+}
 
 // One action as the simulator placed it in time.
 struct TimedAction {
@@ -74,8 +79,8 @@ struct TimedAction {
 
 struct SimulationResult {
   bool ok = false;
-  std::string error;  // deadlock (which ranks wait on what), mismatched pair, or a (mb, chunk)
-                      // not forwarded and backwarded exactly once
+  std::string error;    // deadlock (which ranks wait on what), mismatched pair, or a (mb, chunk)
+                        // not forwarded and backwarded exactly once
   double makespan = 0;  // time when the last rank finishes
   double busy = 0;      // total forward + backward time over all ranks
   double bubble = 0;    // 1 - busy / (pp * makespan)
@@ -92,6 +97,24 @@ SimulationResult simulate(const std::vector<std::vector<Action>>& lists, int vir
                           double forward_time = 1.0, double backward_time = 2.0);
 SimulationResult simulate(const ScheduleSpec& spec, double forward_time = 1.0,
                           double backward_time = 2.0);
+
+// When a rank may reuse each send's buffer, from the lists alone (not from timing), so a stage's
+// message buffers are a number known before the step. A send is known received at the rank's
+// first forward or backward whose completed receives carry a message its peer sent after the
+// peer's own forward or backward that completed that send's receive (vector clocks over every
+// rank's list); waiting for it there costs nothing. Evaluation walks (training false) have no
+// messages back: there every send of a micro-batch is waited for before the next micro-batch's
+// first forward (each of its receives needs sends of its own micro-batch only: no deadlock).
+// Sends nothing proves received are waited for at the end of the walk.
+struct SendPlan {
+  // Per action of the rank's list: the list indices of the sends to wait for and reuse after its
+  // receives (non-empty only at forwards and backwards).
+  std::vector<std::vector<std::size_t>> retire_at;
+  int buffers = 0;   // the most sends not yet retired at once: the send buffers the walk needs
+  int receives = 0;  // the most receives posted before a forward or backward completes them
+};
+SendPlan send_plan(const std::vector<std::vector<Action>>& lists, int rank, bool training);
+SendPlan send_plan(const ScheduleSpec& spec, int rank, bool training);
 
 // The bubble fraction theory predicts with zero-cost communication: (pp-1) / (m + pp-1) for GPipe
 // and 1F1B, (pp-1) / (V*m + pp-1) for interleaved (the bubble divided by V).

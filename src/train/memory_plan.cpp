@@ -10,6 +10,7 @@
 #include "base/check.hpp"
 #include "base/human_units.hpp"
 #include "src/model/family.hpp"
+#include "src/pipeline/executor.hpp"
 #include "src/train/adamw.hpp"
 #include "src/train/batch_slice.hpp"
 
@@ -36,11 +37,6 @@ size_t MemoryPlan::peak() const {
 std::string missing_memory_plan(const TrainOptions& opts) {
   const ModelFamily& family = model_family(opts.cfg.model.type);
   if (!family.memory) return fmt::format("the {} family has no memory plan yet", family.type);
-  if (opts.layout.pp > 1 && !family.plans_stages)
-    return fmt::format(
-        "the {} family's memory plan covers one pipeline stage (--pp 1) so far: its pipeline "
-        "send buffers, whose number follows the timing, are too large a part of its stages",
-        family.type);
   return "";
 }
 
@@ -82,12 +78,20 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
       opts.offload_optimizer && opts.device != Device::cpu ? 2 * shard * f : 0, true);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
-  // One send buffer each way: a stage sends its output on and its input's gradient back. Off the
-  // CPU they are host memory (messages pass through it), as are the staged receives.
+  // The send buffers the schedule's send plans need (and, off the CPU, the staged receives'): host
+  // memory off the CPU, as messages pass through it.
   const bool staged_messages = opts.device != Device::cpu;
   const size_t message_element = opts.precision == DType::f32 ? f : 2;  // the storage type's
-  add(staged_messages ? "pipeline message buffers (host)" : "pipeline send buffers",
-      2 * size_t(how.micro_rows) * m.boundary_elements * message_element, staged_messages);
+  if (L.pp > 1) {
+    const pipeline::ScheduleSpec spec{L.schedule, L.pp, opts.cfg.train.micro_batches,
+                                      L.virtual_stages};
+    const pipeline::SendPlan train = pipeline::send_plan(spec, stage, true),
+                             eval = pipeline::send_plan(spec, stage, false);
+    const int buffers =
+        pipeline::PipelineExecutor::message_buffers({&train, &eval}, staged_messages);
+    add(staged_messages ? "pipeline message buffers (host)" : "pipeline send buffers",
+        size_t(buffers) * how.micro_rows * m.boundary_elements * message_element, staged_messages);
+  }
   return p;
 }
 

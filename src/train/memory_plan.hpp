@@ -32,8 +32,8 @@ struct MemoryPlan {
   size_t peak() const;  // the largest stage's total: what every rank must fit
 };
 
-// Why these settings have no memory plan ("the resnet family plans one pipeline stage (--pp 1)
-// so far"), or "" where they have one (ModelFamily::memory, ::plans_stages).
+// Why these settings have no memory plan ("the <type> family has no memory plan yet"), or ""
+// where they have one (ModelFamily::memory).
 std::string missing_memory_plan(const TrainOptions& opts);
 inline bool can_plan_memory(const TrainOptions& opts) {
   return missing_memory_plan(opts).empty();

@@ -76,7 +76,7 @@ StepResult Trainer::train_step(int64_t s) {
       data.loss_terms(io::Split::train, tc.seed, s, tc.batch_size, model->loss_terms_per_sample());
   const float dloss = loss_scale.dloss(terms);
   walk = {s, float(tc.dropout), dloss, nullptr, true};
-  const double loss_sum = executor->run(train_actions, work, true);
+  const double loss_sum = executor->run(train_actions, train_sends, work, true);
   progress.mark("the batch-norm statistics' all-reduce (dp)");
   model->end_step(grid.dp);
   progress.mark("the gradient reduction (embedding group, then dp)");
@@ -148,7 +148,7 @@ EvalResult Trainer::evaluate() {
     progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
     data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
     walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
-    sum += executor->run(eval_actions, work, false);
+    sum += executor->run(eval_actions, eval_sends, work, false);
   }
   sum = sum_over_stages_and_dp(sum);
   correct = sum_over_stages_and_dp(correct);

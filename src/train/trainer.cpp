@@ -95,7 +95,7 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
   if (!dev.on_host) transfers = {dev.layers.download_bytes, dev.layers.upload_bytes};
   executor = std::make_unique<pipeline::PipelineExecutor>(
       grid.pp, L.virtual_stages, model_slots, message, dev.on_host ? dev.alloc : dev.host_alloc,
-      transfers);
+      transfers, std::vector<const pipeline::SendPlan*>{&train_sends, &eval_sends});
   work = stage_work();
   shard = sync->owned();
   // The optimizer state: the device's, or with --offload optimizer the host's (where its update
@@ -178,6 +178,8 @@ void Trainer::setup() {
   schedule = {L.schedule, L.pp, tc.micro_batches, L.virtual_stages};
   train_actions = pipeline::rank_actions(schedule, stage);
   eval_actions = pipeline::forward_only_actions(schedule, stage);
+  train_sends = pipeline::send_plan(schedule, stage, true);
+  eval_sends = pipeline::send_plan(schedule, stage, false);
   ModelBuild how =
       stage_model_build(opts, data.kind, stage, grid.coords.tp_rank, grid.coords.dp_rank);
   model_slots = how.slots;

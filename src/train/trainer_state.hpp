@@ -67,6 +67,7 @@ struct Trainer {
   std::unique_ptr<GradSync> sync;
   pipeline::ScheduleSpec schedule;
   std::vector<pipeline::Action> train_actions, eval_actions;  // this stage's, per step
+  pipeline::SendPlan train_sends, eval_sends;                 // when their sends are received
   std::unique_ptr<pipeline::PipelineExecutor> executor;
   pipeline::StageWork work;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
