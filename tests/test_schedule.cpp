@@ -445,6 +445,41 @@ TEST(SendPlan, EveryRetiredSendWasReceivedWhateverTheTiming) {
   EXPECT_GT(retired, 0) << "the plans never reuse a buffer";
 }
 
+// Evaluation walks have few messages back (interleaved: the last rank's to the first): where one
+// proves a send received the plan reuses its buffer as in training (checked as there, in a
+// simulated timing); otherwise it waits for a send of an earlier micro-batch at the first forward
+// of a later one, whose receiver needs only messages of that earlier micro-batch to get there (no
+// cycle of waits).
+TEST(SendPlan, EvaluationWaitsOnlyForEarlierMicroBatches) {
+  int waited = 0;
+  for (const ScheduleSpec& spec : all_specs()) {
+    if (spec.pp == 1) continue;
+    Lists lists;
+    for (int r = 0; r < spec.pp; ++r) lists.push_back(forward_only_actions(spec, r));
+    const auto receive = receive_of_send(lists);
+    const SimulationResult sim = simulate(lists, spec.virtual_stages);
+    ASSERT_TRUE(sim.ok) << name(spec) << ": " << sim.error;
+    for (int r = 0; r < spec.pp; ++r) {
+      const SendPlan plan = send_plan(lists, r, false);
+      for (std::size_t l = 0; l < lists[r].size(); ++l)
+        for (std::size_t s : plan.retire_at[l]) {
+          const Action& at = lists[r][l];
+          ASSERT_EQ(at.op, Op::forward) << name(spec);
+          auto [q, j] = receive.at({r, s});
+          if (lists[r][s].micro_batch == at.micro_batch) {  // proven received
+            while (lists[q][j].op != Op::forward) ++j;
+            EXPECT_LE(sim.timeline[q][j].start, sim.timeline[r][l].start) << name(spec);
+            continue;
+          }
+          ++waited;
+          EXPECT_LT(lists[r][s].micro_batch, at.micro_batch) << name(spec);
+          EXPECT_EQ(lists[q][j].micro_batch, lists[r][s].micro_batch) << name(spec);
+        }
+    }
+  }
+  EXPECT_GT(waited, 0);
+}
+
 // 1F1B needs buffers for its warm-up, not for its micro-batches; GPipe holds every micro-batch's
 // message until its backwards; evaluation holds one micro-batch's (a send per chunk).
 TEST(SendPlan, BuffersFollowTheScheduleNotTheMicroBatches) {

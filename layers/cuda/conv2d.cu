@@ -92,7 +92,9 @@ struct Conv2dCudnn {
   cpu::Conv2dShape shape;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;  // set to each call's N
   cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
+  // One convolution descriptor per direction: each carries the math type its algorithm was chosen
+  // with (cuDNN's heuristics answer an algorithm and a math type together).
+  cudnnConvolutionDescriptor_t conv = nullptr, conv_data = nullptr, conv_filter = nullptr;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter{};
@@ -109,7 +111,8 @@ struct Conv2dCudnn {
     if (x) lib().cudnnDestroyTensorDescriptor(x);
     if (y) lib().cudnnDestroyTensorDescriptor(y);
     if (w) lib().cudnnDestroyFilterDescriptor(w);
-    if (conv) lib().cudnnDestroyConvolutionDescriptor(conv);
+    for (cudnnConvolutionDescriptor_t d : {conv, conv_data, conv_filter})
+      if (d) lib().cudnnDestroyConvolutionDescriptor(d);
   }
   void set_rows(int N) const {
     const cpu::Conv2dShape& s = shape;
@@ -128,14 +131,16 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
   CUDNN_CHECK(lib().cudnnCreateTensorDescriptor(&p->x));
   CUDNN_CHECK(lib().cudnnCreateTensorDescriptor(&p->y));
   CUDNN_CHECK(lib().cudnnCreateFilterDescriptor(&p->w));
-  CUDNN_CHECK(lib().cudnnCreateConvolutionDescriptor(&p->conv));
   CUDNN_CHECK(
       lib().cudnnSetFilter4dDescriptor(p->w, p->data, CUDNN_TENSOR_NCHW, s.OC, s.IC, s.KH, s.KW));
-  // Cross-correlation, as the CPU layers and PyTorch compute it; sums in fp32 on any data.
-  CUDNN_CHECK(lib().cudnnSetConvolution2dDescriptor(p->conv, s.pad, s.pad, s.stride, s.stride, 1, 1,
-                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  CUDNN_CHECK(lib().cudnnSetConvolutionMathType(
-      p->conv, float_data ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  for (cudnnConvolutionDescriptor_t* d : {&p->conv, &p->conv_data, &p->conv_filter}) {
+    CUDNN_CHECK(lib().cudnnCreateConvolutionDescriptor(d));
+    // Cross-correlation, as the CPU layers and PyTorch compute it; sums in fp32 on any data.
+    CUDNN_CHECK(lib().cudnnSetConvolution2dDescriptor(*d, s.pad, s.pad, s.stride, s.stride, 1, 1,
+                                                      CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(
+        lib().cudnnSetConvolutionMathType(*d, float_data ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+  }
   p->set_rows(s.N);
   cudnnHandle_t h = handle(cudaStreamPerThread);
   int count = 0;
@@ -143,27 +148,33 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionForwardAlgorithm_v7(
         h, p->x, p->w, p->conv, p->y, int(perfs.size()), &count, perfs.data()));
-    p->fwd = choose(perfs, count, "forward", s, float_data).algo;
+    const auto chosen = choose(perfs, count, "forward", s, float_data);
+    p->fwd = chosen.algo;
+    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv, chosen.mathType));
   }
   {
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataAlgorithm_v7(
-        h, p->w, p->y, p->conv, p->x, int(perfs.size()), &count, perfs.data()));
-    p->bwd_data = choose(perfs, count, "input-gradient", s, float_data).algo;
+        h, p->w, p->y, p->conv_data, p->x, int(perfs.size()), &count, perfs.data()));
+    const auto chosen = choose(perfs, count, "input-gradient", s, float_data);
+    p->bwd_data = chosen.algo;
+    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv_data, chosen.mathType));
   }
   {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-        h, p->x, p->y, p->conv, p->w, int(perfs.size()), &count, perfs.data()));
-    p->bwd_filter = choose(perfs, count, "weight-gradient", s, float_data).algo;
+        h, p->x, p->y, p->conv_filter, p->w, int(perfs.size()), &count, perfs.data()));
+    const auto chosen = choose(perfs, count, "weight-gradient", s, float_data);
+    p->bwd_filter = chosen.algo;
+    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv_filter, chosen.mathType));
   }
   size_t a = 0, b = 0, c = 0;
   CUDNN_CHECK(
       lib().cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd, &a));
-  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x,
+  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv_data, p->x,
                                                                  p->bwd_data, &b));
-  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w,
-                                                                   p->bwd_filter, &c));
+  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv_filter,
+                                                                   p->w, p->bwd_filter, &c));
   p->workspace = std::max({a, b, c});
   MPITRON_REQUIRE(p->workspace <= kMaxWorkspace,
                   "cuDNN's workspace above the cap it was chosen by");
@@ -191,10 +202,10 @@ void check_workspace(cudnnHandle_t h, const Conv2dCudnn& p, int N, bool backward
     CUDNN_CHECK(
         lib().cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y, p.fwd, &need));
   } else {
-    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x,
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv_data, p.x,
                                                                    p.bwd_data, &need));
-    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w,
-                                                                     p.bwd_filter, &more));
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv_filter,
+                                                                     p.w, p.bwd_filter, &more));
   }
   MPITRON_REQUIRE(std::max(need, more) <= p.workspace,
                   "cuDNN asks more workspace for " + std::to_string(N) + " images than for the " +
@@ -227,12 +238,12 @@ void conv2d_backward(T* dinp, float* dweight, void* workspace, const T* dout, co
   const float one = 1.0f, zero = 0.0f;
   if constexpr (std::is_same_v<T, float>) {
     // dweight += (beta 1): gradients accumulate over micro-batches, as the CPU's.
-    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
+    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv_filter,
                                                      p.bwd_filter, workspace, p.workspace, &one,
                                                      p.w, dweight));
   } else {  // this micro-batch's gradient rounded once to T, then added in fp32
     T* dw16 = reinterpret_cast<T*>(static_cast<char*>(workspace) + p.weight_grad_offset);
-    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv,
+    CUDNN_CHECK(lib().cudnnConvolutionBackwardFilter(h, &one, p.x, inp, p.y, dout, p.conv_filter,
                                                      p.bwd_filter, workspace, p.workspace, &zero,
                                                      p.w, dw16));
     const size_t n = p.weight_grad_bytes / sizeof(T);
@@ -241,7 +252,7 @@ void conv2d_backward(T* dinp, float* dweight, void* workspace, const T* dout, co
     CUDA_CHECK_LAUNCH();
   }
   if (dinp)
-    CUDNN_CHECK(lib().cudnnConvolutionBackwardData(h, &one, p.w, weight, p.y, dout, p.conv,
+    CUDNN_CHECK(lib().cudnnConvolutionBackwardData(h, &one, p.w, weight, p.y, dout, p.conv_data,
                                                    p.bwd_data, workspace, p.workspace, &zero, p.x,
                                                    dinp));
 }

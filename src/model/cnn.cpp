@@ -182,11 +182,6 @@ PhiloxStream dropout_stream(const MicroBatch& mb) {
 template <class A>
 void require_convolutions(const LayerOpsT<A>& L, const std::string& type) {
   if (L.conv2d_forward) return;
-  if constexpr (!std::is_same_v<A, float>)
-    throw UsageError(fmt::format(
-        "--device {} --precision {}: this build has no 16-bit convolutions for it (the {} family "
-        "runs in 16 bits on the cpu, and in fp32 on this device)",
-        device_name(L.device), precision_name(dtype_of<A>()), type));
   throw UsageError(fmt::format(
       "--device {}: this build has no convolutions for it (CUDA builds need cuDNN; the {} "
       "family runs on the cpu)",

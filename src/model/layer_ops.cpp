@@ -483,7 +483,9 @@ void table_rows_backward_16(float* dtable, const A* dout, const int32_t* index, 
 }
 
 // The convolutional families: the float kernels' plan and workspace (its bytes counted in
-// elements of A), every 16-bit tensor widened, each output rounded once.
+// elements of A), every 16-bit tensor widened, each output rounded once. The weight gradient of a
+// call is rounded to A too before its fp32 sum, as cuDNN writes it on 16-bit data (and as
+// PyTorch's autocast keeps it): fp16's range then bounds it, the loss scale included.
 template <class A>
 size_t conv2d_workspace_16(const void* plan) {
   return conv2d_workspace(plan) * (sizeof(float) / sizeof(A));
@@ -504,11 +506,18 @@ void conv2d_backward_16(A* dinp, float* dweight, A* workspace, const A* dout, co
                         const A* weight, const void* plan, int N) {
   const cpu::Conv2dShape& s = conv_plan(plan).shape;
   const size_t in = size_t(N) * s.IC * s.H * s.W, o = size_t(N) * s.OC * s.OH() * s.OW();
+  const size_t nw = size_t(s.OC) * s.IC * s.KH * s.KW;
   Widened w;
   float* di = dinp ? w.out(in) : nullptr;
-  conv2d_backward(di, dweight, reinterpret_cast<float*>(workspace), w.in(dout, o), w.in(inp, in),
-                  w.in(weight, size_t(s.OC) * s.IC * s.KH * s.KW), plan, N);
+  float* dw = w.out(nw);
+  std::fill_n(dw, nw, 0.0f);
+  conv2d_backward(di, dw, reinterpret_cast<float*>(workspace), w.in(dout, o), w.in(inp, in),
+                  w.in(weight, nw), plan, N);
   if (dinp) round_to(dinp, di, in);
+  A* dw16 = reinterpret_cast<A*>(w.out((nw + 1) / 2));  // nw elements of A in float storage
+  round_to(dw16, dw, nw);
+  widen(dw, dw16, nw);
+  for (size_t k = 0; k < nw; ++k) dweight[k] += dw[k];
 }
 template <class A>
 void batchnorm2d_forward_16(A* out, float* mean, float* rstd, const A* inp, const A* weight,

@@ -119,7 +119,8 @@ struct LayerOpsT {
   void (*compact_rows)(A* x, const int32_t* rows, int M, int C);
   void (*expand_rows)(A* x, const int32_t* rows, int M, int N, int C);
 
-  // ---- the convolutional families' layers (NCHW; null in the CUDA 16-bit tables) ----
+  // ---- the convolutional families' layers (NCHW; the convolutions null in a CUDA build without
+  // cuDNN) ----
   // Raw host <-> device copies (batch norm's double statistics sums); download waits.
   void (*upload_bytes)(void* dst, const void* host_src, size_t bytes);
   void (*download_bytes)(void* host_dst, const void* src, size_t bytes);

@@ -100,9 +100,10 @@ SimulationResult simulate(const ScheduleSpec& spec, double forward_time = 1.0,
 
 // When a rank may reuse each send's buffer, from the lists alone (not from timing), so a stage's
 // message buffers are a number known before the step. A send is known received at the rank's
-// first forward or backward whose completed receives carry a message its peer sent after the
-// peer's own forward or backward that completed that send's receive (vector clocks over every
-// rank's list); waiting for it there costs nothing. Evaluation walks (training false) have no
+// first forward or backward after whose completed receives it knows, directly or through other
+// ranks (vector clocks over every rank's list), that the peer has run the forward or backward
+// that completed that send's receive; waiting for the send there cannot block indefinitely (its
+// data has arrived). Evaluation walks (training false) have no
 // messages back: there every send of a micro-batch is waited for before the next micro-batch's
 // first forward (each of its receives needs sends of its own micro-batch only: no deadlock).
 // Sends nothing proves received are waited for at the end of the walk.

@@ -143,11 +143,13 @@ if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
 fi
 
 # The CNNs in 16 bits (convolution, batch norm and pooling each round their outputs once; batch
-# norm's statistics and running buffers stay fp32): AlexNet and a small ResNet track fp32 within
-# the same bounds over 10 steps; dp 2 gives dp 1's bits, AlexNet's channels at tp 2 (its partial
-# sums rounded, summed and rounded again) stay within 2^-9 (bf16) and 2^-11 (fp16) of tp 1, and
-# pp 2 (bf16 messages) gives the same micro-batches' bits at pp 1; a resumed ResNet (its weight
-# copy rebuilt, its running statistics read back) gives the straight run's bits.
+# norm's statistics and running buffers stay fp32; each call's convolution weight gradient is
+# rounded to the format before its fp32 sum, as cuDNN writes it): AlexNet and a small ResNet track
+# fp32 within the same bounds over 10 steps; dp 2 (each rank's weight gradient rounded on its own)
+# and AlexNet's channels at tp 2 (partial sums rounded, summed and rounded again) stay within 2^-9
+# (bf16) and 2^-11 (fp16) of one rank; pp 2 (bf16 messages) gives the same micro-batches' bits at
+# pp 1; a resumed ResNet (its weight copy rebuilt, its running statistics read back) gives the
+# straight run's bits.
 if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   cnn_common=(--steps 10 --batch-size 32 --log-every 0 --eval-every 5 --eval-batches 2)
   alexnet=(--config "$REPO/configs/alexnet-fmnist.toml" --set model.width=8 --set model.hidden=32
@@ -179,8 +181,8 @@ if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   done
   mpiexec -n 2 "$MPITRON" train "${alexnet[@]}" --precision bf16 --dp 2 --out alexnet_bf16_dp2 \
     >/dev/null
-  "$MPITRON" compare alexnet_bf16/trace.h5 alexnet_bf16_dp2/trace.h5 --rtol 0 ||
-    fail "alexnet in bf16 at dp 2 differs from dp 1"
+  "$MPITRON" compare alexnet_bf16/trace.h5 alexnet_bf16_dp2/trace.h5 --rtol 0.001953125 ||
+    fail "alexnet in bf16 at dp 2 strays from dp 1"
   for p in bf16 fp16; do
     mpiexec -n 2 "$MPITRON" train "${alexnet[@]}" --precision "$p" --tp 2 --out "alexnet_${p}_tp2" \
       >/dev/null
