@@ -297,9 +297,21 @@ TEST(Precision, Fp16CpuConvolutionLayersAreTheFloatLayersRounded) {
   check_cnn_layers_round_the_float_layers<fp16_t>();
 }
 
-TEST(Precision, CpuStagedHasNoSixteenBitLayers) {
-  EXPECT_THROW(layer_ops<bf16_t>(Device::cpu_staged), UsageError);
-  EXPECT_THROW(layer_ops<fp16_t>(Device::cpu_staged), UsageError);
+// cpu-staged's 16-bit tables are the CPU's layers under a device's paths (its models upload,
+// download and stage as on a GPU; tests/e2e/staged_device_matrix.sh compares the runs).
+template <class A>
+void check_staged_16_is_the_cpus() {
+  const LayerOpsT<A>& S = layer_ops<A>(Device::cpu_staged);
+  const LayerOpsT<A>& C = layer_ops<A>(Device::cpu);
+  EXPECT_EQ(S.device, Device::cpu_staged);
+  EXPECT_EQ(C.device, Device::cpu);
+  EXPECT_EQ(S.linear_forward, C.linear_forward);
+  EXPECT_EQ(S.conv2d_backward, C.conv2d_backward);
+  EXPECT_EQ(S.batchnorm2d_add_relu_forward, nullptr);
+}
+TEST(Precision, CpuStagedSixteenBitLayersAreTheCpus) {
+  check_staged_16_is_the_cpus<bf16_t>();
+  check_staged_16_is_the_cpus<fp16_t>();
 }
 
 namespace {

@@ -584,10 +584,11 @@ void global_avgpool_backward_16(A* dinp, const A* dout, int N, int C, int HW) {
   round_to(dinp, f, size_t(N) * C * HW);
 }
 
-template <class A>
+// As host_layer_ops: under cpu-staged the same layers take a device's paths.
+template <class A, bool kStaged>
 const LayerOpsT<A>& host_16_layer_ops() {
   static constexpr LayerOpsT<A> ops{
-      Device::cpu,
+      kStaged ? Device::cpu_staged : Device::cpu,
       zero_16<A>,
       copy_16<A>,
       upload_int32,
@@ -674,7 +675,8 @@ const LayerOpsT<A>& layer_ops(Device device) {
     if (device == Device::cpu) return cpu_layer_ops();
     if (device == Device::cpu_staged) return host_layer_ops<true>();
   } else {
-    if (device == Device::cpu) return host_16_layer_ops<A>();
+    if (device == Device::cpu) return host_16_layer_ops<A, false>();
+    if (device == Device::cpu_staged) return host_16_layer_ops<A, true>();
   }
 #ifdef MPITRON_HAVE_CUDA
   if (device == Device::cuda) return cuda_layer_ops<A>();

@@ -203,7 +203,8 @@ const float* host_floats(const LayerOpsT<A>& L, const A* src, size_t n, std::vec
   return out.data();
 }
 
-// The device's layers in storage type A: cpu, cpu_staged (float only) or cuda. The CPU's
+// The device's layers in storage type A: cpu, cpu_staged (the CPU's under a device's paths) or
+// cuda. The CPU's
 // bf16/fp16 tables widen every input to float, run the CPU layer and round every output: the
 // GPU's storage rounding on the host, slower than fp32 (a reference, and mixed precision where no
 // GPU is). UsageError for a device this build has no layers for.

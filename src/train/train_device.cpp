@@ -30,15 +30,10 @@ const char* comm_name(CommKind c) {
 void check_device(Device device, CommKind comm_kind, DType precision, const ModelFamily& family,
                   const Layout& L) {
   const char* dev = device_name(device);
-  if (precision != DType::f32) {
-    const char* p = precision_name(precision);
-    if (!family.mixed_precision)
-      throw UsageError(
-          fmt::format("--precision {} trains the {} so far; the {} family runs in fp32", p,
-                      family_types_with(&ModelFamily::mixed_precision), family.type));
-    if (device == Device::cpu_staged)
-      throw UsageError(fmt::format("--precision {}: --device cpu-staged runs in fp32 only", p));
-  }
+  if (precision != DType::f32 && !family.mixed_precision)
+    throw UsageError(fmt::format("--precision {} trains the {} so far; the {} family runs in fp32",
+                                 precision_name(precision),
+                                 family_types_with(&ModelFamily::mixed_precision), family.type));
   if (comm_kind == CommKind::nccl) {
     if (device != Device::cuda)
       throw UsageError(

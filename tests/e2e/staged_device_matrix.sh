@@ -3,9 +3,12 @@
 # families staged_device.sh leaves out: ZeRO 1 and 2 at dp 1, every dp-2 reduction (ZeRO 0, buckets,
 # ZeRO 1, the ring, gather-scatter), the interleaved schedule at dp 2 x pp 2, tp 2 x pp 2; the
 # BERT classifier (padding masks, validation accuracy) at dp 1, dp 2 and the masked LM at tp 2;
-# the MLP at dp 2; AlexNet at dp 1 and tp 2; ResNet at dp 2 and over 3 pipeline stages. Apart so
-# that the sanitizer run can leave these launches out (staged_device.sh runs each staging path
-# under it once).
+# the MLP at dp 2; AlexNet at dp 1 and tp 2; ResNet at dp 2 and over 3 pipeline stages; and in 16
+# bits (the CPU's bf16/fp16 layers under a device's paths: images and weight copies rounded on the
+# device, 16-bit messages and all-reduces staged through the host) the GPT at tp 2 x pp 2 and with
+# ZeRO 1 at dp 2, BERT's masked LM at tp 2, the MLP, AlexNet at tp 2 and ResNet over 2 stages.
+# Apart so that the sanitizer run can leave these launches out (staged_device.sh runs each staging
+# path under it once).
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -32,6 +35,8 @@ source "$(dirname "$0")/staged_device_layouts.sh"
 staged interleaved 4 "${common[@]}" --dp 2 --pp 2 --micro-batches 4 --schedule interleaved \
   --virtual-stages 2
 staged gpt_tp2_pp2 4 "${common[@]}" --tp 2 --pp 2 --micro-batches 2
+staged gpt_bf16_tp2_pp2 4 "${common[@]}" --precision bf16 --tp 2 --pp 2 --micro-batches 2
+staged gpt_fp16_dp2_zero1 2 "${common[@]}" --precision fp16 --dp 2 --zero 1
 testament=(--config "$REPO/configs/bert-testament.toml" --data "$(verses)" --steps 6 --batch-size 8
   --log-every 0 --eval-every 3 --eval-batches 1)
 staged bert_testament 1 "${testament[@]}"
@@ -39,8 +44,10 @@ cmp <(trace_column bert_testament_cpu/trace.h5 val_accuracy) \
   <(trace_column bert_testament_staged/trace.h5 val_accuracy) ||
   fail "bert's validation accuracy on cpu-staged differs from the cpu's"
 staged bert_testament_dp2 2 "${testament[@]}" --dp 2 --zero 2
-staged bert_mlm_tp2 2 --config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 4 \
-  --batch-size 8 --seq-len 32 --log-every 0 --eval-every 2 --eval-batches 1 --tp 2
+bert_mlm=(--config "$REPO/configs/bert-mlm.toml" --data "$data" --steps 4 --batch-size 8 --seq-len 32
+  --log-every 0 --eval-every 2 --eval-batches 1 --tp 2)
+staged bert_mlm_tp2 2 "${bert_mlm[@]}"
+staged bert_mlm_bf16_tp2 2 "${bert_mlm[@]}" --precision bf16
 fmnist=/usr/share/datasets/fashion-mnist
 if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   staged mlp_dp2 2 --config "$REPO/configs/mlp-fmnist.toml" --steps 12 --log-every 0 \
@@ -53,6 +60,10 @@ if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
     --eval-every 4 --eval-batches 2 --set model.blocks_per_stage=1)
   staged resnet_dp2 2 "${resnet[@]}" --dp 2 --zero 2
   staged resnet_pp3 3 "${resnet[@]}" --pp 3 --micro-batches 2
+  staged mlp_fp16 1 --config "$REPO/configs/mlp-fmnist.toml" --steps 6 --log-every 0 \
+    --eval-every 3 --eval-batches 2 --precision fp16
+  staged alexnet_bf16_tp2 2 "${alexnet[@]}" --precision bf16 --tp 2
+  staged resnet_fp16_pp2 2 "${resnet[@]}" --precision fp16 --pp 2 --micro-batches 2
 else
   echo "note: $fmnist is missing (apt-get install dataset-fashion-mnist): the mlp and cnn parts did not run"
 fi
