@@ -113,7 +113,7 @@ int cmd_batch(const BatchArgs& a) {
 }
 
 // Simulates a pipeline schedule without a model: the timeline as text (and a PNG), the bubble
-// against the theory, the activations each stage keeps.
+// against the theory, the activations and message buffers each stage keeps.
 int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double backward_time,
                  const std::string& png) {
   if (std::string e = pipeline::check_schedule(spec); !e.empty()) throw UsageError(e);
@@ -126,6 +126,14 @@ int cmd_schedule(const pipeline::ScheduleSpec& spec, double forward_time, double
       pipeline::simulate(spec, forward_time / chunks, backward_time / chunks);
   fmt::print("{}", pipeline::schedule_timeline_text(spec, r));
   if (!r.ok) return 1;
+  // Each a micro-batch's boundary tensor: what the memory plan counts per stage.
+  std::vector<int> train, eval;
+  for (int rank = 0; rank < spec.pp; ++rank) {
+    train.push_back(pipeline::send_plan(spec, rank, true).buffers);
+    eval.push_back(pipeline::send_plan(spec, rank, false).buffers);
+  }
+  fmt::print("send buffers per rank: {} (training), {} (evaluation)\n", fmt::join(train, " "),
+             fmt::join(eval, " "));
   if (!png.empty()) {
     pipeline::write_schedule_png(png, spec, r);
     fmt::print("timeline: {}\n", png);

@@ -2,7 +2,8 @@
 # `mpitron schedule` simulates a pipeline schedule without a model: at pp 4 with 8 micro-batches
 # the simulated bubble of GPipe, 1F1B and interleaved 1F1B (2 chunks per rank) equals the
 # theoretical (pp - 1) / (V·m + pp - 1), 1F1B keeps pp - rank activation sets where GPipe keeps
-# m (and interleaved ranks one more than they run ahead), makespans compare in one unit, --png
+# m (and interleaved ranks one more than they run ahead), the send buffers each rank keeps,
+# makespans compare in one unit, --png
 # writes a PNG (title, axis labels, legend), and an impossible schedule is refused with one clear
 # line.
 # shellcheck source=tests/e2e/common.sh
@@ -27,6 +28,12 @@ check() {
 # (pp - 1) / (m + pp - 1) = 3/11; interleaved: 3 / (2·8 + 3) = 3/19.
 check gpipe 1 0.272727 "8 8 8 8$"
 check 1f1b 1 0.272727 "4 3 2 1$"
+# The message buffers each rank keeps (the send plan): GPipe one per micro-batch, 1F1B its
+# warm-up's; evaluation one micro-batch's sends (the last rank sends none).
+grep -q "^send buffers per rank: 8 8 8 8 (training), 1 1 1 0 (evaluation)$" gpipe.txt ||
+  fail "gpipe's send buffers: $(grep '^send buffers' gpipe.txt)"
+grep -q "^send buffers per rank: 4 4 3 2 (training), 1 1 1 0 (evaluation)$" 1f1b.txt ||
+  fail "1f1b's send buffers: $(grep '^send buffers' 1f1b.txt)"
 # Interleaved (Megatron-LM): rank r runs (pp - r - 1)·2 + (V - 1)·pp micro-steps ahead, so it holds
 # one more than that: 11, 9, 7, 5 chunk activation sets (each chunk's own peak in brackets).
 check interleaved 2 0.157895 "11 ([0-9, ]*) 9 ([0-9, ]*) 7 ([0-9, ]*) 5 ([0-9, ]*);" --png interleaved.png
