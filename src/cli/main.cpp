@@ -138,10 +138,12 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--trace-flush-every", ta.opts.trace_flush_every,
                   "trace rows buffered before a flush");
   cmd->add_option("--offload", ta.offload,
-                  "none | optimizer: the optimizer state (fp32 moments, or adamw8bit's codes) in "
-                  "host memory and its update on the host's cores, through host copies of the "
-                  "gradient and parameter shard off the CPU (the same bits)")
-      ->check(CLI::IsMember({"none", "optimizer"}))
+                  "none | optimizer | optimizer,master: the optimizer state (fp32 moments, or "
+                  "adamw8bit's codes) in host memory and its update on the host's cores, through "
+                  "host copies of the gradient and parameter shard off the CPU (the same bits); "
+                  "with master, the fp32 master weights in host memory too and only their 16-bit "
+                  "copy on the device (bf16 and fp16)")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer,master"}))
       ->capture_default_str();
   cmd->add_option("--lm-head-chunk", ta.opts.lm_head_chunk,
                   "the LM head and its loss over this many token rows at a time, the logits "

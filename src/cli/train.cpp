@@ -90,7 +90,8 @@ TrainOptions train_options(TrainArgs& a, bool check_data) {
   opts.comm = parse_comm(a.comm);
   opts.precision = parse_precision(a.precision);
   opts.optimizer = parse_optimizer(a.optimizer);
-  opts.offload_optimizer = a.offload == "optimizer";
+  opts.offload_optimizer = a.offload != "none";
+  opts.offload_master = a.offload == "optimizer,master";
   if (!check_data) return opts;
   if (data_path.empty()) {
     data_path = default_data(family, opts.cfg.model);

@@ -358,8 +358,7 @@ void BertModelT<A>::bind_gradients(const std::function<float*(size_t)>& address)
 
 template <class A>
 void BertModelT<A>::parameters_changed() {
-  if constexpr (!std::is_same_v<A, float>)
-    layers_->round_weights(weights.data(), params.data(), flat_size);
+  if constexpr (!std::is_same_v<A, float>) round_weight_copy(*layers_, weights.data());
 }
 
 template <class A>

@@ -11,18 +11,27 @@ namespace mpitron {
 
 void Model::allocate_tensors(const ModelBuild& how) {
   flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
-  params = Buffer<float>(*how.alloc, flat_size);
+  const bool device_layers = how.layers && how.layers != &cpu_layer_ops();
+  MPITRON_REQUIRE(!how.master_alloc || how.precision != DType::f32,
+                  "master weights apart from the layers' need a 16-bit weight copy");
+  master_on_host_ = how.master_alloc && device_layers;
+  params = Buffer<float>(how.master_alloc ? *how.master_alloc : *how.alloc, flat_size);
   buffers = Buffer<float>(*how.alloc, registry.buffer_size());
-  if (!how.layers || how.layers == &cpu_layer_ops()) {
-    registry.initialize(params.data(), how.seed);
+  if (master_on_host_)
+    weight_staging_ =
+        Buffer<uint16_t>(*how.master_alloc, std::min(flat_size, kHostStagingElements));
+  if (!device_layers || master_on_host_) registry.initialize(params.data(), how.seed);
+  if (!device_layers) {
     registry.initialize_buffers(buffers.data(), how.seed);
     return;
   }
   // Another device: the same values, drawn on the host, then uploaded.
-  std::vector<float> host(std::max(flat_size, buffers.size()), 0.0f);
-  registry.initialize(host.data(), how.seed);
-  how.layers->upload(params.data(), host.data(), flat_size);
-  std::fill(host.begin(), host.end(), 0.0f);
+  std::vector<float> host(std::max(master_on_host_ ? 0 : flat_size, buffers.size()), 0.0f);
+  if (!master_on_host_) {
+    registry.initialize(host.data(), how.seed);
+    how.layers->upload(params.data(), host.data(), flat_size);
+    std::fill(host.begin(), host.end(), 0.0f);
+  }
   registry.initialize_buffers(host.data(), how.seed);
   how.layers->upload(buffers.data(), host.data(), buffers.size());
 }

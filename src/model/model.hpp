@@ -5,6 +5,7 @@
 // and backward over one micro-batch. Gradients live where gradient synchronisation puts them
 // (bind_gradients); a model only announces which of its segments became final (GradReadyHook).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -15,6 +16,7 @@
 #include "comm/group.hpp"
 #include "src/model/config.hpp"
 #include "src/model/layer_ops.hpp"
+#include "src/model/precision.hpp"
 #include "src/model/registry.hpp"
 
 namespace mpitron {
@@ -75,6 +77,10 @@ struct ModelBuild {
   // Its all-reduces on the device's own memory (NCCL, --comm nccl), or nullptr: MPI.
   const tp::TpDeviceCollectives* tp_device = nullptr;
   DeviceAllocator* alloc = nullptr;
+  // Where params (the fp32 master weights) live when not in alloc: the host's memory while the
+  // layers run on another device (--offload optimizer,master). Below fp32 only: the layers read
+  // the 16-bit copy, which parameters_changed rounds on the host and uploads.
+  DeviceAllocator* master_alloc = nullptr;
   // The layers of the device alloc allocates on (nullptr: the CPU's). Families that run on the CPU
   // only refuse another (ModelFamily::devices).
   const LayerOps* layers = nullptr;
@@ -180,6 +186,31 @@ class Model {
   // After the registry is filled: pads flat_size to how.flat_align, allocates and initialises
   // params and buffers from how.seed.
   void allocate_tensors(const ModelBuild& how);
+
+  // Below fp32: the layers' weight copy from params, rounded to nearest even: on params' device,
+  // or with the master weights in the host's memory (ModelBuild::master_alloc) on the host, one
+  // staging chunk at a time, each uploaded.
+  template <class A>
+  void round_weight_copy(const LayerOpsT<A>& layers, A* weights) {
+    static_assert(sizeof(A) == sizeof(uint16_t), "a 16-bit weight copy");
+    if (!master_on_host_) return layers.round_weights(weights, params.data(), flat_size);
+    A* chunk = reinterpret_cast<A*>(weight_staging_.data());
+    for (size_t b = 0; b < flat_size; b += weight_staging_.size()) {
+      const size_t n = std::min(weight_staging_.size(), flat_size - b);
+      round_to(chunk, params.data() + b, n);
+      // From pageable host memory the copy has taken the chunk when upload_bytes returns.
+      layers.upload_bytes(weights + b, chunk, n * sizeof(A));
+    }
+  }
+
+ private:
+  bool master_on_host_ = false;      // params in the host's memory, the layers on another device
+  Buffer<uint16_t> weight_staging_;  // then: one chunk of the rounded copy on its way up
 };
+
+// Elements of a host staging chunk on the way to or from a device (the 16-bit weight copy's upload
+// with the master weights in host memory, --offload's update): whole 8-bit AdamW blocks; the
+// memory plan counts them.
+inline constexpr size_t kHostStagingElements = size_t(1) << 20;
 
 }  // namespace mpitron

@@ -90,15 +90,16 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     const size_t chunk = flat / size_t(p);
     for (int k = 0; k <= p; ++k) shard_bounds_.push_back(chunk * size_t(k));
     shard_ = {shard_bounds_[dp.rank()], shard_bounds_[dp.rank() + 1]};
-    gather_scratch_ = Buffer<float>(alloc, shard_.size());
+    gather_scratch_ = Buffer<float>(opts.params_alloc ? *opts.params_alloc : alloc, shard_.size());
   }
   if (opts.zero == 2) {
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
-  // At dp 1 too: ZeRO 2 sums its shard on the host, and the tied embedding's sum over the first
-  // and last stage passes through the host whatever reduces over dp.
-  if (ops.staged && (!opts.device_dp || (!tied_.empty() && !opts.device_embedding))) {
+  // MPI's reductions over dp pass through the host; at dp 1 too ZeRO 2 sums its shard there, and
+  // the tied embedding's sum over the first and last stage passes through it without NCCL.
+  if (ops.staged && ((p > 1 && !opts.device_dp) || opts.zero == 2 ||
+                     (!tied_.empty() && !opts.device_embedding))) {
     staging_.assign(flat, 0.0f);
     if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
   }
@@ -262,13 +263,15 @@ double GradSync::grad_norm() {
 
 void GradSync::gather_params(float* params) {
   CommTimer timer{&comm_s_};
-  if (opts_.zero == 0 || dp_.size() == 1) return;      // at dp 1 the shard is every parameter
-  if (const DeviceCollectives* d = opts_.device_dp) {  // in place, as the reduce-scatter
+  if (opts_.zero == 0 || dp_.size() == 1) return;  // at dp 1 the shard is every parameter
+  const bool host_params = opts_.params_alloc != nullptr || !ops_.staged;
+  const DeviceCollectives* d = opts_.device_dp;
+  if (d && !host_params) {  // in place, as the reduce-scatter
     d->all_gather(d->ctx, params + shard_.begin, params, shard_.size());
     d->synchronize(d->ctx);
     return;
   }
-  if (ops_.staged) {  // this rank's shard up to the host, everyone's back down
+  if (!host_params) {  // this rank's shard up to the host, everyone's back down
     float* host = staging_.data();
     ops_.download(host + shard_.begin, params + shard_.begin, shard_.size());
     if (opts_.method == comm::DpReduce::ring) {
@@ -281,7 +284,7 @@ void GradSync::gather_params(float* params) {
     return;
   }
   if (opts_.method == comm::DpReduce::ring) return dp_.ring_all_gather(params, model_.flat_size);
-  ops_.copy(gather_scratch_.data(), params + shard_.begin, shard_.size());
+  std::copy_n(params + shard_.begin, shard_.size(), gather_scratch_.data());
   dp_.all_gather(gather_scratch_.data(), params, shard_.size());
 }
 

@@ -54,6 +54,10 @@ struct GradSyncOptions {
   // The tied embedding's sum over the first and last stage on the device (NCCL over the
   // embedding group, queued on the compute stream before the dp reduction), or nullptr: MPI.
   const DeviceCollectives* device_embedding = nullptr;
+  // The parameters' memory where it is not the gradients' (the master weights in the host's
+  // memory, --offload optimizer,master): the ZeRO all-gather's scratch is there and the gather
+  // runs on the host with MPI. nullptr: the parameters live beside the gradients.
+  DeviceAllocator* params_alloc = nullptr;
 };
 
 class GradSync {

@@ -65,22 +65,31 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   auto add = [&](const char* kind, size_t bytes, bool host = false) {
     if (bytes > 0) p.items.push_back({kind, bytes, host});
   };
-  add("fp32 parameters", flat * f);
+  const bool master = opts.offload_master;  // the master weights in the host's memory
+  const bool off_cpu = opts.device != Device::cpu;
+  add(master ? "fp32 parameters (host)" : "fp32 parameters", flat * f, master);
   add("buffers", m.buffer_elements * f);
   add("16-bit weights", m.weight_copy_bytes);
+  add("16-bit staging (host)",
+      master && off_cpu ? std::min(flat, kHostStagingElements) * sizeof(uint16_t) : 0, true);
   add("gradients", grads * f);
-  add("ZeRO shard scratch", (L.zero >= 1 ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
+  // ZeRO's all-gather scratch (beside the parameters) and ZeRO 2's summed shard.
+  add("ZeRO shard scratch",
+      (L.zero >= 1 && !master ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
+  add("ZeRO gather scratch (host)", (L.zero >= 1 && master ? shard : 0) * f, true);
   const size_t state =
       opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f;
   add(opts.offload_optimizer ? "optimizer state (host)" : "optimizer state", state,
       opts.offload_optimizer);
-  add("grad, param shards (host)",
-      opts.offload_optimizer && opts.device != Device::cpu ? 2 * shard * f : 0, true);
+  // Off the CPU the host's update stages a chunk of the gradients (and of the parameters).
+  const size_t update_chunk = std::min(shard, kHostStagingElements) * f;
+  add("update staging (host)",
+      opts.offload_optimizer && off_cpu ? (master ? 1 : 2) * update_chunk : 0, true);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
   // The send buffers the schedule's send plans need (and, off the CPU, the staged receives'): host
   // memory off the CPU, as messages pass through it.
-  const bool staged_messages = opts.device != Device::cpu;
+  const bool staged_messages = off_cpu;
   const size_t message_element = opts.precision == DType::f32 ? f : 2;  // the storage type's
   if (L.pp > 1) {
     const pipeline::ScheduleSpec spec{L.schedule, L.pp, opts.cfg.train.micro_batches,
@@ -104,7 +113,8 @@ MemoryPlan plan_memory(const TrainOptions& opts) {
 namespace {
 
 // Settings that fit `cap`, fewest changes first: each combination of recompute, ZeRO 1, 8-bit
-// AdamW and optimizer offload (where they apply) with the fewest micro-batches that fits.
+// AdamW, optimizer offload and master-weight offload (where they apply) with the fewest
+// micro-batches that fits.
 std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) {
   const ModelFamily& family = model_family(opts.cfg.model.type);
   const TrainConfig& tc = opts.cfg.train;
@@ -113,17 +123,20 @@ std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) 
     std::string line;
   };
   std::vector<Fit> fits;
-  for (int knobs = 0; knobs < 16; ++knobs) {
+  for (int knobs = 0; knobs < 32; ++knobs) {
     TrainOptions o = opts;
     if (knobs & 1) o.layout.recompute = true;
     if (knobs & 2) o.layout.zero = 1;
     if (knobs & 4) o.optimizer = Optimizer::adamw8bit;
     if (knobs & 8) o.offload_optimizer = true;
-    const bool changed[4] = {o.layout.recompute != opts.layout.recompute,
+    if (knobs & 16) o.offload_master = true;
+    const bool changed[5] = {o.layout.recompute != opts.layout.recompute,
                              o.layout.zero != opts.layout.zero, o.optimizer != opts.optimizer,
-                             o.offload_optimizer != opts.offload_optimizer};
+                             o.offload_optimizer != opts.offload_optimizer,
+                             o.offload_master != opts.offload_master};
     bool useful = true;  // each bit set changes a setting, and the result can run
-    for (int k = 0; k < 4; ++k) useful &= !(knobs >> k & 1) || changed[k];
+    for (int k = 0; k < 5; ++k) useful &= !(knobs >> k & 1) || changed[k];
+    useful &= !o.offload_master || (o.offload_optimizer && o.precision != DType::f32);
     useful &= !o.layout.recompute || family.recomputes;
     useful &= o.layout.zero == opts.layout.zero || opts.layout.dp > 1;
     useful &= o.optimizer != Optimizer::adamw8bit || o.device == Device::cpu || o.offload_optimizer;
@@ -141,7 +154,8 @@ std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) 
       if (changed[0]) flags += " --recompute block";
       if (changed[1]) flags += " --zero 1";
       if (changed[2]) flags += " --optimizer adamw8bit";
-      if (changed[3]) flags += " --offload optimizer";
+      if (changed[3] || changed[4])
+        flags += o.offload_master ? " --offload optimizer,master" : " --offload optimizer";
       size_t host = 0;
       for (const StageMemoryPlan& st : plan.stages) host = std::max(host, st.host_total());
       fits.push_back(
@@ -173,7 +187,10 @@ std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, s
       opts.cfg.train.micro_batches,
       sequences ? fmt::format("seq {}, ", opts.cfg.train.seq_len) : "",
       precision_name(opts.precision), L.recompute ? "block" : "none",
-      optimizer_name(opts.optimizer), opts.offload_optimizer ? " offloaded" : "");
+      optimizer_name(opts.optimizer),
+      opts.offload_master      ? " and master weights offloaded"
+      : opts.offload_optimizer ? " offloaded"
+                               : "");
   std::vector<std::string> kinds;
   for (const StageMemoryPlan& st : plan.stages)
     for (const MemoryPlanItem& i : st.items)

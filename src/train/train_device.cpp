@@ -191,7 +191,7 @@ uint64_t TrainDevice::nccl_bytes_sent() const {
 
 void TrainDevice::allocate_file_copies(const Model& model, size_t shard) {
   if (on_host) return;
-  file_params = Buffer<float>(host_alloc, model.params.size());
+  if (!params_on_host) file_params = Buffer<float>(host_alloc, model.params.size());
   file_buffers = Buffer<float>(host_alloc, model.buffers.size());
   if (state_on_host) return;
   file_m = Buffer<float>(host_alloc, shard);
@@ -200,7 +200,8 @@ void TrainDevice::allocate_file_copies(const Model& model, size_t shard) {
 
 void TrainDevice::download_state(Model& model, Buffer<float>& m, Buffer<float>& v) {
   if (on_host) return;
-  layers.download(file_params.data(), model.params.data(), model.params.size());
+  if (!params_on_host)
+    layers.download(file_params.data(), model.params.data(), model.params.size());
   layers.download(file_buffers.data(), model.buffers.data(), model.buffers.size());
   if (state_on_host) return;
   layers.download(file_m.data(), m.data(), m.size());
@@ -209,7 +210,7 @@ void TrainDevice::download_state(Model& model, Buffer<float>& m, Buffer<float>& 
 
 void TrainDevice::upload_state(Model& model, Buffer<float>& m, Buffer<float>& v) {
   if (on_host) return;
-  layers.upload(model.params.data(), file_params.data(), model.params.size());
+  if (!params_on_host) layers.upload(model.params.data(), file_params.data(), model.params.size());
   layers.upload(model.buffers.data(), file_buffers.data(), model.buffers.size());
   if (state_on_host) return;
   layers.upload(m.data(), file_m.data(), m.size());

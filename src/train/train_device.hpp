@@ -71,6 +71,8 @@ struct TrainDevice {
   const bool on_host;  // --device cpu: nothing moves between host and device
   // --offload optimizer: the optimizer state lives in host_alloc (files read and write it there).
   bool state_on_host = false;
+  // --offload optimizer,master: the fp32 master weights (Model::params) live in host_alloc too.
+  bool params_on_host = false;
   DeviceAllocator alloc;  // the device's memory: model, gradients, moments (peak in the trace)
   DeviceAllocator host_alloc{"cpu"};  // another device's host side: the data and file copies
   // Another device's parameters, buffers and moments pass through these on their way to and from
@@ -112,7 +114,7 @@ struct TrainDevice {
   // Where files read and write the parameters, buffers and moments: the device's own buffers on
   // the CPU, else the host copies (download before a write, upload after a read).
   float* params_for_files(Model& model) {
-    return on_host ? model.params.data() : file_params.data();
+    return on_host || params_on_host ? model.params.data() : file_params.data();
   }
   float* buffers_for_files(Model& model) {
     return on_host ? model.buffers.data() : file_buffers.data();

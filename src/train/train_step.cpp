@@ -1,6 +1,7 @@
 // One training step and one evaluation: this stage's walk through the pipeline schedule
 // (forward and backward of each micro-batch), the gradient reduction, the norm, clipping and
 // AdamW, and the loss summed over stages and data-parallel ranks.
+#include <algorithm>
 #include <limits>
 
 #include "comm/mpi_check.hpp"
@@ -97,33 +98,46 @@ StepResult Trainer::train_step(int64_t s) {
     const float grad_scale = used_scale > 0 ? clip * float(1.0 / used_scale) : clip;
     const AdamWConfig acfg{tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
     // Where the update runs and what it reads: the device's own buffers, or (--offload optimizer)
-    // the host's cores on the state in host memory, through host copies of the gradient and
-    // parameter shard where the device is not the host.
+    // the host's cores on the state in host memory. Off the host that update walks the shard a
+    // staging chunk at a time: the chunk's gradients (and parameters, unless the master weights
+    // live in host memory) down, the update, the parameters back up. Element-wise, so the bits
+    // do not depend on the chunks (whole 8-bit blocks).
     const bool staged = opts.offload_optimizer && !dev.on_host;
+    const bool staged_params = staged && !opts.offload_master;
     const StepBackend& update = opts.offload_optimizer ? step_backend(Device::cpu) : dev.ops;
-    float* params = model->params.data();
-    size_t p_offset = 0;
-    const float* grads = sync->owned_grads();
-    if (staged) {
-      progress.mark("the gradient and parameter shard's download (--offload optimizer)");
-      dev.ops.download(offload_grads.data(), grads, shard.size());
-      dev.ops.download(offload_params.data(), params + shard.begin, shard.size());
-      params = offload_params.data();
-      p_offset = shard.begin;
-      grads = offload_grads.data();
+    float* const params = model->params.data();
+    const float* const grads = sync->owned_grads();
+    const size_t chunk = staged ? offload_grads.size() : shard.size();
+    if (staged) progress.mark("the update on the host, a staging chunk at a time (--offload)");
+    for (size_t b = shard.begin; b < shard.end; b += chunk) {
+      const size_t e = std::min(shard.end, b + chunk);
+      float* p = params;
+      size_t p_offset = 0;
+      const float* g = grads;
+      size_t g_offset = shard.begin;
+      if (staged) {
+        dev.ops.download(offload_grads.data(), grads + (b - shard.begin), e - b);
+        g = offload_grads.data();
+        g_offset = b;
+      }
+      if (staged_params) {
+        dev.ops.download(offload_params.data(), params + b, e - b);
+        p = offload_params.data();
+        p_offset = b;
+      }
+      if (opts.optimizer == Optimizer::adamw8bit)
+        update.adamw8bit_update(
+            adamw_tensors,
+            {b, e, p, p_offset, g, g_offset, adamw8bit.m_codes.data(), adamw8bit.v_codes.data(),
+             adamw8bit.m_absmax.data(), adamw8bit.v_absmax.data(), shard.begin},
+            acfg, lr, grad_scale, s);
+      else
+        update.adamw_update(adamw_tensors,
+                            {b, e, p, p_offset, g, g_offset, m.data(), v.data(), shard.begin}, acfg,
+                            lr, grad_scale, s);
+      // From pageable host memory the copy has taken the chunk when upload returns.
+      if (staged_params) dev.ops.upload(params + b, p, e - b);
     }
-    if (opts.optimizer == Optimizer::adamw8bit)
-      update.adamw8bit_update(adamw_tensors,
-                              {shard.begin, shard.end, params, p_offset, grads, shard.begin,
-                               adamw8bit.m_codes.data(), adamw8bit.v_codes.data(),
-                               adamw8bit.m_absmax.data(), adamw8bit.v_absmax.data(), shard.begin},
-                              acfg, lr, grad_scale, s);
-    else
-      update.adamw_update(adamw_tensors,
-                          {shard.begin, shard.end, params, p_offset, grads, shard.begin, m.data(),
-                           v.data(), shard.begin},
-                          acfg, lr, grad_scale, s);
-    if (staged) dev.ops.upload(model->params.data() + shard.begin, params, shard.size());
     progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
     model->parameters_changed();

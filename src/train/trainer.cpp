@@ -119,8 +119,10 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
     v = Buffer<float>(state_alloc, shard.size());
   }
   if (opts.offload_optimizer && !dev.on_host) {
-    offload_grads = Buffer<float>(dev.host_alloc, shard.size());
-    offload_params = Buffer<float>(dev.host_alloc, shard.size());
+    static_assert(kHostStagingElements % kAdamW8bitBlock == 0);
+    const size_t chunk = std::min(shard.size(), kHostStagingElements);
+    offload_grads = Buffer<float>(dev.host_alloc, chunk);
+    if (!opts.offload_master) offload_params = Buffer<float>(dev.host_alloc, chunk);
   }
   adamw_tensors = mpitron::adamw_tensors(model->registry);
   dev.allocate_file_copies(*model, shard.size());
@@ -187,6 +189,8 @@ void Trainer::setup() {
   how.tp_device = dev.open_tp_collectives(grid.tp);  // --comm nccl above tp 1; else MPI
   how.alloc = &dev.alloc;
   how.layers = &dev.layers;
+  dev.params_on_host = opts.offload_master;
+  if (opts.offload_master) how.master_alloc = &dev.host_alloc;
   dev.alloc.rank = grid.rank;
   dev.alloc.limit_bytes = opts.max_device_memory;
   if (can_plan_memory(opts)) planned_bytes = plan_stage_memory(opts, stage).total();
@@ -202,11 +206,13 @@ void Trainer::setup() {
     failed = e.what();
   }
   comm::throw_first_error(failed, MPI_COMM_WORLD);
-  model_activation_bytes = dev.alloc.current_bytes - before_model -
-                           (model->params.size() + model->buffers.size()) * sizeof(float) -
-                           model->weight_copy_bytes();
+  model_activation_bytes =
+      dev.alloc.current_bytes - before_model -
+      ((opts.offload_master ? 0 : model->params.size()) + model->buffers.size()) * sizeof(float) -
+      model->weight_copy_bytes();
   loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
   GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
+  if (opts.offload_master) sync_options.params_alloc = &dev.host_alloc;
   // --comm nccl; else MPI
   sync_options.device_embedding = dev.open_embedding_collectives(grid.embedding);
   sync_options.device_dp = dev.open_dp_collectives(grid.dp);
@@ -319,6 +325,13 @@ void check_layout(const TrainOptions& opts) {
   const TrainConfig& tc = opts.cfg.train;
   const ModelFamily& family = model_family(opts.cfg.model.type);
   if (L.tp >= 1) family.validate_layout(opts.cfg.model, L.tp);
+  MPITRON_REQUIRE(!opts.offload_master || opts.offload_optimizer,
+                  "master weights offloaded without the optimizer state");
+  if (opts.offload_master && opts.precision == DType::f32)
+    throw UsageError(
+        "--offload optimizer,master keeps the fp32 master weights in host memory and the layers' "
+        "16-bit copy on the device: it needs --precision bf16 or fp16 (in fp32 the layers read "
+        "the master weights themselves)");
   if (L.pp > 1 && !family.pipeline_blocks)
     throw UsageError(fmt::format(
         "the {} family runs as one pipeline stage: use --pp 1 (got --pp {})", family.type, L.pp));

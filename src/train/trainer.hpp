@@ -79,6 +79,9 @@ struct TrainOptions {
   // --offload optimizer: the optimizer state in host memory and its update on the host's cores
   // (the same arithmetic, so the same bits).
   bool offload_optimizer = false;
+  // --offload optimizer,master: the fp32 master weights in host memory too (below fp32: the
+  // layers read the device's 16-bit copy, rounded on the host and uploaded after each update).
+  bool offload_master = false;
   int lm_head_chunk = 0;  // --lm-head-chunk: ModelBuild::head_chunk_rows (0: the whole micro-batch)
 };
 

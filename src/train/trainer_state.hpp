@@ -79,8 +79,9 @@ struct Trainer {
   int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
   Buffer<float> m, v;  // AdamW moments of the shard (empty with --optimizer adamw8bit)
-  // --offload optimizer off the host: the gradient and parameter shard's host copies the host's
-  // update reads and writes.
+  // --offload optimizer off the host: one staging chunk of the gradient and parameter shard, the
+  // host's update walking the shard a chunk at a time (no parameter chunk with the master weights
+  // in host memory).
   Buffer<float> offload_grads, offload_params;
   // --optimizer adamw8bit: the shard's moments as codes (per element) and absmax (per block).
   struct AdamW8bitState {

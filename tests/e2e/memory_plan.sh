@@ -27,9 +27,29 @@ if "$MPITRON" plan --config "$TINY" --device cuda >/dev/null 2>&1; then
     --recompute block --optimizer adamw8bit --offload optimizer --max-device-memory 11GiB >ft.txt ||
     fail "gpt2-large-finetune with its flags does not fit 11 GiB: $(cat ft.txt)"
   grep -q "^fits --max-device-memory 11.0 GiB" ft.txt || fail "no 'fits' line: $(cat ft.txt)"
+  "$MPITRON" plan --config "$REPO/configs/gpt2-xl-finetune.toml" --device cuda --precision bf16 \
+    --recompute block --optimizer adamw8bit --offload optimizer,master \
+    --max-device-memory 11GiB >xl.txt || fail "gpt2-xl-finetune does not fit 11 GiB: $(cat xl.txt)"
 else
   echo "this build has no CUDA layers: the GPU plans were not tried"
 fi
+
+# GPT-2 XL on a device (the CPU's layers under a device's paths) with its optimizer state in host
+# memory does not fit 11 GiB: its fp32 master weights, 16-bit copy and fp32 gradients alone are
+# 14.5 GiB. The plan names the master weights' offload, which fits, and moves them to a host row.
+xl=(--config "$REPO/configs/gpt2-xl-finetune.toml" --device cpu-staged --precision bf16
+  --recompute block --optimizer adamw8bit --max-device-memory 11GiB)
+set +e
+"$MPITRON" plan "${xl[@]}" --offload optimizer >xl_staged.txt
+rc=$?
+set -e
+[[ $rc == 1 ]] || fail "gpt2-xl with only its optimizer offloaded fits 11 GiB: $(cat xl_staged.txt)"
+grep -q "^  fits: --offload optimizer,master (" xl_staged.txt ||
+  fail "the plan does not name the master weights' offload: $(cat xl_staged.txt)"
+"$MPITRON" plan "${xl[@]}" --offload optimizer,master >xl_master.txt ||
+  fail "gpt2-xl with its master weights offloaded does not fit 11 GiB: $(cat xl_master.txt)"
+grep -q "^fp32 parameters (host) .*5.8 GiB" xl_master.txt ||
+  fail "gpt2-xl's master weights are not a 5.8 GiB host row: $(cat xl_master.txt)"
 
 # gpt-tiny: the plan's peak in bytes, then a cap a little below it is refused before any work.
 "$MPITRON" plan --config "$TINY" --batch-size 8 --seq-len 32 >tiny.txt

@@ -3,6 +3,10 @@
 # the CPU through host copies of the gradient and parameter shard). The same arithmetic, so the
 # same bits as without it: on the cpu, on cpu-staged (every transfer a GPU run makes) resumed from
 # a checkpoint, and at dp 2 with ZeRO 2; and the device's peak falls by exactly the moments' bytes.
+# --offload optimizer,master (bf16): the fp32 master weights in host memory too, the device holding
+# only the layers' 16-bit copy, rounded on the host in chunks and uploaded after each update: the
+# CPU's bf16 bits on cpu-staged, resumed, and at dp 2 with ZeRO 1 and 8-bit AdamW (the all-gather
+# on the host); the device's peak lower by exactly the master weights' bytes, and the plan's.
 # (8-bit AdamW offloaded and resumed: staged_device.sh, which also runs under the sanitizers.)
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -31,6 +35,36 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 2 --out cpu_zero2 >/d
 mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 2 --device cpu-staged \
   --offload optimizer --out staged_zero2_offload >/dev/null
 same cpu_zero2 staged_zero2_offload "cpu-staged dp 2 --zero 2 --offload optimizer differs"
+
+# Wide enough (5.4M parameters) that the 16-bit copy goes up in two staging chunks.
+wide=("${common[@]}" --steps 4 --eval-every 2 --precision bf16 --set model.n_embd=384
+  --set model.n_layer=3)
+"$MPITRON" train "${wide[@]}" --out wide_cpu >/dev/null
+"$MPITRON" train "${wide[@]}" --device cpu-staged --offload optimizer --out wide_offload >/dev/null
+"$MPITRON" train "${wide[@]}" --device cpu-staged --offload optimizer,master --ckpt-every 2 \
+  --out wide_master >master.log
+same wide_cpu wide_offload "cpu-staged bf16 with --offload optimizer differs from the cpu"
+same wide_cpu wide_master "cpu-staged bf16 with --offload optimizer,master differs from the cpu"
+saved=$(($(peak wide_offload) - $(peak wide_master)))
+param_bytes=$(trace_column wide_cpu/trace.h5 param_bytes | tail -1 | cut -d. -f1)
+((param_bytes > 4194304 * 4)) || fail "the wide model fits one staging chunk"
+[[ $saved == "$param_bytes" ]] ||
+  fail "--offload optimizer,master took $saved bytes off the device, not the master's $param_bytes"
+grep -q "memory plan: every rank's measured peak within 0.00% of the plan" master.log ||
+  fail "--offload optimizer,master: the peak is not the plan: $(grep 'memory plan' master.log)"
+echo "--offload optimizer,master: the device's peak $saved bytes lower (the fp32 master weights)"
+rm wide_master/ckpt_4.h5
+"$MPITRON" train "${wide[@]}" --device cpu-staged --offload optimizer,master --resume auto \
+  --out wide_master >/dev/null
+same wide_cpu wide_master "a resumed cpu-staged --offload optimizer,master run differs"
+mpiexec -n 2 "$MPITRON" train "${wide[@]}" --dp 2 --zero 1 --optimizer adamw8bit --out wide_zero1 \
+  >/dev/null
+mpiexec -n 2 "$MPITRON" train "${wide[@]}" --dp 2 --zero 1 --optimizer adamw8bit \
+  --device cpu-staged --offload optimizer,master --out wide_zero1_master >/dev/null
+same wide_zero1 wide_zero1_master \
+  "cpu-staged dp 2 --zero 1 8-bit AdamW with --offload optimizer,master differs"
+expect_error "--offload optimizer,master keeps the fp32 master weights in host memory" \
+  "$MPITRON" train "${common[@]}" --device cpu-staged --offload optimizer,master --out bad_master
 
 expect_error "--optimizer adamw8bit updates on the host: on --device cpu-staged add --offload" \
   "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --out bad_8bit
