@@ -212,6 +212,12 @@ std::string memory_plan_text(const TrainOptions& opts, const MemoryPlan& plan, s
   s += fmt::format("{:<26}", "device total");
   for (const StageMemoryPlan& st : plan.stages)
     s += fmt::format("{:>14}", human_bytes(double(st.total())));
+  if (std::any_of(plan.stages.begin(), plan.stages.end(),
+                  [](const StageMemoryPlan& st) { return st.host_total() > 0; })) {
+    s += fmt::format("\n{:<26}", "host total");
+    for (const StageMemoryPlan& st : plan.stages)
+      s += fmt::format("{:>14}", human_bytes(double(st.host_total())));
+  }
   s += fmt::format("\npeak per rank: {} ({} bytes)\n", human_bytes(double(plan.peak())),
                    plan.peak());
   if (cap > 0) {

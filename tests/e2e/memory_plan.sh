@@ -50,6 +50,8 @@ grep -q "^  fits: --offload optimizer,master (" xl_staged.txt ||
   fail "gpt2-xl with its master weights offloaded does not fit 11 GiB: $(cat xl_master.txt)"
 grep -q "^fp32 parameters (host) .*5.8 GiB" xl_master.txt ||
   fail "gpt2-xl's master weights are not a 5.8 GiB host row: $(cat xl_master.txt)"
+grep -q "^host total  *8.8 GiB" xl_master.txt ||
+  fail "gpt2-xl's host memory (master weights, 8-bit moments) is not 8.8 GiB: $(cat xl_master.txt)"
 
 # gpt-tiny: the plan's peak in bytes, then a cap a little below it is refused before any work.
 "$MPITRON" plan --config "$TINY" --batch-size 8 --seq-len 32 >tiny.txt
