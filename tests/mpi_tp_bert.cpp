@@ -205,6 +205,7 @@ void check_model(comm::Grid& grid) {
     MicroBatch mb;
     mb.samples = {tokens.data(), nullptr, nullptr, B};
     mb.step = s;
+    mb.data_step = s;
     mb.dropout = 0.1f;
     mb.seed = 11;
     cpu::zero(t.grads.data.data(), t.grads.data.size());

@@ -177,11 +177,11 @@ PhiloxStream dropout_stream(const MicroBatch& mb, int site) {
   return PhiloxStream{mb.seed, mix64(mix64(uint64_t(mb.step), uint64_t(site)), 0xBE27ull)};
 }
 
-// The masked-LM draw of one step: per (global sample * T + position), v[0] orders the candidate
-// positions (the m smallest are predicted), v[1] picks [MASK] / random / unchanged, v[2] the
-// random token.
+// The masked-LM draw of one batch (MicroBatch::data_step): per (global sample * T + position), v[0]
+// orders the candidate positions (the m smallest are predicted), v[1] picks [MASK] / random /
+// unchanged, v[2] the random token.
 PhiloxStream masking_stream(const MicroBatch& mb) {
-  return PhiloxStream{mb.seed, mix64(uint64_t(mb.step), 0x3A5Cull)};
+  return PhiloxStream{mb.seed, mix64(uint64_t(mb.data_step), 0x3A5Cull)};
 }
 
 // Gradient segments in flat order: the embeddings (0), each layer (1 + l), the head (last).

@@ -181,6 +181,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"log_every", setter(t.log_every)},
               {"micro_batches", setter(t.micro_batches)},
               {"augment", setter(t.augment)},
+              {"fixed_batch", setter(t.fixed_batch)},
               {"bleu_every", setter(t.bleu_every)},
               {"bleu_lines", setter(t.bleu_lines)},
               {"length_buckets", setter(t.length_buckets)},
@@ -225,6 +226,9 @@ std::string config_keys_help() {
       {"micro_batches", fmt::format("{}", d.micro_batches), "micro-batches per rank and step"},
       {"augment", fmt::format("{}", d.augment),
        "images: 1 = random crop (2-pixel padding) and flip"},
+      {"fixed_batch", fmt::format("{}", d.fixed_batch),
+       "1 = every step trains on step 1's batch (overfit one batch: can the model learn it, "
+       "memory and speed at a fixed batch)"},
       {"bleu_every", fmt::format("{}", d.bleu_every),
        "translation: validation BLEU every N steps and at the end (0: never)"},
       {"bleu_lines", fmt::format("{}", d.bleu_lines),
@@ -302,6 +306,11 @@ void validate_config(const RunConfig& cfg) {
   if (t.bleu_every < 0 || t.bleu_lines < 0)
     throw UsageError(fmt::format("bleu_every and bleu_lines must not be negative (got {}, {})",
                                  t.bleu_every, t.bleu_lines));
+  if (t.fixed_batch != 0 && t.fixed_batch != 1)
+    throw UsageError(
+        fmt::format("fixed_batch must be 0 (off) or 1 (every step trains on step 1's "
+                    "batch) (got {})",
+                    t.fixed_batch));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

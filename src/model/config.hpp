@@ -45,6 +45,7 @@ struct TrainConfig {
   int log_every = 10;
   int micro_batches = 1;  // gradient accumulation steps per global batch
   int augment = 0;        // images: 1 = random 2-pixel shifts and horizontal flips in training
+  int fixed_batch = 0;    // 1: every step trains on step 1's batch (overfitting one batch)
   int bleu_every = 0;     // translation pairs: validation BLEU every N steps and at the end; 0 off
   int bleu_lines = 0;     // validation pairs the BLEU translates (0: all)
   // Translation pairs: training batches drawn from one of N length buckets each, their rows as

@@ -48,6 +48,9 @@ struct MicroBatch {
   int chunk = 0;             // which of this stage's model chunks runs it (interleaved pipelines)
   int64_t first_sample = 0;  // global index of samples.rows' first row in the step's batch
   int64_t step = 0;
+  // The step whose global batch the samples are (step itself, or 1 every step with
+  // train.fixed_batch): what the data's own draws key on (BERT's masking), dropout keys on step.
+  int64_t data_step = 0;
   float dropout = 0.0f;   // 0 in evaluation
   bool training = false;  // batch norm: the group's statistics (else the running statistics)
   uint64_t seed = 0;

@@ -35,6 +35,7 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.seq_len", int64_t(t.seq_len)},
           {"train.dropout", t.dropout},
           {"train.augment", int64_t(t.augment)},
+          {"train.fixed_batch", int64_t(t.fixed_batch)},
           {"train.objective", t.objective},
           {"train.span_context_words", int64_t(t.span_context_words)},
           {"train.span_loss", t.span_loss},

@@ -3,6 +3,7 @@
 // boundary, checkpoints when due.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,13 @@
 namespace mpitron {
 
 namespace {
+
+// This process's peak resident set in bytes (Linux reports ru_maxrss in KiB).
+double host_peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) * 1024.0;
+}
 
 // Set by SIGUSR1/SIGTERM (Slurm's warning before a time limit or preemption), SIGHUP (the terminal
 // or ssh session closed) and SIGINT (Ctrl-C, whose second press kills at once: the handler
@@ -129,6 +137,7 @@ io::Attributes Trainer::run_attributes() const {
   a["train.dropout"] = tc.dropout;
   a["train.micro_batches"] = int64_t(tc.micro_batches);
   a["train.augment"] = int64_t(tc.augment);
+  a["train.fixed_batch"] = int64_t(tc.fixed_batch);
   a["train.objective"] = tc.objective;
   a["train.span_context_words"] = int64_t(tc.span_context_words);
   a["train.span_loss"] = tc.span_loss;
@@ -334,6 +343,14 @@ int Trainer::run() {
       spdlog::info("checkpoint is at step {}: nothing to do for --steps {}", step, tc.steps);
     }
   }
+  // The largest rank's peak resident set: the host's side of the run (data, offloaded state and
+  // master weights, staging, the process itself), beside the plan's host rows.
+  struct {
+    double bytes;
+    int rank;
+  } rss{host_peak_rss_bytes(), grid.rank}, largest{0, 0};
+  if (first <= tc.steps)
+    MPI_CHECK(MPI_Reduce(&rss, &largest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD));
   if (is_root()) {
     trace->flush();
     if (first <= tc.steps) {
@@ -349,6 +366,11 @@ int Trainer::run() {
           checkpoint_path(tc.steps));
       spdlog::info("{}", planned_bytes >= 0 ? plan_accuracy_line(row)
                                             : "memory plan: none: " + missing_memory_plan(opts));
+      spdlog::info("host memory: peak resident set {} (rank {}, the largest){}",
+                   human_bytes(largest.bytes), largest.rank,
+                   planned_host_bytes > 0 ? fmt::format("; rank 0's plan has {} in host rows",
+                                                        human_bytes(double(planned_host_bytes)))
+                                          : "");
     }
   }
   return 0;

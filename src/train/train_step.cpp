@@ -19,6 +19,7 @@ MicroBatch Trainer::micro_batch(int64_t s, int64_t global_row, int rows, float d
   mb.samples = data.view(global_row - first_row, rows);
   mb.first_sample = global_row;
   mb.step = s;
+  mb.data_step = walk.data_step;
   mb.dropout = dropout;
   mb.seed = tc.seed;
   return mb;
@@ -68,15 +69,16 @@ MicroBatch Trainer::micro_batch_of(int mb, int chunk, int slot) const {
 StepResult Trainer::train_step(int64_t s) {
   progress.step.store(s);
   progress.mark("reading the batch");
-  data.fill(io::Split::train, tc.seed, s, first_row, local_rows,
-            data.batch_seq_len(io::Split::train, tc.seed, s, tc.batch_size));
+  const int64_t batch = tc.fixed_batch ? 1 : s;  // which global batch of the training data
+  data.fill(io::Split::train, tc.seed, batch, first_row, local_rows,
+            data.batch_seq_len(io::Split::train, tc.seed, batch, tc.batch_size));
   sync->begin_step();
   progress.mark("forward and backward (pipeline messages over pp, TP all-reduces over tp)");
   // The global batch's loss terms: fixed, or (translation pairs) their target tokens this step.
-  const int64_t terms =
-      data.loss_terms(io::Split::train, tc.seed, s, tc.batch_size, model->loss_terms_per_sample());
+  const int64_t terms = data.loss_terms(io::Split::train, tc.seed, batch, tc.batch_size,
+                                        model->loss_terms_per_sample());
   const float dloss = loss_scale.dloss(terms);
-  walk = {s, float(tc.dropout), dloss, nullptr, true};
+  walk = {s, batch, float(tc.dropout), dloss, nullptr, true};
   const double loss_sum = executor->run(train_actions, train_sends, work, true);
   progress.mark("the batch-norm statistics' all-reduce (dp)");
   model->end_step(grid.dp);
@@ -161,7 +163,7 @@ EvalResult Trainer::evaluate() {
         data.loss_terms(io::Split::val, tc.seed, e, tc.batch_size, model->loss_terms_per_sample());
     progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
     data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
-    walk = {0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
+    walk = {0, 0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
     sum += executor->run(eval_actions, eval_sends, work, false);
   }
   sum = sum_over_stages_and_dp(sum);

@@ -193,7 +193,11 @@ void Trainer::setup() {
   if (opts.offload_master) how.master_alloc = &dev.host_alloc;
   dev.alloc.rank = grid.rank;
   dev.alloc.limit_bytes = opts.max_device_memory;
-  if (can_plan_memory(opts)) planned_bytes = plan_stage_memory(opts, stage).total();
+  if (can_plan_memory(opts)) {
+    const StageMemoryPlan plan = plan_stage_memory(opts, stage);
+    planned_bytes = int64_t(plan.total());
+    planned_host_bytes = int64_t(plan.host_total());
+  }
   dev.alloc.planned_bytes = size_t(std::max<int64_t>(planned_bytes, 0));
   const size_t before_model = dev.alloc.current_bytes;
   AllocationPurpose purpose(dev.alloc, "the model (parameters, 16-bit weights, activations)");

@@ -72,6 +72,7 @@ struct Trainer {
   pipeline::StageWork work;
   size_t model_activation_bytes = 0;  // the model's activation sets and backward scratch
   int64_t planned_bytes = -1;         // the memory plan's peak for this rank (-1: no plan)
+  int64_t planned_host_bytes = 0;     // its host rows (offloaded state, staged messages)
   int model_slots = 1;                // activation sets per chunk
   int micro_rows = 0;                 // samples per micro-batch on this rank
   int64_t first_row = 0;              // this rank's first sample of the global batch
@@ -101,6 +102,7 @@ struct Trainer {
   // What the current walk through the schedule computes: a training step or an evaluation batch.
   struct Walk {
     int64_t step = 0;
+    int64_t data_step = 0;  // the step whose batch it trains on (MicroBatch::data_step)
     float dropout = 0, dloss = 0;
     int64_t* correct = nullptr;  // counts arg-max hits on the last stage (classifier evaluation)
     bool training = false;
