@@ -141,26 +141,9 @@ if [[ -z $batches ]]; then
   echo "largest batch: $batches"
 fi
 
-# Random tokens (uniform over the vocabulary, fixed seed) as an mpitron token file: /tokens and
-# the attributes io/dataset.hpp describes, checksum the FNV-1a 64 of io/dataset.cpp.
+# Random tokens (uniform over the vocabulary, fixed seed) as an mpitron token file.
 tokens="$out/random_tokens.h5"
-"$python" - "$tokens" "$vocab" <<'EOF'
-import sys
-import h5py, numpy as np
-path, vocab = sys.argv[1], int(sys.argv[2])
-ids = np.random.default_rng(1337).integers(0, vocab, 1 << 20, dtype=np.int64)
-h, mask = 1469598103934665603, (1 << 64) - 1
-for t in ids.tolist():
-    h = ((h ^ t) * 1099511628211) & mask
-with h5py.File(path, "w") as f:
-    f.create_dataset("tokens", data=ids.astype("<u2" if vocab <= 65536 else "<u4"))
-    for key, value in (("format", "mpitron tokens"), ("tokenizer", ""), ("tokenizer_format", ""),
-                       ("source", "random tokens (bench/gpu_gpt2.sh)")):
-        f.attrs[key] = value
-    for key, value in (("vocab_size", vocab), ("source_bytes", 0), ("tokens", ids.size),
-                       ("checksum", h - (1 << 64) if h >= 1 << 63 else h)):
-        f.attrs[key] = np.int64(value)
-EOF
+"$python" "$here/random_tokens.py" "$tokens" "$vocab" $((1 << 20)) "random tokens (bench/gpu_gpt2.sh)"
 
 declare -A failed=()
 show() {  # one JSON result line -> one progress line
