@@ -36,6 +36,30 @@ void Model::allocate_tensors(const ModelBuild& how) {
   how.layers->upload(buffers.data(), host.data(), buffers.size());
 }
 
+template <class A>
+void Model::upload_rounded_master_as(UploadBytes upload, A* weights) {
+  static_assert(sizeof(A) == sizeof(uint16_t), "a 16-bit weight copy");
+  A* chunk = reinterpret_cast<A*>(weight_staging_.data());
+  const size_t per = weight_staging_.size();
+  for (size_t b = 0; b < flat_size; b += per) {
+    const size_t n = std::min(per, flat_size - b);
+    constexpr size_t kPiece = 16384;  // elements a thread rounds at a time
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += kPiece)
+      round_to(chunk + i, params.data() + b + i, std::min(kPiece, n - i));
+    // From pageable host memory the copy has taken the chunk when upload returns.
+    upload(weights + b, chunk, n * sizeof(A));
+  }
+}
+
+void Model::upload_rounded_master(UploadBytes upload, bf16_t* weights) {
+  upload_rounded_master_as(upload, weights);
+}
+
+void Model::upload_rounded_master(UploadBytes upload, fp16_t* weights) {
+  upload_rounded_master_as(upload, weights);
+}
+
 int64_t Model::count_correct(const MicroBatch& mb) const {
   const ModelOutput out = output(mb.slot);
   MPITRON_REQUIRE(out.positions == 1 && mb.samples.labels, "accuracy needs a classifier");

@@ -191,22 +191,21 @@ class Model {
   void allocate_tensors(const ModelBuild& how);
 
   // Below fp32: the layers' weight copy from params, rounded to nearest even: on params' device,
-  // or with the master weights in the host's memory (ModelBuild::master_alloc) on the host, one
-  // staging chunk at a time, each uploaded.
+  // or with the master weights in the host's memory (ModelBuild::master_alloc) on the host's
+  // threads, one staging chunk at a time, each uploaded.
   template <class A>
   void round_weight_copy(const LayerOpsT<A>& layers, A* weights) {
-    static_assert(sizeof(A) == sizeof(uint16_t), "a 16-bit weight copy");
     if (!master_on_host_) return layers.round_weights(weights, params.data(), flat_size);
-    A* chunk = reinterpret_cast<A*>(weight_staging_.data());
-    for (size_t b = 0; b < flat_size; b += weight_staging_.size()) {
-      const size_t n = std::min(weight_staging_.size(), flat_size - b);
-      round_to(chunk, params.data() + b, n);
-      // From pageable host memory the copy has taken the chunk when upload_bytes returns.
-      layers.upload_bytes(weights + b, chunk, n * sizeof(A));
-    }
+    upload_rounded_master(layers.upload_bytes, weights);
   }
 
  private:
+  using UploadBytes = void (*)(void* dst, const void* host_src, size_t bytes);
+  void upload_rounded_master(UploadBytes upload, bf16_t* weights);
+  void upload_rounded_master(UploadBytes upload, fp16_t* weights);
+  template <class A>
+  void upload_rounded_master_as(UploadBytes upload, A* weights);
+
   bool master_on_host_ = false;      // params in the host's memory, the layers on another device
   Buffer<uint16_t> weight_staging_;  // then: one chunk of the rounded copy on its way up
 };
