@@ -110,6 +110,9 @@ struct ModelMemory {
   size_t logit_bytes = 0;        // the part of activation_bytes that holds logits
   size_t boundary_elements = 0;  // per sample, the largest pipeline message of a chunk (pp > 1)
   std::vector<GradSegment> segments;  // as the model's (ZeRO 2 sizes its window from them)
+  // A parameter the first and the last pipeline stage both hold (the tied embedding), whose
+  // gradients are summed over them.
+  bool first_and_last = false;
 };
 
 // Called by backward with the index of each segment whose gradients are final for this

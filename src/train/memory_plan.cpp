@@ -85,6 +85,13 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   const size_t update_chunk = std::min(shard, kHostStagingElements) * f;
   add("update staging (host)",
       opts.offload_optimizer && off_cpu ? (master ? 1 : 2) * update_chunk : 0, true);
+  // Off the CPU, reductions through MPI pass through a host copy of the flat gradients (GradSync's
+  // staging): over dp, ZeRO 2's segments at any dp (with its shard's sums), the tied embedding's
+  // sum over the first and last stage.
+  const bool mpi = opts.comm == CommKind::mpi;
+  const bool staged_grads =
+      off_cpu && ((L.dp > 1 && mpi) || L.zero == 2 || (m.first_and_last && L.pp > 1 && mpi));
+  add("gradient staging (host)", staged_grads ? (flat + (L.zero == 2 ? shard : 0)) * f : 0, true);
   add("activations", m.activation_bytes - m.logit_bytes);
   add("logits", m.logit_bytes);
   // The send buffers the schedule's send plans need (and, off the CPU, the staged receives'): host
