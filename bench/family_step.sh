@@ -10,15 +10,22 @@
 #     vocabulary (261), masked LM, batch 4 x 128 tokens, dropout off, clipping and AdamW, against
 #     bench/torch_bert_step.py (validate/bert_torch.py's encoder); mpitron draws KJV windows.
 # Both sides on the same footing (bench/same_footing.sh).
+# -d cuda: both on the GPU (mpitron --device cuda with cuDNN's deterministic algorithms; torch with
+# cuDNN autotuned, each step synchronized), the CNN presets whole (ResNet's 3 blocks a stage) at
+# batch 256 and BERT-base at batch 32 x 128, on random images and text in the data's formats (a GPU
+# machine need not have the data); -P bf16: mpitron --precision bf16, torch under autocast.
+# -d cpu-staged walks the GPU settings on the CPU (torch on the CPU), -B a smaller batch for that.
 # Usage: bench/family_step.sh [-f "alexnet resnet bert"] [-r rounds] [-t threads] [-s steps]
-#                             [-b build_dir] [-p previous_build_dir]
+#                             [-b build_dir] [-p previous_build_dir] [-d cpu|cuda|cpu-staged]
+#                             [-P fp32|bf16] [-B batch]
 #   steps: per run, the first 2 warm up (default 20; bert 6)
 #   -p: a build of an earlier commit, run in the same rounds (columns before_ms, new/before)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 rounds=3 threads=2 steps="" build="$repo/build" families="alexnet resnet bert" prev=""
-while getopts "f:r:t:s:b:p:h" opt; do
+device=cpu precision=fp32 batch_all=""
+while getopts "f:r:t:s:b:p:d:P:B:h" opt; do
   case $opt in
     f) families=$OPTARG ;;
     r) rounds=$OPTARG ;;
@@ -26,7 +33,10 @@ while getopts "f:r:t:s:b:p:h" opt; do
     s) steps=$OPTARG ;;
     b) build=$OPTARG ;;
     p) prev=$OPTARG ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    d) device=$OPTARG ;;
+    P) precision=$OPTARG ;;
+    B) batch_all=$OPTARG ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
   esac
 done
 python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}
@@ -34,6 +44,17 @@ mpitron=$build/mpitron
 [[ -x $mpitron ]] || { echo "error: $mpitron is missing (make build)" >&2; exit 1; }
 [[ -z $prev || -x $prev/mpitron ]] || { echo "error: $prev/mpitron is missing" >&2; exit 1; }
 $python -c "import torch" 2>/dev/null || { echo "error: $python cannot import torch" >&2; exit 1; }
+[[ $device =~ ^(cpu|cuda|cpu-staged)$ ]] ||
+  { echo "error: -d takes cpu, cuda or cpu-staged, not '$device'" >&2; exit 2; }
+[[ $precision =~ ^(fp32|bf16)$ ]] ||
+  { echo "error: -P takes fp32 or bf16, not '$precision'" >&2; exit 2; }
+[[ -z $batch_all || $batch_all =~ ^[1-9][0-9]*$ ]] ||
+  { echo "error: -B takes a positive integer, not '$batch_all'" >&2; exit 2; }
+if [[ $device == cuda ]] &&
+  ! $python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+  echo "error: $python's torch sees no GPU" >&2
+  exit 1
+fi
 out=$(mktemp -d /tmp/family_step.XXXXXX)
 trap 'rm -rf "$out"' EXIT # its runs' checkpoints take GBs (BERT-base: 1.3 GB each)
 # shellcheck source=bench/same_footing.sh
@@ -55,11 +76,36 @@ declare -A torch_args=(
   [bert]="$here/torch_bert_step.py --layers 12 --heads 12 --embd 768 --seq 128"
 )
 
+torch_device=cpu device_args=(--precision "$precision")
+if [[ $device != cpu ]]; then  # the GPU's settings: whole presets, larger batches, random data
+  [[ $device == cuda ]] && torch_device=cuda
+  device_args+=(--device "$device")
+  batch=([alexnet]=256 [resnet]=256 [bert]=32)
+  mp_args[resnet]="--config $repo/configs/resnet-fmnist.toml --set train.augment=0"
+  torch_args[resnet]="$here/torch_cnn_step.py resnet --width 16 --blocks 3"
+  $python - "$out/images" "$out/text.txt" <<'EOF'
+import os, random, struct, sys
+rng = random.Random(7)
+os.makedirs(sys.argv[1])
+for split, n in (("train", 4096), ("t10k", 256)):
+    with open(f"{sys.argv[1]}/{split}-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + rng.randbytes(n * 28 * 28))
+    with open(f"{sys.argv[1]}/{split}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(rng.randrange(10) for _ in range(n)))
+words = "and the of to in that he shall unto lord his i a for they be is him not them it".split()
+with open(sys.argv[2], "w") as f:
+    f.write("\n".join(" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(20000)))
+EOF
+  for f in alexnet resnet; do mp_args[$f]+=" --data $out/images"; done
+  mp_args[bert]+=" --data $out/text.txt"
+fi
+if [[ -n $batch_all ]]; then for f in alexnet resnet bert; do batch[$f]=$batch_all; done; fi
+
 mpitron_step() {  # family round [binary]: median step_s of a run, steps 3.. (the first warm up)
   local dir=$out/$1_$2_${3:+prev} bin=${3:-$mpitron}
   # shellcheck disable=SC2086  # the args are words
   "$bin" train ${mp_args[$1]} --batch-size ${batch[$1]} --steps "${steps:-${default_steps[$1]}}" \
-    --eval-every 0 --log-every 1000 --out "$dir" --threads "$threads" >/dev/null
+    --eval-every 0 --log-every 1000 --out "$dir" --threads "$threads" "${device_args[@]}" >/dev/null
   $python -c "
 import sys, h5py, statistics
 with h5py.File(sys.argv[1], 'r') as f:
@@ -68,7 +114,8 @@ with h5py.File(sys.argv[1], 'r') as f:
 torch_step() {
   # shellcheck disable=SC2086
   "${torch_env[@]}" $python ${torch_args[$1]} --batch ${batch[$1]} \
-    --steps "${steps:-${default_steps[$1]}}" --threads "$threads" |
+    --steps "${steps:-${default_steps[$1]}}" --threads "$threads" --device "$torch_device" \
+    --precision "$precision" |
     $python -c "import json, sys; print(json.load(sys.stdin)['step_s'])"
 }
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
@@ -95,4 +142,5 @@ for family in $families; do
     if (p > 0) printf " %10.1f %11.2f", p * 1e3, m / p
     printf "\n" }'
 done
-echo "($threads threads, $rounds rounds; steps 3.. of each run; ratio < 1: mpitron faster)"
+echo "($device, $precision, $threads threads, $rounds rounds; steps 3.. of each run;" \
+  "ratio < 1: mpitron faster)"

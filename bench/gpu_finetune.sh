@@ -15,7 +15,7 @@
 #                              [-d device] [-S seq] [-B batch] [-o out_dir]
 #   defaults: -m gpt2-large-finetune,gpt2-xl-finetune -C 11GiB -s 20 -d cuda, -S and -B the
 #   preset's. `-d cpu-staged -m gpt-tiny -C 40MiB -S 32 -B 8 -s 3` walks the same way on any
-#   machine in seconds (tests/e2e/bench_finetune.sh).
+#   machine in seconds (tests/e2e/bench_gpu_walks.sh).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -110,7 +110,8 @@ for preset in ${presets//,/ }; do
   rm -rf "$dir"
   if ! "$mpitron" train "${base[@]}" "${run[@]}" "${flags[@]}" --steps "$steps" --out "$dir" \
     >"$log" 2>&1; then
-    echo "$preset: the fine-tuning run failed (log $log): $(grep -m 1 'error' "$log" || tail -n 1 "$log")"
+    why=$(grep -m 1 'error' "$log" || tail -n 1 "$log")
+    echo "$preset: the fine-tuning run failed (log $log): $why"
     continue
   fi
   rm -f "$dir"/ckpt_*.h5
@@ -164,8 +165,8 @@ EOF
 import json, sys
 d = json.loads(sys.argv[1])
 gib = lambda x: f"{x / 2**30:.2f}G"
-print(f"{d['preset']:<22} {d['flags']:<40} {d['micro_batch_rows']:>5} {gib(d['planned_mem_bytes']):>9} "
-      f"{gib(d['peak_mem_bytes']):>9} {d['host_rss'] or '-':>9} "
+print(f"{d['preset']:<22} {d['flags']:<40} {d['micro_batch_rows']:>5} "
+      f"{gib(d['planned_mem_bytes']):>9} {gib(d['peak_mem_bytes']):>9} {d['host_rss'] or '-':>9} "
       f"{d['first_loss']:>7.3f}>{d['last_loss']:<7.3f} {d['tokens_per_s']:>10.0f} "
       f"{d.get('plain_tokens_per_s', float('nan')):>10.0f} {d.get('ratio', float('nan')):>6.2f}")
 if not d["loss_falls"]:

@@ -1,8 +1,10 @@
 """PyTorch reference for bench/cnn_step.sh: one training step (forward, backward, AdamW) of the
 CNN presets built from ordinary torch modules (nn.Conv2d, nn.BatchNorm2d over the whole batch,
 max pooling, nn.Linear), on a random batch of 28x28 images; prints the median step time.
+On a GPU (--device cuda) with cuDNN's autotuned algorithms (cudnn.benchmark), the step timed to
+its end (synchronized); --precision bf16 runs it under autocast.
 Usage: $PYTHON bench/torch_cnn_step.py FAMILY --width W [--hidden H | --blocks N]
-       --batch B --steps S --threads T
+       --batch B --steps S --threads T [--device cpu|cuda] [--precision fp32|bf16]
 """
 
 from __future__ import annotations
@@ -62,20 +64,28 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    dev = torch.device(a.device)
+    torch.backends.cudnn.benchmark = True
     model = (alexnet(a.width, a.hidden) if a.family == "alexnet"
-             else resnet(a.width, a.blocks)).train()
+             else resnet(a.width, a.blocks)).train().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    x = torch.rand(a.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (a.batch,))
+    x = torch.rand(a.batch, 1, 28, 28, device=dev)
+    y = torch.randint(0, 10, (a.batch,), device=dev)
     times = []
     for _ in range(a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
+        with torch.autocast(dev.type, torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     print(json.dumps({"step_s": statistics.median(times[2:])}))
 
