@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fine-tuning GPT-2 Large and XL within a device-memory cap on one GPU, at the shapes of
 # configs/gpt2-large-finetune.toml and gpt2-xl-finetune.toml (global batch 64 x 1024): bf16,
-# recompute, 8-bit AdamW with its state in host memory. Per preset: `mpitron plan` with those flags
-# under the cap and, where they do not fit, the first setting the plan names (XL: the master
-# weights in host memory too); then -s steps on one fixed batch of random tokens under
+# recompute, 8-bit AdamW. Per preset: `mpitron plan` with those flags under the cap and, where they
+# do not fit, the first setting the plan names (XL: the optimizer state and the master weights in
+# host memory); then -s steps on one fixed batch of random tokens under
 # --max-device-memory (train.fixed_batch: the loss must fall), and for the speed ratio forward and
 # backward alone (the trace's busy time, no recompute) at the largest micro-batch the plan fits
 # under the cap. Prints per preset the flags, micro-batch rows, the plan's and the measured device
@@ -74,7 +74,7 @@ fitting_flags() {
 }
 
 echo "$("$mpitron" devices 2>&1 | head -n 1); cap $cap; $steps steps per preset; out $out"
-printf '%-22s %-40s %5s %9s %9s %9s %15s %10s %10s %6s\n' preset flags rows plan peak host_rss \
+printf '%-22s %-50s %5s %9s %9s %9s %15s %10s %10s %6s\n' preset flags rows plan peak host_rss \
   "loss first>last" tok/s fwd+bwd ratio
 for preset in ${presets//,/ }; do
   config="$repo/configs/$preset.toml"
@@ -86,7 +86,7 @@ for preset in ${presets//,/ }; do
   [[ -s $tokens ]] || "$python" "$here/random_tokens.py" "$tokens" "$vocab" $((1 << 20)) \
     "random tokens (bench/gpu_finetune.sh)"
   base=(--config "$config" --device "$device" --precision bf16 --batch-size "$b" --seq-len "$t"
-    --optimizer adamw8bit --offload optimizer --max-device-memory "$cap")
+    --optimizer adamw8bit --max-device-memory "$cap")
   run=(--data "$tokens" --eval-every 0 --log-every 1 --set train.fixed_batch=1)
 
   # The fine-tuning step: the flags above with recompute, or what the plan says fits.
@@ -165,7 +165,7 @@ EOF
 import json, sys
 d = json.loads(sys.argv[1])
 gib = lambda x: f"{x / 2**30:.2f}G"
-print(f"{d['preset']:<22} {d['flags']:<40} {d['micro_batch_rows']:>5} "
+print(f"{d['preset']:<22} {d['flags']:<50} {d['micro_batch_rows']:>5} "
       f"{gib(d['planned_mem_bytes']):>9} {gib(d['peak_mem_bytes']):>9} {d['host_rss'] or '-':>9} "
       f"{d['first_loss']:>7.3f}>{d['last_loss']:<7.3f} {d['tokens_per_s']:>10.0f} "
       f"{d.get('plain_tokens_per_s', float('nan')):>10.0f} {d.get('ratio', float('nan')):>6.2f}")

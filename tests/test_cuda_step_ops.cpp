@@ -250,3 +250,54 @@ TEST(CudaStepOps, MultiTensorAdamWEqualsPerTensorLaunchesBitForBit) {
     }
   EXPECT_GT(gaps, 0u);
 }
+
+// 8-bit AdamW on the device (through the CUDA StepBackend, as the trainer calls it) against
+// cpu::adamw8bit_update: parameters, codes and absmax values bit for bit over four steps, in two
+// ZeRO-like shards with their own state, with 200 parameters (so the launches cut between blocks
+// that share a parameter), a block of zero gradients (absmax 0: the maps' codes of 0) and a
+// padding block past the last parameter (its moments requantized, nothing updated).
+TEST(CudaStepOps, AdamW8bitMatchesTheCpuBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  ParamRegistry reg;
+  for (int i = 0; i < 200; ++i) {
+    std::string name(1, 't');
+    name += std::to_string(i);
+    reg.add(name, {int64_t(37 + (i * 29) % 97)}, InitKind::normal, 0.02f, i % 3 != 0);
+  }
+  const size_t B = kAdamW8bitBlock, n = (reg.size() + B - 1) / B * B + B;
+  const size_t cut = n / B / 2 * B;
+  std::vector<float> p(n, 0.f);
+  reg.initialize(p.data(), 3);
+  std::vector<uint8_t> mc(n, cpu::quantize_nearest(cpu::signed_dynamic_map(), 0.f));
+  std::vector<uint8_t> vc(n, cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.f));
+  std::vector<float> ma(n / B, 0.f), va(n / B, 0.f);
+  DeviceArray<float> dp(p), dg(n), dma(ma), dva(va);
+  DeviceArray<uint8_t> dmc(mc), dvc(vc);
+  const std::vector<AdamWTensor> tensors = adamw_tensors(reg);
+  const StepBackend& gpu = step_backend(Device::cuda);
+  const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
+  for (int64_t t = 1; t <= 4; ++t) {
+    std::vector<float> g = random_floats(n, uint32_t(300 + t));
+    std::fill_n(g.begin(), B, 0.0f);  // block 0: zero moments throughout
+    dg.upload(g);
+    const double lr = 1e-3 * double(t);
+    for (const auto& [b, e] : {std::pair{size_t(0), cut}, std::pair{cut, n}}) {
+      cpu::adamw8bit_update(tensors,
+                            {b, e, p.data(), 0, g.data(), 0, mc.data() + b, vc.data() + b,
+                             ma.data() + b / B, va.data() + b / B, b},
+                            cfg, lr, 0.5f, t);
+      gpu.adamw8bit_update(tensors,
+                           {b, e, dp.ptr, 0, dg.ptr, 0, dmc.ptr + b, dvc.ptr + b, dma.ptr + b / B,
+                            dva.ptr + b / B, b},
+                           cfg, lr, 0.5f, t);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));  // dg is overwritten next step
+  }
+  EXPECT_EQ(std::memcmp(dp.download().data(), p.data(), n * sizeof(float)), 0) << "parameters";
+  EXPECT_EQ(dmc.download(), mc) << "first-moment codes";
+  EXPECT_EQ(dvc.download(), vc) << "second-moment codes";
+  EXPECT_EQ(std::memcmp(dma.download().data(), ma.data(), ma.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(dva.download().data(), va.data(), va.size() * sizeof(float)), 0);
+  EXPECT_EQ(ma[0], 0.0f) << "the zero-gradient block has moments";
+  EXPECT_GT(ma[1], 0.0f);
+}

@@ -17,18 +17,6 @@ namespace {
 // PyTorch's AdamW arithmetic with its per-step constants folded: w <- w (1 - lr decay) -
 // (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps), with 1 / sqrt(bc2) a multiplier. One division and
 // one square root an element, against three and one when written out (adamw_update_reference).
-struct AdamWStep {
-  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, lr_decay;
-  AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
-      : b1(float(cfg.beta1)),
-        b2(float(cfg.beta2)),
-        one_minus_b1(1.0f - b1),
-        one_minus_b2(1.0f - b2),
-        step_size(float(lr / (1.0 - std::pow(cfg.beta1, double(t))))),
-        inv_sqrt_bc2(float(1.0 / std::sqrt(1.0 - std::pow(cfg.beta2, double(t))))),
-        eps(float(cfg.eps)),
-        lr_decay(float(lr * cfg.weight_decay)) {}
-};
 
 // One element; keep = 1 - lr decay for its tensor.
 inline void adamw_element(const AdamWStep& c, float keep, float& w, float& m, float& v, float g) {
@@ -132,17 +120,6 @@ QuantizationMap dynamic_map(bool is_signed) {
 
 constexpr size_t B = kAdamW8bitBlock;
 
-// The decision points between neighbouring codes, (map[k] + map[k+1]) / 2, exact in double (the
-// neighbours' exponents differ by far less than double's 29 spare bits), then +inf: the nearest
-// code of x (ties: the lower) is the number of points below x.
-using Midpoints = std::array<double, 256>;
-Midpoints midpoints(const QuantizationMap& map) {
-  Midpoints mid;
-  for (size_t k = 0; k + 1 < map.size(); ++k) mid[k] = (double(map[k]) + double(map[k + 1])) / 2;
-  mid[map.size() - 1] = std::numeric_limits<double>::infinity();
-  return mid;
-}
-
 // quantize_nearest of value / absmax for a block's values: a branch-free binary search over the
 // midpoints, each step over the whole block so that it vectorizes (gathers).
 void quantize_block(const Midpoints& mid, const float* value, float absmax, uint8_t* code) {
@@ -155,6 +132,23 @@ void quantize_block(const Midpoints& mid, const float* value, float absmax, uint
 }
 
 }  // namespace
+
+Midpoints quantization_midpoints(const QuantizationMap& map) {
+  Midpoints mid;
+  for (size_t k = 0; k + 1 < map.size(); ++k) mid[k] = (double(map[k]) + double(map[k + 1])) / 2;
+  mid[map.size() - 1] = std::numeric_limits<double>::infinity();
+  return mid;
+}
+
+AdamWStep::AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
+    : b1(float(cfg.beta1)),
+      b2(float(cfg.beta2)),
+      one_minus_b1(1.0f - b1),
+      one_minus_b2(1.0f - b2),
+      step_size(float(lr / (1.0 - std::pow(cfg.beta1, double(t))))),
+      inv_sqrt_bc2(float(1.0 / std::sqrt(1.0 - std::pow(cfg.beta2, double(t))))),
+      eps(float(cfg.eps)),
+      lr_decay(float(lr * cfg.weight_decay)) {}
 
 const QuantizationMap& signed_dynamic_map() {
   static const QuantizationMap map = dynamic_map(true);
@@ -189,7 +183,8 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
   const float keep_decayed = 1.0f - c.lr_decay;
   const QuantizationMap& m_map = signed_dynamic_map();
   const QuantizationMap& v_map = unsigned_dynamic_map();
-  static const Midpoints m_mid = midpoints(m_map), v_mid = midpoints(v_map);
+  static const Midpoints m_mid = quantization_midpoints(m_map),
+                         v_mid = quantization_midpoints(v_map);
   const uint8_t m_zero = quantize_nearest(m_map, 0.0f), v_zero = quantize_nearest(v_map, 0.0f);
   const long blocks = long((r.end - r.begin) / B);
 #pragma omp parallel for schedule(static)

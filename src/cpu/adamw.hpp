@@ -9,6 +9,14 @@
 
 namespace mpitron::cpu {
 
+// One step's float constants, PyTorch's folded form: w (1 - lr decay) - step_size m /
+// (sqrt(v) inv_sqrt_bc2 + eps), computed in double and rounded once (the CUDA twins take them as
+// they are, so that both round alike).
+struct AdamWStep {
+  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, lr_decay;
+  AdamWStep(const AdamWConfig& cfg, double lr, int64_t t);
+};
+
 // grad_scale multiplies every gradient (clipping; loss-scale removal later). t is 1-based. Each
 // tensor overlapping [r.begin, r.end) decays where it says so. fp32 only (r.weights must be
 // nullptr). PyTorch's AdamW with the step's constants folded (one division and one square root
@@ -32,6 +40,12 @@ const QuantizationMap& unsigned_dynamic_map();
 
 // Index of the map value nearest x (ties: the lower index).
 uint8_t quantize_nearest(const QuantizationMap& map, float x);
+
+// The decision points between neighbouring codes, (map[k] + map[k+1]) / 2, exact in double (the
+// neighbours' exponents differ by far less than double's 29 spare bits), then +inf: the nearest
+// code of x (ties: the lower) is the number of points below x.
+using Midpoints = std::array<double, 256>;
+Midpoints quantization_midpoints(const QuantizationMap& map);
 
 // Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
 // adamw_update's arithmetic element for element, then each moment requantized to its

@@ -195,4 +195,132 @@ void adamw_update(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
   if (batch.count > 0) launch(batch);
 }
 
+namespace {
+
+__constant__ float c_m_map[256], c_v_map[256];
+__constant__ double c_m_mid[256], c_v_mid[256];
+
+constexpr int kQuantBlock = 256;  // kAdamW8bitBlock: one thread an element, one block a block
+
+// Up to kMaxTensors parameters overlapping the launch's blocks, by absolute flat position.
+struct AdamW8bitTensors {
+  int count;
+  size_t offset[kMaxTensors], end[kMaxTensors];
+  unsigned char decay[kMaxTensors];
+};
+
+// Index of the code nearest x: the midpoints below it, by cpu's branch-free binary search.
+__device__ __forceinline__ int nearest_code(const double* mid, double x) {
+  int i = 0;
+  for (int half = 128; half > 0; half /= 2) i += mid[i + half - 1] < x ? half : 0;
+  return i + (mid[i] < x ? 1 : 0);
+}
+
+__device__ __forceinline__ float block_max(float x, float* scratch) {
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    x = lane < kQuantBlock / 32 ? scratch[lane] : 0.0f;
+    for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    if (lane == 0) scratch[0] = x;
+  }
+  __syncthreads();
+  const float result = scratch[0];
+  __syncthreads();  // scratch is reused by the next reduction
+  return result;
+}
+
+__global__ void adamw8bit_kernel(float* __restrict__ params, const float* __restrict__ grads,
+                                 uint8_t* __restrict__ m_codes, uint8_t* __restrict__ v_codes,
+                                 float* __restrict__ m_absmax, float* __restrict__ v_absmax,
+                                 size_t launch_begin, size_t p_offset, size_t g_offset,
+                                 size_t state_offset, AdamW8bitStep c, float grad_scale,
+                                 uint8_t m_zero, uint8_t v_zero, const AdamW8bitTensors t) {
+  __shared__ float scratch[kQuantBlock / 32];
+  const size_t first = launch_begin + size_t(blockIdx.x) * kQuantBlock;
+  const size_t e = first + threadIdx.x, s = e - state_offset, k = (first - state_offset) / 256;
+  float m = __fmul_rn(c_m_map[m_codes[s]], m_absmax[k]);
+  float v = __fmul_rn(c_v_map[v_codes[s]], v_absmax[k]);
+  int lo = 0, hi = t.count - 1;  // the last tensor starting at or before e
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.offset[mid] <= e)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  if (t.count > 0 && t.offset[lo] <= e && e < t.end[lo]) {  // else padding: the moments stay
+    const float g = __fmul_rn(grads[e - g_offset], grad_scale);
+    const float keep = t.decay[lo] ? c.keep_decayed : 1.0f;
+    m = __fadd_rn(__fmul_rn(c.b1, m), __fmul_rn(c.one_minus_b1, g));
+    v = __fadd_rn(__fmul_rn(c.b2, v), __fmul_rn(__fmul_rn(c.one_minus_b2, g), g));
+    float& w = params[e - p_offset];
+    w = __fsub_rn(__fmul_rn(w, keep),
+                  __fdiv_rn(__fmul_rn(c.step_size, m),
+                            __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bc2), c.eps)));
+  }
+  // max |value| ignores NaN as std::max from 0 does; max is exact in any order.
+  const float m_max = block_max(fabsf(m), scratch), v_max = block_max(fabsf(v), scratch);
+  if (threadIdx.x == 0) m_absmax[k] = m_max, v_absmax[k] = v_max;
+  m_codes[s] = m_max > 0.0f ? uint8_t(nearest_code(c_m_mid, double(__fdiv_rn(m, m_max)))) : m_zero;
+  v_codes[s] = v_max > 0.0f ? uint8_t(nearest_code(c_v_mid, double(__fdiv_rn(v, v_max)))) : v_zero;
+}
+
+}  // namespace
+
+void adamw8bit_update(const AdamWTensor* tensors, size_t count, const AdamW8bitRange& r,
+                      const AdamW8bitStep& step, const AdamW8bitTables& tables, float grad_scale,
+                      cudaStream_t s) {
+  MPITRON_REQUIRE(r.weights == nullptr, "8-bit AdamW keeps no 16-bit weights copy");
+  constexpr size_t B = kQuantBlock;
+  MPITRON_REQUIRE(r.begin % B == 0 && r.end % B == 0 && r.state_offset % B == 0 &&
+                      r.state_offset <= r.begin && r.begin <= r.end,
+                  "8-bit AdamW updates whole blocks of 256 flat elements");
+  if (r.begin == r.end) return;
+  CUDA_CHECK(cudaMemcpyToSymbolAsync(c_m_map, tables.m_map, sizeof(tables.m_map), 0,
+                                     cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyToSymbolAsync(c_v_map, tables.v_map, sizeof(tables.v_map), 0,
+                                     cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyToSymbolAsync(c_m_mid, tables.m_mid, sizeof(tables.m_mid), 0,
+                                     cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemcpyToSymbolAsync(c_v_mid, tables.v_mid, sizeof(tables.v_mid), 0,
+                                     cudaMemcpyHostToDevice, s));
+  // Launches over whole blocks [from, to), each with the tensors overlapping them (a tensor that
+  // crosses a cut goes with both launches).
+  auto launch = [&](size_t from, size_t to, const AdamW8bitTensors& t) {
+    if (from >= to) return;
+    adamw8bit_kernel<<<unsigned((to - from) / B), kQuantBlock, 0, s>>>(
+        r.params, r.grads, r.m_codes, r.v_codes, r.m_absmax, r.v_absmax, from, r.p_offset,
+        r.g_offset, r.state_offset, step, grad_scale, tables.m_zero, tables.v_zero, t);
+    CUDA_CHECK(cudaGetLastError());
+  };
+  AdamW8bitTensors batch{};
+  size_t from = r.begin;
+  for (const AdamWTensor* p = tensors; p != tensors + count; ++p) {
+    const size_t begin = std::max(r.begin, p->offset), end = std::min(r.end, p->offset + p->numel);
+    if (begin >= end) continue;
+    if (batch.count == kMaxTensors) {  // cut at the block that holds this tensor's start
+      const size_t cut = begin / B * B;
+      MPITRON_REQUIRE(cut > from, "more than 160 parameters in one 8-bit block");
+      launch(from, cut, batch);
+      AdamW8bitTensors next{};  // the tensors that reach past the cut go on
+      for (int i = 0; i < batch.count; ++i)
+        if (batch.end[i] > cut) {
+          next.offset[next.count] = batch.offset[i];
+          next.end[next.count] = batch.end[i];
+          next.decay[next.count++] = batch.decay[i];
+        }
+      MPITRON_REQUIRE(next.count < kMaxTensors, "more than 160 parameters in one 8-bit block");
+      batch = next;
+      from = cut;
+    }
+    batch.offset[batch.count] = begin;
+    batch.end[batch.count] = end;
+    batch.decay[batch.count++] = p->weight_decay ? 1 : 0;
+  }
+  launch(from, r.end, batch);
+}
+
 }  // namespace mpitron::cuda

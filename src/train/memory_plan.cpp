@@ -146,7 +146,6 @@ std::vector<std::string> fitting_settings(const TrainOptions& opts, size_t cap) 
     useful &= !o.offload_master || (o.offload_optimizer && o.precision != DType::f32);
     useful &= !o.layout.recompute || family.recomputes;
     useful &= o.layout.zero == opts.layout.zero || opts.layout.dp > 1;
-    useful &= o.optimizer != Optimizer::adamw8bit || o.device == Device::cpu || o.offload_optimizer;
     if (!useful) continue;
     for (int mb = tc.micro_batches; mb <= tc.batch_size; ++mb) {
       if (!check_batch_split(tc.batch_size, o.layout.dp, mb).empty()) continue;

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/check.hpp"
 #include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 
 #ifdef MPITRON_HAVE_CUDA
+#include "base/cuda_check.hpp"
 #include "src/cuda/adamw.cuh"
 #include "src/cuda/device_memory.cuh"
 #include "src/cuda/step_ops.cuh"
@@ -17,6 +20,9 @@ namespace mpitron {
 namespace {
 void host_copy(float* dst, const float* src, size_t n) {
   cpu::copy(dst, src, n);
+}
+void host_fill_bytes(uint8_t* p, uint8_t value, size_t n) {
+  std::fill_n(p, n, value);
 }
 }  // namespace
 
@@ -29,6 +35,9 @@ void cuda_zero(float* p, size_t n) {
 void cuda_copy(float* dst, const float* src, size_t n) {
   cuda::copy(dst, src, n, cudaStreamPerThread);
 }
+void cuda_fill_bytes(uint8_t* p, uint8_t value, size_t n) {
+  CUDA_CHECK(cudaMemsetAsync(p, value, n, cudaStreamPerThread));
+}
 double cuda_sum_of_squares(const float* g, size_t n) {
   return cuda::sum_of_squares(g, n, cudaStreamPerThread);
 }
@@ -36,6 +45,31 @@ void cuda_adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r
                        const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
   cuda::adamw_update(tensors.data(), tensors.size(), r, cfg, lr, grad_scale, t,
                      cudaStreamPerThread);
+}
+// The CPU's constants and tables, so that the device rounds as cpu::adamw8bit_update does.
+const cuda::AdamW8bitTables& adamw8bit_tables() {
+  static const cuda::AdamW8bitTables tables = [] {
+    cuda::AdamW8bitTables t{};
+    const cpu::QuantizationMap &m = cpu::signed_dynamic_map(), &v = cpu::unsigned_dynamic_map();
+    const cpu::Midpoints m_mid = cpu::quantization_midpoints(m),
+                         v_mid = cpu::quantization_midpoints(v);
+    std::copy(m.begin(), m.end(), t.m_map);
+    std::copy(v.begin(), v.end(), t.v_map);
+    std::copy(m_mid.begin(), m_mid.end(), t.m_mid);
+    std::copy(v_mid.begin(), v_mid.end(), t.v_mid);
+    t.m_zero = cpu::quantize_nearest(m, 0.0f);
+    t.v_zero = cpu::quantize_nearest(v, 0.0f);
+    return t;
+  }();
+  return tables;
+}
+void cuda_adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
+                           const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
+  const cpu::AdamWStep c(cfg, lr, t);
+  const cuda::AdamW8bitStep step{c.b1,        c.b2,           c.one_minus_b1, c.one_minus_b2,
+                                 c.step_size, c.inv_sqrt_bc2, c.eps,          1.0f - c.lr_decay};
+  cuda::adamw8bit_update(tensors.data(), tensors.size(), r, step, adamw8bit_tables(), grad_scale,
+                         cudaStreamPerThread);
 }
 }  // namespace
 #endif
@@ -49,19 +83,17 @@ std::vector<AdamWTensor> adamw_tensors(const ParamRegistry& reg) {
 
 const StepBackend& step_backend(Device device) {
   static constexpr StepBackend cpu_backend{
-      Device::cpu,         cpu::zero,         cpu::copy,
-      cpu::sum_of_squares, cpu::adamw_update, cpu::adamw8bit_update,
-      host_copy,           host_copy,         false};
+      Device::cpu,           cpu::zero, cpu::copy, cpu::sum_of_squares, cpu::adamw_update,
+      cpu::adamw8bit_update, host_copy, host_copy, host_fill_bytes,     false};
   static constexpr StepBackend cpu_staged_backend{
-      Device::cpu_staged,  cpu::zero,         cpu::copy,
-      cpu::sum_of_squares, cpu::adamw_update, cpu::adamw8bit_update,
-      host_copy,           host_copy,         true};
+      Device::cpu_staged,    cpu::zero, cpu::copy, cpu::sum_of_squares, cpu::adamw_update,
+      cpu::adamw8bit_update, host_copy, host_copy, host_fill_bytes,     true};
   if (device == Device::cpu) return cpu_backend;
   if (device == Device::cpu_staged) return cpu_staged_backend;
 #ifdef MPITRON_HAVE_CUDA
-  static constexpr StepBackend cuda_backend{Device::cuda,        cuda_zero,         cuda_copy,
-                                            cuda_sum_of_squares, cuda_adamw_update, nullptr,
-                                            cuda::upload,        cuda::download,    true};
+  static constexpr StepBackend cuda_backend{
+      Device::cuda,          cuda_zero,    cuda_copy,      cuda_sum_of_squares, cuda_adamw_update,
+      cuda_adamw8bit_update, cuda::upload, cuda::download, cuda_fill_bytes,     true};
   if (device == Device::cuda) return cuda_backend;
   throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device_name(device)));
 #else

@@ -22,13 +22,15 @@ struct StepBackend {
   double (*sum_of_squares)(const float* g, size_t n);
   void (*adamw_update)(std::span<const AdamWTensor> tensors, const AdamWRange& r,
                        const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
-  // --optimizer adamw8bit; nullptr on a device without it (CUDA).
+  // --optimizer adamw8bit (the codes and absmax values where the state lives: see fill_bytes).
   void (*adamw8bit_update)(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
                            const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
   // Between the device's memory and the host's, for MPI collectives on a device that MPI cannot
   // read (Open MPI here is not CUDA-aware). download waits for the copy.
   void (*upload)(float* dst, const float* host_src, size_t n);
   void (*download)(float* host_dst, const float* src, size_t n);
+  // Every byte of [p, p + n) set to value (8-bit AdamW's codes of 0).
+  void (*fill_bytes)(uint8_t* p, uint8_t value, size_t n);
   // The device's memory is not the host's: gradients and parameters pass through host copies
   // around every collective (GradSync).
   bool staged;

@@ -110,10 +110,18 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
     adamw8bit.m_absmax = Buffer<float>(state_alloc, blocks);
     adamw8bit.v_absmax = Buffer<float>(state_alloc, blocks);
     // Zero moments: the maps' codes of 0 (with absmax 0 any code would dequantize to 0).
-    std::fill_n(adamw8bit.m_codes.data(), shard.size(),
-                cpu::quantize_nearest(cpu::signed_dynamic_map(), 0.0f));
-    std::fill_n(adamw8bit.v_codes.data(), shard.size(),
-                cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.0f));
+    const StepBackend& state_ops = opts.offload_optimizer ? step_backend(Device::cpu) : dev.ops;
+    state_ops.fill_bytes(adamw8bit.m_codes.data(),
+                         cpu::quantize_nearest(cpu::signed_dynamic_map(), 0.0f), shard.size());
+    state_ops.fill_bytes(adamw8bit.v_codes.data(),
+                         cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.0f), shard.size());
+    if (!dev.on_host && !opts.offload_optimizer) {  // the files' host copies
+      AllocationPurpose copies(dev.host_alloc, "the 8-bit state's host copies");
+      adamw8bit_files.m_codes = Buffer<uint8_t>(dev.host_alloc, shard.size());
+      adamw8bit_files.v_codes = Buffer<uint8_t>(dev.host_alloc, shard.size());
+      adamw8bit_files.m_absmax = Buffer<float>(dev.host_alloc, blocks);
+      adamw8bit_files.v_absmax = Buffer<float>(dev.host_alloc, blocks);
+    }
   } else {
     m = Buffer<float>(state_alloc, shard.size());
     v = Buffer<float>(state_alloc, shard.size());
@@ -383,12 +391,6 @@ void check_layout(const TrainOptions& opts) {
 
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
-  if (opts.optimizer == Optimizer::adamw8bit && opts.device != Device::cpu &&
-      !opts.offload_optimizer)
-    throw UsageError(fmt::format(
-        "--optimizer adamw8bit updates on the host: on --device {} add --offload optimizer (no "
-        "8-bit AdamW kernel there), or use --optimizer adamw",
-        device_name(opts.device)));
   const bool dp_inferred = opts.layout.dp == 0;
   if (dp_inferred) {
     int world = 1;

@@ -20,8 +20,32 @@
 namespace mpitron {
 
 AdamW8bitShard Trainer::adamw8bit_shard() {
-  return {shard, adamw8bit.m_codes.data(), adamw8bit.v_codes.data(), adamw8bit.m_absmax.data(),
-          adamw8bit.v_absmax.data()};
+  AdamW8bitState& s = adamw8bit_files.m_codes.size() > 0 ? adamw8bit_files : adamw8bit;
+  return {shard, s.m_codes.data(), s.v_codes.data(), s.m_absmax.data(), s.v_absmax.data()};
+}
+
+void Trainer::download_state() {
+  dev.download_state(*model, m, v);
+  AdamW8bitState& f = adamw8bit_files;
+  if (f.m_codes.size() == 0) return;
+  dev.layers.download_bytes(f.m_codes.data(), adamw8bit.m_codes.data(), f.m_codes.size());
+  dev.layers.download_bytes(f.v_codes.data(), adamw8bit.v_codes.data(), f.v_codes.size());
+  dev.layers.download_bytes(f.m_absmax.data(), adamw8bit.m_absmax.data(),
+                            f.m_absmax.size() * sizeof(float));
+  dev.layers.download_bytes(f.v_absmax.data(), adamw8bit.v_absmax.data(),
+                            f.v_absmax.size() * sizeof(float));
+}
+
+void Trainer::upload_state() {
+  dev.upload_state(*model, m, v);
+  AdamW8bitState& f = adamw8bit_files;
+  if (f.m_codes.size() == 0) return;
+  dev.layers.upload_bytes(adamw8bit.m_codes.data(), f.m_codes.data(), f.m_codes.size());
+  dev.layers.upload_bytes(adamw8bit.v_codes.data(), f.v_codes.data(), f.v_codes.size());
+  dev.layers.upload_bytes(adamw8bit.m_absmax.data(), f.m_absmax.data(),
+                          f.m_absmax.size() * sizeof(float));
+  dev.layers.upload_bytes(adamw8bit.v_absmax.data(), f.v_absmax.data(),
+                          f.v_absmax.size() * sizeof(float));
 }
 
 // Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner;
@@ -99,7 +123,7 @@ void Trainer::save_checkpoint() {
   r.optimizer = optimizer_name(opts.optimizer);
   if (opts.optimizer == Optimizer::adamw8bit) r.adamw8bit_stage_blocks = stage_layers_text();
   const std::string path = checkpoint_path(step);
-  dev.download_state(*model, m, v);
+  download_state();
   io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
                        checkpoint_pieces(true), MPI_COMM_WORLD);
   if (is_root()) spdlog::info("checkpoint {}", path);
@@ -162,14 +186,14 @@ void Trainer::load_checkpoint(const std::string& path) {
   // Stages read different tensors, so a missing one may stop only some ranks: every rank stops
   // with the message of the first rank that failed, instead of the others waiting for it.
   std::string error;
-  dev.download_state(*model, m, v);  // what the file does not hold stays as it is
+  download_state();  // what the file does not hold stays as it is
   try {
     io::read_checkpoint_tensors(path, checkpoint_pieces(false));
   } catch (const UsageError& e) {
     error = e.what();
   }
   comm::throw_first_error(error, MPI_COMM_WORLD);
-  dev.upload_state(*model, m, v);
+  upload_state();
   model->parameters_changed();
   step = r.step;
   if (loss_scale.enabled() && r.loss_scale > 0) {  // the scaler continues where it stopped
@@ -214,7 +238,7 @@ void Trainer::load_checkpoint(const std::string& path) {
 void Trainer::init_from(const std::string& source) {
   std::string error;
   std::vector<std::string> fresh;
-  dev.download_state(*model, m, v);  // the fresh head keeps its initialisation
+  download_state();  // the fresh head keeps its initialisation
   try {
     fresh =
         load_pretrained_parameters(source, cfg.model,
@@ -224,7 +248,7 @@ void Trainer::init_from(const std::string& source) {
     error = e.what();
   }
   comm::throw_first_error(error, MPI_COMM_WORLD);
-  dev.upload_state(*model, m, v);
+  upload_state();
   model->parameters_changed();
   if (is_root()) spdlog::info("parameters from {} (step 0, fresh optimizer)", source);
   if (is_root() && !fresh.empty())

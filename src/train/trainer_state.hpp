@@ -89,7 +89,10 @@ struct Trainer {
     Buffer<uint8_t> m_codes, v_codes;
     Buffer<float> m_absmax, v_absmax;
   } adamw8bit;
-  AdamW8bitShard adamw8bit_shard();        // a view of adamw8bit over shard
+  // The 8-bit state on another device than the host: its host copies, through which files read
+  // and write it (empty otherwise).
+  AdamW8bitState adamw8bit_files;
+  AdamW8bitShard adamw8bit_shard();        // a view over shard of what files read and write
   std::vector<AdamWTensor> adamw_tensors;  // the model's parameters as AdamW sees them
   int64_t step = 0;                        // completed optimizer steps
   std::unique_ptr<io::TraceWriter> trace;
@@ -148,6 +151,10 @@ struct Trainer {
   // The checkpoint --resume names or finds, loaded; else --init-from's parameters. Returns the
   // checkpoint resumed from ("" for a fresh start).
   std::string resume_or_init();
+  // The device's state to the host copies files read and write (parameters, buffers, moments,
+  // 8-bit state), and back after a read; nothing on the host's own device.
+  void download_state();
+  void upload_state();
   std::string choose_checkpoint();
   std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing);
   std::string checkpoint_path(int64_t s) const;

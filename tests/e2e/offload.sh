@@ -66,6 +66,4 @@ same wide_zero1 wide_zero1_master \
 expect_error "--offload optimizer,master keeps the fp32 master weights in host memory" \
   "$MPITRON" train "${common[@]}" --device cpu-staged --offload optimizer,master --out bad_master
 
-expect_error "--optimizer adamw8bit updates on the host: on --device cpu-staged add --offload" \
-  "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --out bad_8bit
 echo "offload ok"

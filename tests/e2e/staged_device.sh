@@ -41,6 +41,15 @@ rm staged_8bit_offload/ckpt_6.h5
 "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --offload optimizer \
   --resume auto --out staged_8bit_offload >/dev/null
 same cpu_8bit staged_8bit_offload "a resumed cpu-staged 8-bit offloaded run differs"
+# 8-bit AdamW on the device (the state in the device's memory, the update the device's, the codes
+# zeroed by its fill, checkpoints through the state's host copies): the CPU's 8-bit bits, resumed.
+"$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --ckpt-every 3 \
+  --out staged_8bit >/dev/null
+same cpu_8bit staged_8bit "8-bit AdamW on cpu-staged's device differs from the cpu's"
+rm staged_8bit/ckpt_6.h5
+"$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --resume auto \
+  --out staged_8bit >/dev/null
+same cpu_8bit staged_8bit "a resumed 8-bit run on cpu-staged's device differs"
 # Tensor parallelism at tp 2: every region's all-reduce (the non-blocking input gradients too),
 # the vocab-parallel embedding's sum and the cross-entropy's row statistics through host copies,
 # the shard pieces (row-parallel bias, the embedding's shard, the cross-entropy's steps) through
