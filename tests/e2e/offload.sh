@@ -5,8 +5,9 @@
 # a checkpoint, and at dp 2 with ZeRO 2; and the device's peak falls by exactly the moments' bytes.
 # --offload optimizer,master (bf16): the fp32 master weights in host memory too, the device holding
 # only the layers' 16-bit copy, rounded on the host in chunks and uploaded after each update: the
-# CPU's bf16 bits on cpu-staged, resumed, and at dp 2 with ZeRO 1 and 8-bit AdamW (the all-gather
-# on the host); the device's peak lower by exactly the master weights' bytes, and the plan's.
+# CPU's bf16 bits on cpu-staged, resumed, from --init-from, and at dp 2 with ZeRO 1 and 8-bit
+# AdamW (the all-gather on the host); the device's peak lower by exactly the master weights'
+# bytes, and the plan's.
 # (8-bit AdamW offloaded and resumed: staged_device.sh, which also runs under the sanitizers.)
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -63,6 +64,13 @@ mpiexec -n 2 "$MPITRON" train "${wide[@]}" --dp 2 --zero 1 --optimizer adamw8bit
   --device cpu-staged --offload optimizer,master --out wide_zero1_master >/dev/null
 same wide_zero1 wide_zero1_master \
   "cpu-staged dp 2 --zero 1 8-bit AdamW with --offload optimizer,master differs"
+# --init-from writes the master weights where they live (host memory) and rounds the copy up.
+"$MPITRON" train "${common[@]}" --precision bf16 --steps 3 --out bf16_source >/dev/null
+from=(--precision bf16 --init-from bf16_source/ckpt_3.h5)
+"$MPITRON" train "${common[@]}" "${from[@]}" --out from_cpu >/dev/null
+"$MPITRON" train "${common[@]}" "${from[@]}" --device cpu-staged --offload optimizer,master \
+  --out from_master >/dev/null
+same from_cpu from_master "--init-from with --offload optimizer,master differs from the cpu's"
 expect_error "--offload optimizer,master keeps the fp32 master weights in host memory" \
   "$MPITRON" train "${common[@]}" --device cpu-staged --offload optimizer,master --out bad_master
 
