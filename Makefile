@@ -42,9 +42,10 @@ FUZZ_SECONDS ?= 10
 # samples and masked loss at one rank), adamw8bit_converges and adamw8bit_layouts (400 plain steps;
 # eleven launches: test_adamw8bit runs the 8-bit update, staged_device an 8-bit run's state through
 # host copies, its checkpoint and resume), optimizer_offload (staged_device runs the offload's
-# staging) and import_memory (a resident-memory bound that ASan's shadow memory would break;
-# pretrained_import_export runs the streaming import).
-SANITIZE_EXCLUDE ?= train_converges|adamw8bit_converges|adamw8bit_layouts|optimizer_offload|import_memory|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout|parallel_bible|^translation$$|checkpoint_disk_fills|staged_device_matrix|^recompute$$|knowledge_qa_layouts
+# staging, the master weights' too), bench_gpu_walks (two benchmark scripts' walks through runs
+# the other tests make) and import_memory (a resident-memory bound that ASan's shadow memory
+# would break; pretrained_import_export runs the streaming import).
+SANITIZE_EXCLUDE ?= train_converges|adamw8bit_converges|adamw8bit_layouts|optimizer_offload|bench_gpu_walks|import_memory|mlp_fashion_mnist|cnn_fashion_mnist|pipeline_memory|zero_memory|^precision$$|bpe_vs_js|wordpiece_vs_js|slurm_scripts_lint|train_determinism|pipeline_stage_failure|bad_layout|parallel_bible|^translation$$|checkpoint_disk_fills|staged_device_matrix|^recompute$$|knowledge_qa_layouts
 
 PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev \
   hdf5-tools libeigen3-dev libgtest-dev libgmock-dev libcli11-dev libfmt-dev libspdlog-dev \

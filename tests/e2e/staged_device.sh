@@ -41,6 +41,13 @@ rm staged_8bit_offload/ckpt_6.h5
 "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --offload optimizer \
   --resume auto --out staged_8bit_offload >/dev/null
 same cpu_8bit staged_8bit_offload "a resumed cpu-staged 8-bit offloaded run differs"
+# The master weights in host memory (--offload optimizer,master, bf16): the 16-bit copy rounded on
+# the host and uploaded, checkpoints where the weights are; the CPU's bf16 bits (the rest:
+# offload.sh).
+"$MPITRON" train "${common[@]}" --precision bf16 --out cpu_bf16 >/dev/null
+"$MPITRON" train "${common[@]}" --precision bf16 --device cpu-staged --offload optimizer,master \
+  --out staged_master >/dev/null
+same cpu_bf16 staged_master "cpu-staged with the master weights in host memory differs"
 # 8-bit AdamW on the device (the state in the device's memory, the update the device's, the codes
 # zeroed by its fill, checkpoints through the state's host copies): the CPU's 8-bit bits, resumed.
 "$MPITRON" train "${common[@]}" --device cpu-staged --optimizer adamw8bit --ckpt-every 3 \
