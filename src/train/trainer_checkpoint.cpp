@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <filesystem>
 #include <variant>
 
@@ -24,28 +25,35 @@ AdamW8bitShard Trainer::adamw8bit_shard() {
   return {shard, s.m_codes.data(), s.v_codes.data(), s.m_absmax.data(), s.v_absmax.data()};
 }
 
+namespace {
+
+// The 8-bit state's four arrays as byte ranges: on the device, in its host copies.
+struct StateArray {
+  void* device;
+  void* host;
+  size_t bytes;
+};
+std::array<StateArray, 4> state_arrays(Trainer::AdamW8bitState& d, Trainer::AdamW8bitState& h) {
+  return {{{d.m_codes.data(), h.m_codes.data(), h.m_codes.size()},
+           {d.v_codes.data(), h.v_codes.data(), h.v_codes.size()},
+           {d.m_absmax.data(), h.m_absmax.data(), h.m_absmax.size() * sizeof(float)},
+           {d.v_absmax.data(), h.v_absmax.data(), h.v_absmax.size() * sizeof(float)}}};
+}
+
+}  // namespace
+
 void Trainer::download_state() {
   dev.download_state(*model, m, v);
-  AdamW8bitState& f = adamw8bit_files;
-  if (f.m_codes.size() == 0) return;
-  dev.layers.download_bytes(f.m_codes.data(), adamw8bit.m_codes.data(), f.m_codes.size());
-  dev.layers.download_bytes(f.v_codes.data(), adamw8bit.v_codes.data(), f.v_codes.size());
-  dev.layers.download_bytes(f.m_absmax.data(), adamw8bit.m_absmax.data(),
-                            f.m_absmax.size() * sizeof(float));
-  dev.layers.download_bytes(f.v_absmax.data(), adamw8bit.v_absmax.data(),
-                            f.v_absmax.size() * sizeof(float));
+  if (adamw8bit_files.m_codes.size() == 0) return;
+  for (const StateArray& a : state_arrays(adamw8bit, adamw8bit_files))
+    dev.layers.download_bytes(a.host, a.device, a.bytes);
 }
 
 void Trainer::upload_state() {
   dev.upload_state(*model, m, v);
-  AdamW8bitState& f = adamw8bit_files;
-  if (f.m_codes.size() == 0) return;
-  dev.layers.upload_bytes(adamw8bit.m_codes.data(), f.m_codes.data(), f.m_codes.size());
-  dev.layers.upload_bytes(adamw8bit.v_codes.data(), f.v_codes.data(), f.v_codes.size());
-  dev.layers.upload_bytes(adamw8bit.m_absmax.data(), f.m_absmax.data(),
-                          f.m_absmax.size() * sizeof(float));
-  dev.layers.upload_bytes(adamw8bit.v_absmax.data(), f.v_absmax.data(),
-                          f.v_absmax.size() * sizeof(float));
+  if (adamw8bit_files.m_codes.size() == 0) return;
+  for (const StateArray& a : state_arrays(adamw8bit, adamw8bit_files))
+    dev.layers.upload_bytes(a.device, a.host, a.bytes);
 }
 
 // Parameters are written by DP rank 0 (they are replicated over DP), moments by their owner;
