@@ -36,7 +36,7 @@ while getopts "f:r:t:s:b:p:d:P:B:h" opt; do
     d) device=$OPTARG ;;
     P) precision=$OPTARG ;;
     B) batch_all=$OPTARG ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
   esac
 done
 python=${PYTHON:-$("$repo/tests/find_python.sh" torch h5py || echo python3)}

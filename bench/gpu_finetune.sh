@@ -8,13 +8,15 @@
 # backward alone (the trace's busy time, no recompute) at the largest micro-batch the plan fits
 # under the cap. Prints per preset the flags, micro-batch rows, the plan's and the measured device
 # peak, the host's peak resident set, the loss at the first and last step, tokens/s of the whole
-# step and of plain forward and backward, and their ratio. Random initialisation (no download):
-# the computation and memory are a fine-tuning run's, only the starting weights differ.
+# step and of plain forward and backward, their ratio, and the step's seconds outside forward and
+# backward (gradient sync, norm, the update: on the host when offloaded). Random initialisation
+# (no download): the computation and memory are a fine-tuning run's, only the starting weights
+# differ.
 # Needs a CUDA build of mpitron, a GPU, and a python (PYTHON, default python3) with h5py.
 # Usage: bench/gpu_finetune.sh [-b build_dir] [-m preset[,preset...]] [-C cap] [-s steps]
 #                              [-d device] [-S seq] [-B batch] [-o out_dir]
 #   defaults: -m gpt2-large-finetune,gpt2-xl-finetune -C 11GiB -s 20 -d cuda, -S and -B the
-#   preset's. `-d cpu-staged -m gpt-tiny -C 40MiB -S 32 -B 8 -s 3` walks the same way on any
+#   preset's. `-d cpu-staged -m gpt-tiny -C 9MiB -S 32 -B 8 -s 3` walks the same way on any
 #   machine in seconds (tests/e2e/bench_gpu_walks.sh).
 set -euo pipefail
 
@@ -32,7 +34,7 @@ while getopts "b:m:C:s:d:S:B:o:h" opt; do
     S) seq=$OPTARG ;;
     B) batch=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
   esac
 done
 python=${PYTHON:-python3}
@@ -74,8 +76,8 @@ fitting_flags() {
 }
 
 echo "$("$mpitron" devices 2>&1 | head -n 1); cap $cap; $steps steps per preset; out $out"
-printf '%-22s %-50s %5s %9s %9s %9s %15s %10s %10s %6s\n' preset flags rows plan peak host_rss \
-  "loss first>last" tok/s fwd+bwd ratio
+printf '%-22s %-50s %5s %9s %9s %9s %15s %10s %10s %6s %8s\n' preset flags rows plan peak \
+  host_rss "loss first>last" tok/s fwd+bwd ratio rest_s
 for preset in ${presets//,/ }; do
   config="$repo/configs/$preset.toml"
   [[ -f $config ]] || { echo "error: no preset $config" >&2; exit 1; }
@@ -144,6 +146,8 @@ b, t, rows, plain_mb = int(b), int(t), int(rows), int(plain_mb)
 with h5py.File(trace, "r") as f:
     loss = f["trace/loss"][:]
     tps = statistics.median(f["trace/tokens_per_s"][1:])
+    # Outside forward and backward: gradient sync, norm, the update (on the host if offloaded).
+    rest = statistics.median(f["trace/step_s"][1:] - f["trace/rank_busy_us"][1:, 0] / 1e6)
     peak = int(f["trace/peak_mem_bytes"][:].max())
     planned = int(f["trace/rank_planned_mem_bytes"][:].max())
 text = open(log).read()
@@ -151,7 +155,7 @@ rss = re.search(r"host memory: peak resident set ([0-9.]+ [KMGT]?i?B)", text)
 d = {"preset": preset, "flags": flags, "batch": b, "seq": t, "micro_batch_rows": rows,
      "first_loss": float(loss[0]), "last_loss": float(loss[-1]),
      "loss_falls": bool(loss[-1] < loss[0]), "tokens_per_s": round(float(tps), 1),
-     "peak_mem_bytes": peak, "planned_mem_bytes": planned,
+     "peak_mem_bytes": peak, "planned_mem_bytes": planned, "outside_fwd_bwd_s": round(rest, 4),
      "host_rss": rss.group(1) if rss else None}
 if plain:
     with h5py.File(plain, "r") as f:
@@ -168,7 +172,8 @@ gib = lambda x: f"{x / 2**30:.2f}G"
 print(f"{d['preset']:<22} {d['flags']:<50} {d['micro_batch_rows']:>5} "
       f"{gib(d['planned_mem_bytes']):>9} {gib(d['peak_mem_bytes']):>9} {d['host_rss'] or '-':>9} "
       f"{d['first_loss']:>7.3f}>{d['last_loss']:<7.3f} {d['tokens_per_s']:>10.0f} "
-      f"{d.get('plain_tokens_per_s', float('nan')):>10.0f} {d.get('ratio', float('nan')):>6.2f}")
+      f"{d.get('plain_tokens_per_s', float('nan')):>10.0f} {d.get('ratio', float('nan')):>6.2f} "
+      f"{d['outside_fwd_bwd_s']:>8.3f}")
 if not d["loss_falls"]:
     print(f"  {d['preset']}: the loss did not fall on its fixed batch")
 EOF

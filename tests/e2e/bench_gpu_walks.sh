@@ -21,7 +21,7 @@ assert d["flags"] == "--recompute block --micro-batches 4 --offload optimizer", 
 assert d["micro_batch_rows"] == 2, d
 assert d["loss_falls"] and d["last_loss"] < d["first_loss"], d
 assert d["peak_mem_bytes"] == d["planned_mem_bytes"] <= 9 * 2**20, d
-assert d["host_rss"], d
+assert d["host_rss"] and d["outside_fwd_bwd_s"] >= 0, d
 assert d["plain_tokens_per_s"] > 0 and d["ratio"] > 0, d
 PY
 PYTHON=$PYTHON bash "$REPO/bench/family_step.sh" -b "$(dirname "$MPITRON")" -d cpu-staged \
