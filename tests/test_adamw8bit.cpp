@@ -120,6 +120,38 @@ TEST(AdamW8bit, QuantizesRandomBlocksToTheNearestCode) {
   EXPECT_EQ(cpu::quantize_nearest(cpu::unsigned_dynamic_map(), 0.0f), 0);
 }
 
+// The block quantizer compares floats with the midpoints rounded down to float; at and around
+// every midpoint (the float nearest it and three floats each side, both signs' maps) it gives
+// quantize_nearest's code, ties to the lower one included.
+TEST(AdamW8bit, BlockQuantizerAgreesAtEveryDecisionPoint) {
+  for (const bool is_signed : {true, false}) {
+    const cpu::QuantizationMap& map =
+        is_signed ? cpu::signed_dynamic_map() : cpu::unsigned_dynamic_map();
+    const cpu::Midpoints mid = cpu::quantization_midpoints(map);
+    std::vector<float> xs;
+    for (size_t k = 0; k + 1 < map.size(); ++k) {
+      float x = float(mid[k]);
+      for (int s = 0; s < 3; ++s) x = std::nextafter(x, -INFINITY);
+      for (int s = 0; s < 7; ++s, x = std::nextafter(x, INFINITY)) xs.push_back(x);
+    }
+    size_t checked = 0, exact_ties = 0;
+    for (size_t at = 0; at < xs.size(); at += B - 1) {
+      std::array<float, B> block{};
+      block[0] = 1.0f;  // absmax 1: each value is its own normalised value
+      const size_t n = std::min(B - 1, xs.size() - at);
+      std::copy_n(xs.begin() + long(at), n, block.begin() + 1);
+      std::array<uint8_t, B> code{};
+      cpu::quantize_block(map, block.data(), 1.0f, code.data());
+      for (size_t j = 1; j <= n; ++j, ++checked) {
+        EXPECT_EQ(code[j], cpu::quantize_nearest(map, block[j])) << block[j];
+        for (size_t k = 0; k + 1 < map.size(); ++k) exact_ties += double(block[j]) == mid[k];
+      }
+    }
+    EXPECT_EQ(checked, 7 * (map.size() - 1));
+    EXPECT_GT(exact_ties, 0u) << "no midpoint is a float: the ties went unchecked";
+  }
+}
+
 TEST(AdamW8bit, StateBytes) {
   EXPECT_EQ(adamw8bit_state_bytes(0), 0u);
   EXPECT_EQ(adamw8bit_state_bytes(B), 2 * B + 2 * 4);

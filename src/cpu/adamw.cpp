@@ -120,12 +120,24 @@ QuantizationMap dynamic_map(bool is_signed) {
 
 constexpr size_t B = kAdamW8bitBlock;
 
+// The midpoints rounded down to float: for a float x, mid < x exactly when that float is below x
+// (no float lies between it and mid), so the search compares floats, twice the lanes a gather.
+using FloatMidpoints = std::array<float, 256>;
+FloatMidpoints float_midpoints(const Midpoints& mid) {
+  FloatMidpoints low;
+  for (size_t k = 0; k < mid.size(); ++k) {
+    low[k] = float(mid[k]);
+    if (double(low[k]) > mid[k]) low[k] = std::nextafter(low[k], -INFINITY);
+  }
+  return low;
+}
+
 // quantize_nearest of value / absmax for a block's values: a branch-free binary search over the
 // midpoints, each step over the whole block so that it vectorizes (gathers).
-void quantize_block(const Midpoints& mid, const float* value, float absmax, uint8_t* code) {
-  double x[B];
+void quantize_block_by(const FloatMidpoints& mid, const float* value, float absmax, uint8_t* code) {
+  float x[B];
   int32_t i[B];
-  for (size_t j = 0; j < B; ++j) x[j] = double(value[j] / absmax), i[j] = 0;
+  for (size_t j = 0; j < B; ++j) x[j] = value[j] / absmax, i[j] = 0;
   for (int32_t half = 128; half > 0; half /= 2)
     for (size_t j = 0; j < B; ++j) i[j] += mid[size_t(i[j] + half - 1)] < x[j] ? half : 0;
   for (size_t j = 0; j < B; ++j) code[j] = uint8_t(i[j] + (mid[size_t(i[j])] < x[j]));
@@ -149,6 +161,10 @@ AdamWStep::AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
       inv_sqrt_bc2(float(1.0 / std::sqrt(1.0 - std::pow(cfg.beta2, double(t))))),
       eps(float(cfg.eps)),
       lr_decay(float(lr * cfg.weight_decay)) {}
+
+void quantize_block(const QuantizationMap& map, const float* value, float absmax, uint8_t* code) {
+  quantize_block_by(float_midpoints(quantization_midpoints(map)), value, absmax, code);
+}
 
 const QuantizationMap& signed_dynamic_map() {
   static const QuantizationMap map = dynamic_map(true);
@@ -183,8 +199,8 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
   const float keep_decayed = 1.0f - c.lr_decay;
   const QuantizationMap& m_map = signed_dynamic_map();
   const QuantizationMap& v_map = unsigned_dynamic_map();
-  static const Midpoints m_mid = quantization_midpoints(m_map),
-                         v_mid = quantization_midpoints(v_map);
+  static const FloatMidpoints m_mid = float_midpoints(quantization_midpoints(m_map)),
+                              v_mid = float_midpoints(quantization_midpoints(v_map));
   const uint8_t m_zero = quantize_nearest(m_map, 0.0f), v_zero = quantize_nearest(v_map, 0.0f);
   const long blocks = long((r.end - r.begin) / B);
 #pragma omp parallel for schedule(static)
@@ -220,11 +236,11 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
     r.m_absmax[k] = m_absmax;
     r.v_absmax[k] = v_absmax;
     if (m_absmax > 0.0f)
-      quantize_block(m_mid, m, m_absmax, m_codes);
+      quantize_block_by(m_mid, m, m_absmax, m_codes);
     else
       std::fill_n(m_codes, B, m_zero);
     if (v_absmax > 0.0f)
-      quantize_block(v_mid, v, v_absmax, v_codes);
+      quantize_block_by(v_mid, v, v_absmax, v_codes);
     else
       std::fill_n(v_codes, B, v_zero);
   }

@@ -47,6 +47,10 @@ uint8_t quantize_nearest(const QuantizationMap& map, float x);
 using Midpoints = std::array<double, 256>;
 Midpoints quantization_midpoints(const QuantizationMap& map);
 
+// quantize_nearest(map, value[j] / absmax) for the kAdamW8bitBlock values of a block (absmax >
+// 0), as adamw8bit_update requantizes: a binary search over the midpoints rounded down to float.
+void quantize_block(const QuantizationMap& map, const float* value, float absmax, uint8_t* code);
+
 // Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
 // adamw_update's arithmetic element for element, then each moment requantized to its
 // nearest code against the block's new absmax max |value| (0: every code the map's 0). Elements in
