@@ -107,7 +107,6 @@ for preset in ${presets//,/ }; do
   for ((i = 0; i + 1 < ${#extra_flags[@]}; i++)); do
     [[ ${extra_flags[i]} != --micro-batches ]] || micro=${extra_flags[i + 1]}
   done
-  # `plan` names settings against its own defaults: a later --offload replaces the first.
   dir="$out/$preset" log="$out/$preset.log"
   rm -rf "$dir"
   if ! "$mpitron" train "${base[@]}" "${run[@]}" "${flags[@]}" --steps "$steps" --out "$dir" \
