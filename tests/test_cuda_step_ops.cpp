@@ -1,7 +1,8 @@
 // The CUDA step ops against their CPU twins on random data: zero and copy exactly, the gradient
 // norm within 1e-12 and bitwise repeatable, AdamW over cut shards within 1e-6 with its bf16/f16
 // weights copy equal to the rounded fp32 result, the one-launch AdamW equal to one launch per
-// parameter bit for bit. Skips (GTEST_SKIP) on a machine with no device.
+// parameter bit for bit, the staging queue's overlapped copies. Skips (GTEST_SKIP) on a machine
+// with no device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 #include "src/cpu/step_ops.hpp"
 #include "src/cuda/adamw.cuh"
 #include "src/cuda/step_ops.cuh"
+#include "src/model/staging_queue.hpp"
 #include "src/train/step_backend.hpp"
 #include "tests/cuda_test_support.hpp"
 
@@ -300,4 +302,37 @@ TEST(CudaStepOps, AdamW8bitMatchesTheCpuBitForBit) {
   EXPECT_EQ(std::memcmp(dva.download().data(), va.data(), va.size() * sizeof(float)), 0);
   EXPECT_EQ(ma[0], 0.0f) << "the zero-gradient block has moments";
   EXPECT_GT(ma[1], 0.0f);
+}
+
+// The offloaded update's copy pattern on the GPU's copy stream: a download queued after a kernel
+// on the compute stream sees the kernel's result, chunk k + 1 comes down into one half of a pinned
+// buffer while the host works on chunk k in the other, and every upload lands, over more chunks
+// than the stream's ring of events.
+TEST(CudaStepOps, StagingQueueOverlapsPinnedCopiesAfterTheComputeStream) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t n = size_t(1) << 18, chunks = 21;
+  const std::vector<float> x = random_floats(n * chunks, 11);
+  DeviceArray<float> a(x), b(n * chunks), c(n * chunks);
+  StagingQueue q(Device::cuda);
+  DeviceAllocator pinned = q.pinned_allocator();
+  Buffer<float> stage(pinned, 2 * n);
+  cudaPointerAttributes attr{};
+  CUDA_CHECK(cudaPointerGetAttributes(&attr, stage.data()));
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost) << "staging is not page-locked";
+  cuda::copy(b.ptr, a.ptr, n * chunks, cudaStreamPerThread);  // queued before the downloads
+  uint64_t down[2] = {q.download(stage.data(), b.ptr, n * sizeof(float)), 0};
+  for (size_t k = 0; k < chunks; ++k) {
+    const size_t half = k % 2, next = (k + 1) % 2;
+    if (k + 1 < chunks)
+      down[next] = q.download(stage.data() + next * n, b.ptr + (k + 1) * n, n * sizeof(float));
+    q.wait(down[half]);
+    for (size_t i = 0; i < n; ++i) stage[half * n + i] *= 2.0f;
+    q.upload(c.ptr + k * n, stage.data() + half * n, n * sizeof(float));
+  }
+  q.wait_all();
+  q.wait(1);  // a ticket the ring no longer holds: long done
+  const std::vector<float> got = c.download();
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != 2.0f * x[i];
+  EXPECT_EQ(wrong, 0u) << "elements not twice the compute stream's copy";
 }

@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
 #include "src/cuda/device_memory.cuh"
@@ -78,6 +80,103 @@ void download_bytes(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread));
   CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+}
+
+}  // namespace mpitron::cuda
+
+namespace mpitron::cuda {
+
+namespace {
+
+void* allocate_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw DeviceOutOfMemory(fmt::format(
+        "cudaHostAlloc could not page-lock {:.1f} MiB of host memory", double(bytes) / (1 << 20)));
+  }
+  CUDA_CHECK(err);
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void release_pinned(void* p) {
+  CUDA_CHECK(cudaFreeHost(p));  // waits for the device's work
+}
+
+}  // namespace
+
+DeviceAllocator pinned_allocator() {
+  DeviceAllocator a;
+  a.device = "pinned host";
+  a.raw_allocate = allocate_pinned;
+  a.raw_release = release_pinned;
+  return a;
+}
+
+// Events in a ring: ticket t's is done[t % kEvents]; before an event is recorded again the host
+// waits for its previous copy, so a ticket older than the ring's reach is done.
+struct CopyStream {
+  static constexpr uint64_t kEvents = 8;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t compute = nullptr;  // the compute stream's point each copy waits for
+  cudaEvent_t done[kEvents] = {};
+  uint64_t queued = 0;
+};
+
+CopyStream* copy_stream_open() {
+  auto* s = new CopyStream;
+  try {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->compute, cudaEventDisableTiming));
+    for (cudaEvent_t& e : s->done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } catch (...) {
+    copy_stream_close(s);
+    throw;
+  }
+  return s;
+}
+
+void copy_stream_close(CopyStream* s) noexcept {
+  if (!s) return;
+  if (s->stream) cudaStreamSynchronize(s->stream);
+  for (cudaEvent_t e : s->done)
+    if (e) cudaEventDestroy(e);
+  if (s->compute) cudaEventDestroy(s->compute);
+  if (s->stream) cudaStreamDestroy(s->stream);
+  delete s;
+}
+
+namespace {
+uint64_t queue_copy(CopyStream* s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const uint64_t ticket = ++s->queued;
+  cudaEvent_t done = s->done[ticket % CopyStream::kEvents];
+  if (ticket > CopyStream::kEvents) CUDA_CHECK(cudaEventSynchronize(done));
+  CUDA_CHECK(cudaEventRecord(s->compute, cudaStreamPerThread));
+  CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->compute, 0));
+  if (bytes > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s->stream));
+  CUDA_CHECK(cudaEventRecord(done, s->stream));
+  return ticket;
+}
+}  // namespace
+
+uint64_t copy_stream_download(CopyStream* s, void* host_dst, const void* src, size_t bytes) {
+  return queue_copy(s, host_dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+uint64_t copy_stream_upload(CopyStream* s, void* dst, const void* host_src, size_t bytes) {
+  return queue_copy(s, dst, host_src, bytes, cudaMemcpyHostToDevice);
+}
+
+void copy_stream_wait(CopyStream* s, uint64_t ticket) {
+  MPITRON_REQUIRE(ticket <= s->queued, "a staging ticket not handed out");
+  if (ticket == 0 || ticket + CopyStream::kEvents <= s->queued) return;  // done before its reuse
+  CUDA_CHECK(cudaEventSynchronize(s->done[ticket % CopyStream::kEvents]));
+}
+
+void copy_stream_wait_all(CopyStream* s) {
+  CUDA_CHECK(cudaStreamSynchronize(s->stream));
 }
 
 }  // namespace mpitron::cuda

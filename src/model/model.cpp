@@ -15,11 +15,15 @@ void Model::allocate_tensors(const ModelBuild& how) {
   MPITRON_REQUIRE(!how.master_alloc || how.precision != DType::f32,
                   "master weights apart from the layers' need a 16-bit weight copy");
   master_on_host_ = how.master_alloc && device_layers;
+  MPITRON_REQUIRE(!master_on_host_ || (how.staging && how.staging_alloc),
+                  "master weights in host memory upload through a staging queue");
   params = Buffer<float>(how.master_alloc ? *how.master_alloc : *how.alloc, flat_size);
   buffers = Buffer<float>(*how.alloc, registry.buffer_size());
-  if (master_on_host_)
+  if (master_on_host_) {
+    staging_ = how.staging;
     weight_staging_ =
-        Buffer<uint16_t>(*how.master_alloc, std::min(flat_size, kHostStagingElements));
+        Buffer<uint16_t>(*how.staging_alloc, 2 * std::min(flat_size, kHostStagingElements));
+  }
   if (!device_layers || master_on_host_) registry.initialize(params.data(), how.seed);
   if (!device_layers) {
     registry.initialize_buffers(buffers.data(), how.seed);
@@ -36,28 +40,32 @@ void Model::allocate_tensors(const ModelBuild& how) {
   how.layers->upload(buffers.data(), host.data(), buffers.size());
 }
 
+// Chunk k is rounded into half k % 2 of the staging buffer once chunk k - 2's upload from there is
+// done, so the host rounds one chunk while the copy stream uploads the one before.
 template <class A>
-void Model::upload_rounded_master_as(UploadBytes upload, A* weights) {
+void Model::upload_rounded_master_as(A* weights) {
   static_assert(sizeof(A) == sizeof(uint16_t), "a 16-bit weight copy");
-  A* chunk = reinterpret_cast<A*>(weight_staging_.data());
-  const size_t per = weight_staging_.size();
-  for (size_t b = 0; b < flat_size; b += per) {
+  const size_t per = weight_staging_.size() / 2;
+  uint64_t uploaded[2] = {0, 0};
+  for (size_t b = 0, k = 0; b < flat_size; b += per, ++k) {
     const size_t n = std::min(per, flat_size - b);
+    A* chunk = reinterpret_cast<A*>(weight_staging_.data()) + (k % 2) * per;
+    staging_->wait(uploaded[k % 2]);
     constexpr size_t kPiece = 16384;  // elements a thread rounds at a time
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += kPiece)
       round_to(chunk + i, params.data() + b + i, std::min(kPiece, n - i));
-    // From pageable host memory the copy has taken the chunk when upload returns.
-    upload(weights + b, chunk, n * sizeof(A));
+    uploaded[k % 2] = staging_->upload(weights + b, chunk, n * sizeof(A));
   }
+  staging_->wait_all();  // the layers read the copy next
 }
 
-void Model::upload_rounded_master(UploadBytes upload, bf16_t* weights) {
-  upload_rounded_master_as(upload, weights);
+void Model::upload_rounded_master(bf16_t* weights) {
+  upload_rounded_master_as(weights);
 }
 
-void Model::upload_rounded_master(UploadBytes upload, fp16_t* weights) {
-  upload_rounded_master_as(upload, weights);
+void Model::upload_rounded_master(fp16_t* weights) {
+  upload_rounded_master_as(weights);
 }
 
 int64_t Model::count_correct(const MicroBatch& mb) const {

@@ -18,6 +18,7 @@
 #include "src/model/layer_ops.hpp"
 #include "src/model/precision.hpp"
 #include "src/model/registry.hpp"
+#include "src/model/staging_queue.hpp"
 
 namespace mpitron {
 
@@ -84,6 +85,9 @@ struct ModelBuild {
   // layers run on another device (--offload optimizer,master). Below fp32 only: the layers read
   // the 16-bit copy, which parameters_changed rounds on the host and uploads.
   DeviceAllocator* master_alloc = nullptr;
+  // With master_alloc: the copies of that upload and the allocator of their staging buffers.
+  StagingQueue* staging = nullptr;
+  DeviceAllocator* staging_alloc = nullptr;
   // The layers of the device alloc allocates on (nullptr: the CPU's). Families that run on the CPU
   // only refuse another (ModelFamily::devices).
   const LayerOps* layers = nullptr;
@@ -195,22 +199,23 @@ class Model {
 
   // Below fp32: the layers' weight copy from params, rounded to nearest even: on params' device,
   // or with the master weights in the host's memory (ModelBuild::master_alloc) on the host's
-  // threads, one staging chunk at a time, each uploaded.
+  // threads, one staging chunk at a time, each uploaded while the next is rounded.
   template <class A>
   void round_weight_copy(const LayerOpsT<A>& layers, A* weights) {
     if (!master_on_host_) return layers.round_weights(weights, params.data(), flat_size);
-    upload_rounded_master(layers.upload_bytes, weights);
+    upload_rounded_master(weights);
   }
 
  private:
-  using UploadBytes = void (*)(void* dst, const void* host_src, size_t bytes);
-  void upload_rounded_master(UploadBytes upload, bf16_t* weights);
-  void upload_rounded_master(UploadBytes upload, fp16_t* weights);
+  void upload_rounded_master(bf16_t* weights);
+  void upload_rounded_master(fp16_t* weights);
   template <class A>
-  void upload_rounded_master_as(UploadBytes upload, A* weights);
+  void upload_rounded_master_as(A* weights);
 
-  bool master_on_host_ = false;      // params in the host's memory, the layers on another device
-  Buffer<uint16_t> weight_staging_;  // then: one chunk of the rounded copy on its way up
+  bool master_on_host_ = false;  // params in the host's memory, the layers on another device
+  StagingQueue* staging_ = nullptr;
+  // Then: two chunks of the rounded copy on their way up (one rounded while the other uploads).
+  Buffer<uint16_t> weight_staging_;
 };
 
 // Elements of a host staging chunk on the way to or from a device (the 16-bit weight copy's upload

@@ -70,8 +70,9 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   add(master ? "fp32 parameters (host)" : "fp32 parameters", flat * f, master);
   add("buffers", m.buffer_elements * f);
   add("16-bit weights", m.weight_copy_bytes);
+  // Staging buffers hold two chunks: one on its way while the host works on the other.
   add("16-bit staging (host)",
-      master && off_cpu ? std::min(flat, kHostStagingElements) * sizeof(uint16_t) : 0, true);
+      master && off_cpu ? 2 * std::min(flat, kHostStagingElements) * sizeof(uint16_t) : 0, true);
   add("gradients", grads * f);
   // ZeRO's all-gather scratch (beside the parameters) and ZeRO 2's summed shard.
   add("ZeRO shard scratch",
@@ -84,7 +85,7 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   // Off the CPU the host's update stages a chunk of the gradients (and of the parameters).
   const size_t update_chunk = std::min(shard, kHostStagingElements) * f;
   add("update staging (host)",
-      opts.offload_optimizer && off_cpu ? (master ? 1 : 2) * update_chunk : 0, true);
+      opts.offload_optimizer && off_cpu ? 2 * (master ? 1 : 2) * update_chunk : 0, true);
   // Off the CPU, reductions through MPI pass through a host copy of the flat gradients (GradSync's
   // staging): over dp, ZeRO 2's segments at any dp (with its shard's sums), the tied embedding's
   // sum over the first and last stage.

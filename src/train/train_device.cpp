@@ -112,7 +112,9 @@ TrainDevice::TrainDevice(Device d, CommKind c)
       ops(step_backend(d)),
       layers(layer_ops<float>(d)),
       on_host(d == Device::cpu),
-      alloc(device_memory(d)) {}
+      alloc(device_memory(d)),
+      staging(d),
+      pinned_alloc(staging.pinned_allocator()) {}
 
 const DeviceCollectives* TrainDevice::open_dp_collectives([[maybe_unused]] comm::Group& dp) {
 #ifdef MPITRON_HAVE_NCCL

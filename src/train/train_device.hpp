@@ -13,6 +13,7 @@
 #include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
 #include "src/model/precision.hpp"
+#include "src/model/staging_queue.hpp"
 #include "src/model/tensor_parallel.hpp"
 #include "src/train/grad_sync.hpp"
 #include "src/train/step_backend.hpp"
@@ -75,6 +76,10 @@ struct TrainDevice {
   bool params_on_host = false;
   DeviceAllocator alloc;  // the device's memory: model, gradients, moments (peak in the trace)
   DeviceAllocator host_alloc{"cpu"};  // another device's host side: the data and file copies
+  // Off the CPU: the offloaded update's and the master weights' copies, overlapping the host's
+  // work, through staging buffers of pinned_alloc (page-locked on a GPU).
+  StagingQueue staging;
+  DeviceAllocator pinned_alloc;
   // Another device's parameters, buffers and moments pass through these on their way to and from
   // files (checkpoints, --init-from); unused on the CPU.
   Buffer<float> file_params, file_buffers, file_m, file_v;

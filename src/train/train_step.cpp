@@ -103,28 +103,42 @@ StepResult Trainer::train_step(int64_t s) {
     // the host's cores on the state in host memory. Off the host that update walks the shard a
     // staging chunk at a time: the chunk's gradients (and parameters, unless the master weights
     // live in host memory) down, the update, the parameters back up. Element-wise, so the bits
-    // do not depend on the chunks (whole 8-bit blocks).
+    // do not depend on the chunks (whole 8-bit blocks). Chunk k stages in half k % 2 of the
+    // staging buffers: chunk k + 1 comes down while the host updates chunk k, and the copy stream
+    // runs in order, so chunk k - 1's upload from that half precedes chunk k + 1's download.
     const bool staged = opts.offload_optimizer && !dev.on_host;
     const bool staged_params = staged && !opts.offload_master;
     const StepBackend& update = opts.offload_optimizer ? step_backend(Device::cpu) : dev.ops;
     float* const params = model->params.data();
     const float* const grads = sync->owned_grads();
-    const size_t chunk = staged ? offload_grads.size() : shard.size();
-    if (staged) progress.mark("the update on the host, a staging chunk at a time (--offload)");
+    const size_t chunk = staged ? offload_grads.size() / 2 : shard.size();
+    uint64_t downloaded[2] = {0, 0};
+    auto download_chunk = [&](size_t b) {  // chunk [b, b + chunk) of the shard into its half
+      const size_t n = std::min(shard.end, b + chunk) - b, half = (b - shard.begin) / chunk % 2;
+      downloaded[half] = dev.staging.download(offload_grads.data() + half * chunk,
+                                              grads + (b - shard.begin), n * sizeof(float));
+      if (staged_params)
+        downloaded[half] = dev.staging.download(offload_params.data() + half * chunk, params + b,
+                                                n * sizeof(float));
+    };
+    if (staged && shard.size() > 0) {
+      progress.mark("the update on the host, a staging chunk at a time (--offload)");
+      download_chunk(shard.begin);
+    }
     for (size_t b = shard.begin; b < shard.end; b += chunk) {
-      const size_t e = std::min(shard.end, b + chunk);
+      const size_t e = std::min(shard.end, b + chunk), half = (b - shard.begin) / chunk % 2;
       float* p = params;
       size_t p_offset = 0;
       const float* g = grads;
       size_t g_offset = shard.begin;
       if (staged) {
-        dev.ops.download(offload_grads.data(), grads + (b - shard.begin), e - b);
-        g = offload_grads.data();
+        if (e < shard.end) download_chunk(e);
+        dev.staging.wait(downloaded[half]);
+        g = offload_grads.data() + half * chunk;
         g_offset = b;
       }
       if (staged_params) {
-        dev.ops.download(offload_params.data(), params + b, e - b);
-        p = offload_params.data();
+        p = offload_params.data() + half * chunk;
         p_offset = b;
       }
       if (opts.optimizer == Optimizer::adamw8bit)
@@ -137,9 +151,9 @@ StepResult Trainer::train_step(int64_t s) {
         update.adamw_update(adamw_tensors,
                             {b, e, p, p_offset, g, g_offset, m.data(), v.data(), shard.begin}, acfg,
                             lr, grad_scale, s);
-      // From pageable host memory the copy has taken the chunk when upload returns.
-      if (staged_params) dev.ops.upload(params + b, p, e - b);
+      if (staged_params) dev.staging.upload(params + b, p, (e - b) * sizeof(float));
     }
+    if (staged_params) dev.staging.wait_all();  // the next forward reads the parameters
     progress.mark("the parameter all-gather (dp)");
     sync->gather_params(model->params.data());
     model->parameters_changed();

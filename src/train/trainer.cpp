@@ -128,9 +128,10 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
   }
   if (opts.offload_optimizer && !dev.on_host) {
     static_assert(kHostStagingElements % kAdamW8bitBlock == 0);
+    // Two chunks each: one downloaded while the host updates the other (train_step).
     const size_t chunk = std::min(shard.size(), kHostStagingElements);
-    offload_grads = Buffer<float>(dev.host_alloc, chunk);
-    if (!opts.offload_master) offload_params = Buffer<float>(dev.host_alloc, chunk);
+    offload_grads = Buffer<float>(dev.pinned_alloc, 2 * chunk);
+    if (!opts.offload_master) offload_params = Buffer<float>(dev.pinned_alloc, 2 * chunk);
   }
   adamw_tensors = mpitron::adamw_tensors(model->registry);
   dev.allocate_file_copies(*model, shard.size());
@@ -198,7 +199,11 @@ void Trainer::setup() {
   how.alloc = &dev.alloc;
   how.layers = &dev.layers;
   dev.params_on_host = opts.offload_master;
-  if (opts.offload_master) how.master_alloc = &dev.host_alloc;
+  if (opts.offload_master) {
+    how.master_alloc = &dev.host_alloc;
+    how.staging = &dev.staging;
+    how.staging_alloc = &dev.pinned_alloc;
+  }
   dev.alloc.rank = grid.rank;
   dev.alloc.limit_bytes = opts.max_device_memory;
   if (can_plan_memory(opts)) {

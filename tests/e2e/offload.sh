@@ -37,7 +37,9 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 2 --device cpu-staged
   --offload optimizer --out staged_zero2_offload >/dev/null
 same cpu_zero2 staged_zero2_offload "cpu-staged dp 2 --zero 2 --offload optimizer differs"
 
-# Wide enough (5.4M parameters) that the 16-bit copy goes up in two staging chunks.
+# Wide enough (5.4M parameters) that the update and the 16-bit copy's upload take several staging
+# chunks, in two alternating halves (on cpu-staged a staged copy runs only when waited for, so a
+# missing wait changes the bits here).
 wide=("${common[@]}" --steps 4 --eval-every 2 --precision bf16 --set model.n_embd=384
   --set model.n_layer=3)
 "$MPITRON" train "${wide[@]}" --out wide_cpu >/dev/null
