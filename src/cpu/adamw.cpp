@@ -1,6 +1,8 @@
 #include "src/cpu/adamw.hpp"
 
+#include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -133,7 +135,8 @@ FloatMidpoints float_midpoints(const Midpoints& mid) {
 }
 
 // quantize_nearest of value / absmax for a block's values: a branch-free binary search over the
-// midpoints, each step over the whole block so that it vectorizes (gathers).
+// midpoints, each step over the whole block so that it vectorizes (gathers). The simple path
+// quantize_block_by_buckets replaced (tests compare the two).
 void quantize_block_by(const FloatMidpoints& mid, const float* value, float absmax, uint8_t* code) {
   float x[B];
   int32_t i[B];
@@ -142,6 +145,80 @@ void quantize_block_by(const FloatMidpoints& mid, const float* value, float absm
     for (size_t j = 0; j < B; ++j) i[j] += mid[size_t(i[j] + half - 1)] < x[j] ? half : 0;
   for (size_t j = 0; j < B; ++j) code[j] = uint8_t(i[j] + (mid[size_t(i[j])] < x[j]));
 }
+
+// The code of a float x without a search: x's sign, exponent and top 7 mantissa bits name a bucket
+// of floats, and no bucket holds two midpoints (checked when built), so the code is the number of
+// midpoints below the bucket's first float, plus one where the bucket's midpoint is below x.
+// Magnitudes are clamped to [2^-24, 2): |value / absmax| <= 1, and no midpoint lies in the clamped
+// range below (checked), so a smaller magnitude has the code of 2^-24 with its sign. NaN gets code
+// 0, as in the search (no midpoint is below it).
+struct QuantizationBuckets {
+  static constexpr uint32_t kLowest = 103u << 23, kHighest = (128u << 23) - 1;  // 2^-24, 2^1 - ulp
+  static constexpr uint32_t kShift = 16, kFirst = kLowest >> kShift;
+  static constexpr uint32_t kPerSign = (kHighest >> kShift) - kFirst + 1;
+  FloatMidpoints mid;
+  std::array<int32_t, 2 * kPerSign> below;  // midpoints below the bucket's first float
+
+  explicit QuantizationBuckets(const FloatMidpoints& m) : mid(m) {
+    auto count_below = [&](float x) {
+      return int32_t(std::count_if(mid.begin(), mid.end(), [&](float q) { return q < x; }));
+    };
+    for (uint32_t sign = 0; sign < 2; ++sign)
+      for (uint32_t k = 0; k < kPerSign; ++k) {
+        const uint32_t first = ((k + kFirst) << kShift) | (sign << 31),
+                       last = first | ((1u << kShift) - 1);
+        const float a = std::bit_cast<float>(first), z = std::bit_cast<float>(last);
+        const int32_t lo = count_below(sign ? z : a), hi = count_below(sign ? a : z);
+        // hi counts the midpoints below the bucket's greatest float; one more code at most.
+        MPITRON_REQUIRE(hi - lo <= 1, "a quantization bucket holds at most one midpoint");
+        below[sign * kPerSign + k] = lo;
+      }
+    const float tiny = std::bit_cast<float>(kLowest);
+    MPITRON_REQUIRE(
+        count_below(tiny) == count_below(0.0f) && count_below(-tiny) == count_below(-0.0f),
+        "no midpoint between 0 and the smallest bucket");
+  }
+};
+
+void quantize_block_by_buckets(const QuantizationBuckets& q, const float* value, float absmax,
+                               uint8_t* code) {
+  using Q = QuantizationBuckets;
+  float x[B];
+  uint32_t u[B];
+  int32_t base[B], c[B];
+  // Loops apart, each gather by a local index array into 32-bit lanes: GCC vectorizes these.
+  for (size_t j = 0; j < B; ++j) x[j] = value[j] / absmax, u[j] = std::bit_cast<uint32_t>(x[j]);
+  for (size_t j = 0; j < B; ++j) {
+    const uint32_t bits = u[j] & 0x7fffffffu;
+    const uint32_t magnitude = std::min(std::max(bits, Q::kLowest), Q::kHighest);
+    const int32_t below =
+        q.below[size_t((u[j] >> 31) * Q::kPerSign + (magnitude >> Q::kShift) - Q::kFirst)];
+    base[j] = bits > 0x7f800000u ? 0 : below;  // NaN: 0, and no midpoint is below it
+  }
+  const float* mid = q.mid.data();
+  for (size_t j = 0; j < B; ++j) c[j] = base[j] + (mid[size_t(base[j])] < x[j]);
+  for (size_t j = 0; j < B; ++j) code[j] = uint8_t(c[j]);
+}
+
+// max |value[j]| over a block, NaN skipped, 0 if all are (as std::max from 0 gives). Eigen's
+// vectorized max over the numbers: a max is exact, so its order gives the same float.
+float block_absmax(const float* value) {
+  const float absmax =
+      Eigen::Map<const Eigen::Array<float, B, 1>>(value).abs().maxCoeff<Eigen::PropagateNumbers>();
+  return std::max(0.0f, absmax);  // all NaN: NaN, and max(0, NaN) is 0
+}
+
+// value[j] = map[code[j]] x absmax for a block. Through 32-bit lanes and unaliased pointers, so
+// that GCC gathers.
+void dequantize_block(const float* __restrict map, const uint8_t* __restrict code, float absmax,
+                      float* __restrict value) {
+  int32_t index[B];
+  for (size_t j = 0; j < B; ++j) index[j] = code[j];
+  for (size_t j = 0; j < B; ++j) value[j] = map[index[j]] * absmax;
+}
+
+// The two dynamic maps' tables, built at first use (the maps' own addresses tell them apart).
+const QuantizationBuckets& buckets_of(const QuantizationMap& map);
 
 }  // namespace
 
@@ -163,6 +240,11 @@ AdamWStep::AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
       lr_decay(float(lr * cfg.weight_decay)) {}
 
 void quantize_block(const QuantizationMap& map, const float* value, float absmax, uint8_t* code) {
+  quantize_block_by_buckets(buckets_of(map), value, absmax, code);
+}
+
+void quantize_block_reference(const QuantizationMap& map, const float* value, float absmax,
+                              uint8_t* code) {
   quantize_block_by(float_midpoints(quantization_midpoints(map)), value, absmax, code);
 }
 
@@ -175,6 +257,17 @@ const QuantizationMap& unsigned_dynamic_map() {
   static const QuantizationMap map = dynamic_map(false);
   return map;
 }
+
+namespace {
+const QuantizationBuckets& buckets_of(const QuantizationMap& map) {
+  static const QuantizationBuckets m(float_midpoints(quantization_midpoints(signed_dynamic_map())));
+  static const QuantizationBuckets v(
+      float_midpoints(quantization_midpoints(unsigned_dynamic_map())));
+  MPITRON_REQUIRE(&map == &signed_dynamic_map() || &map == &unsigned_dynamic_map(),
+                  "8-bit AdamW quantizes to its two dynamic maps");
+  return &map == &signed_dynamic_map() ? m : v;
+}
+}  // namespace
 
 uint8_t quantize_nearest(const QuantizationMap& map, float x) {
   // Branch-free lower bound: every value below index i is below x.
@@ -199,8 +292,7 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
   const float keep_decayed = 1.0f - c.lr_decay;
   const QuantizationMap& m_map = signed_dynamic_map();
   const QuantizationMap& v_map = unsigned_dynamic_map();
-  static const FloatMidpoints m_mid = float_midpoints(quantization_midpoints(m_map)),
-                              v_mid = float_midpoints(quantization_midpoints(v_map));
+  const QuantizationBuckets &m_buckets = buckets_of(m_map), &v_buckets = buckets_of(v_map);
   const uint8_t m_zero = quantize_nearest(m_map, 0.0f), v_zero = quantize_nearest(v_map, 0.0f);
   const long blocks = long((r.end - r.begin) / B);
 #pragma omp parallel for schedule(static)
@@ -210,10 +302,8 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
     uint8_t* m_codes = r.m_codes + s;
     uint8_t* v_codes = r.v_codes + s;
     float m[B], v[B];
-    for (size_t j = 0; j < B; ++j) {
-      m[j] = m_map[m_codes[j]] * r.m_absmax[k];
-      v[j] = v_map[v_codes[j]] * r.v_absmax[k];
-    }
+    dequantize_block(m_map.data(), m_codes, r.m_absmax[k], m);
+    dequantize_block(v_map.data(), v_codes, r.v_absmax[k], v);
     // The tensors overlapping the block, from the last one that starts at or before it.
     auto p = std::upper_bound(tensors.begin(), tensors.end(), first,
                               [](size_t f, const AdamWTensor& q) { return f < q.offset; });
@@ -228,19 +318,15 @@ void adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange
       const size_t j = begin - first;
       adamw_span(c, keep, w, g, m + j, v + j, end - begin, grad_scale);
     }
-    float m_absmax = 0.0f, v_absmax = 0.0f;
-    for (size_t j = 0; j < B; ++j) {
-      m_absmax = std::max(m_absmax, std::fabs(m[j]));
-      v_absmax = std::max(v_absmax, std::fabs(v[j]));
-    }
+    const float m_absmax = block_absmax(m), v_absmax = block_absmax(v);
     r.m_absmax[k] = m_absmax;
     r.v_absmax[k] = v_absmax;
     if (m_absmax > 0.0f)
-      quantize_block_by(m_mid, m, m_absmax, m_codes);
+      quantize_block_by_buckets(m_buckets, m, m_absmax, m_codes);
     else
       std::fill_n(m_codes, B, m_zero);
     if (v_absmax > 0.0f)
-      quantize_block_by(v_mid, v, v_absmax, v_codes);
+      quantize_block_by_buckets(v_buckets, v, v_absmax, v_codes);
     else
       std::fill_n(v_codes, B, v_zero);
   }

@@ -48,8 +48,12 @@ using Midpoints = std::array<double, 256>;
 Midpoints quantization_midpoints(const QuantizationMap& map);
 
 // quantize_nearest(map, value[j] / absmax) for the kAdamW8bitBlock values of a block (absmax >
-// 0), as adamw8bit_update requantizes: a binary search over the midpoints rounded down to float.
+// 0), as adamw8bit_update requantizes: the midpoints below the float's bucket (its sign, exponent
+// and top mantissa bits) from a table, then one comparison with the midpoint rounded down to float.
 void quantize_block(const QuantizationMap& map, const float* value, float absmax, uint8_t* code);
+// The simple path it replaced: a binary search over the midpoints rounded down to float.
+void quantize_block_reference(const QuantizationMap& map, const float* value, float absmax,
+                              uint8_t* code);
 
 // Blockwise 8-bit AdamW: per block, the moments dequantized (code value x block absmax), then
 // adamw_update's arithmetic element for element, then each moment requantized to its

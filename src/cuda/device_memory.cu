@@ -126,15 +126,10 @@ struct CopyStream {
 };
 
 CopyStream* copy_stream_open() {
-  auto* s = new CopyStream;
-  try {
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&s->compute, cudaEventDisableTiming));
-    for (cudaEvent_t& e : s->done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  } catch (...) {
-    copy_stream_close(s);
-    throw;
-  }
+  auto* s = new CopyStream;  // CUDA_CHECK stops the process on a failure
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&s->compute, cudaEventDisableTiming));
+  for (cudaEvent_t& e : s->done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return s;
 }
 

@@ -21,6 +21,7 @@ void Model::allocate_tensors(const ModelBuild& how) {
   buffers = Buffer<float>(*how.alloc, registry.buffer_size());
   if (master_on_host_) {
     staging_ = how.staging;
+    AllocationPurpose purpose(*how.staging_alloc, "the 16-bit copy's upload staging");
     weight_staging_ =
         Buffer<uint16_t>(*how.staging_alloc, 2 * std::min(flat_size, kHostStagingElements));
   }

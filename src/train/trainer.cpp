@@ -130,6 +130,7 @@ void Trainer::allocate_step_state(const GradSyncOptions& sync_options) {
     static_assert(kHostStagingElements % kAdamW8bitBlock == 0);
     // Two chunks each: one downloaded while the host updates the other (train_step).
     const size_t chunk = std::min(shard.size(), kHostStagingElements);
+    AllocationPurpose staging(dev.pinned_alloc, "the offloaded update's staging");
     offload_grads = Buffer<float>(dev.pinned_alloc, 2 * chunk);
     if (!opts.offload_master) offload_params = Buffer<float>(dev.pinned_alloc, 2 * chunk);
   }
@@ -205,6 +206,7 @@ void Trainer::setup() {
     how.staging_alloc = &dev.pinned_alloc;
   }
   dev.alloc.rank = grid.rank;
+  dev.pinned_alloc.rank = grid.rank;
   dev.alloc.limit_bytes = opts.max_device_memory;
   if (can_plan_memory(opts)) {
     const StageMemoryPlan plan = plan_stage_memory(opts, stage);

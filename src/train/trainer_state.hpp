@@ -80,9 +80,9 @@ struct Trainer {
   int64_t loss_terms = 0;             // loss terms of a global batch (tokens, or samples)
   ShardRange shard;
   Buffer<float> m, v;  // AdamW moments of the shard (empty with --optimizer adamw8bit)
-  // --offload optimizer off the host: one staging chunk of the gradient and parameter shard, the
-  // host's update walking the shard a chunk at a time (no parameter chunk with the master weights
-  // in host memory).
+  // --offload optimizer off the host: two staging chunks (pinned) of the gradient and parameter
+  // shard, the host's update walking the shard a chunk at a time while the next comes down (no
+  // parameter chunks with the master weights in host memory).
   Buffer<float> offload_grads, offload_params;
   // --optimizer adamw8bit: the shard's moments as codes (per element) and absmax (per block).
   struct AdamW8bitState {
