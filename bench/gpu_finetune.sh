@@ -175,6 +175,9 @@ print(f"{d['preset']:<22} {d['flags']:<50} {d['micro_batch_rows']:>5} "
       f"{d['outside_fwd_bwd_s']:>8.3f}")
 if not d["loss_falls"]:
     print(f"  {d['preset']}: the loss did not fall on its fixed batch")
+if "ratio" not in d:
+    print(f"  {d['preset']}: plain forward and backward (no recompute) fits the cap at no "
+          "micro-batch count, or its run failed: no reference for the ratio")
 EOF
 done
 echo "results: $results"

@@ -104,15 +104,11 @@ print(*(model[k] for k in ("n_layer", "n_embd", "vocab_size", "block_size")))
 EOF
 )
 
-if "$mpitron" train --help 2>&1 | grep -q -- "--precision"; then
-  mflags=(--precision "$precision") mprec=$precision
-else
-  mflags=() mprec=fp32
-fi
+mflags=(--precision "$precision") mprec=$precision
 
 echo "$(head -n 1 <<<"$devices"); torch $("$python" -c 'import torch; print(torch.__version__)')"
 echo "gpt2-124m, seq $seq, $rounds rounds of $steps timed steps after $warmup warm-up;" \
-  "torch $precision, mpitron $mprec${mflags[*]:+ (--precision)}; out $out"
+  "torch $precision, mpitron $mprec; out $out"
 
 if [[ $peak == matmul ]]; then
   if ! line=$("$python" "$here/torch_gpu_gpt2.py" --peak-from-matmul --steps 0 \
@@ -261,8 +257,6 @@ print("TFLOP/s: model FLOPs 6*(params-wpe)*B*T + 6*L*B*T^2*C (matrix products, c
 print(f"MFU against {float(peak):g} TFLOP/s for every row: {peak_from}")
 print("peak mem: torch.cuda.max_memory_allocated; mpitron: its allocator's peak "
       "(trace/peak_mem_bytes)")
-if mprec != tprec:
-    print(f"mpitron ran {mprec}: its train lists no --precision yet")
 for e in errors:
     print(e)
 EOF

@@ -227,7 +227,7 @@ class Bert(nn.Module):
                ) -> torch.Tensor:
         """The encoder's output (B, T, C)."""
         T = ids.shape[1]
-        key_valid = torch.arange(T)[None, :] < lengths[:, None]
+        key_valid = torch.arange(T, device=ids.device)[None, :] < lengths[:, None]
         h = self.embeddings(ids, types)
         for layer in self.encoder.layer:
             h = layer(h, key_valid)

@@ -21,6 +21,9 @@
 #ifdef MPITRON_HAVE_NCCL
 #include <nccl.h>
 #endif
+#ifdef MPITRON_HAVE_CUDNN
+#include <cudnn_version.h>
+#endif
 #ifdef MPITRON_HAVE_CUDA
 #include "src/cuda/device_query.hpp"
 #endif
@@ -156,6 +159,12 @@ int cmd_devices() {
                nccl_version % 100);
 #else
   fmt::print("nccl: not in this build\n");
+#endif
+#ifdef MPITRON_HAVE_CUDNN
+  fmt::print("cudnn: {}.{}.{} (the CNNs' convolutions; opened at first use)\n", CUDNN_MAJOR,
+             CUDNN_MINOR, CUDNN_PATCHLEVEL);
+#else
+  fmt::print("cudnn: not in this build (the CNNs train on the cpu only)\n");
 #endif
 #else
   fmt::print("built without CUDA (MPITRON_CUDA=OFF or no nvcc)\n");

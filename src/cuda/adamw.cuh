@@ -11,7 +11,8 @@
 
 namespace mpitron::cuda {
 
-// cpu::adamw_update's math, operation for operation (no FMA contraction), over every parameter
+// cpu::adamw_update_reference's math (the unfolded form), operation for operation (no FMA
+// contraction; cpu::adamw_update's folded form agrees to a few ulps), over every parameter
 // overlapping [r.begin, r.end) in one launch (up to 160 parameters a launch, each with its own
 // decay; elementwise, so the bits are the per-tensor launches'); asynchronous on s. fp32 master
 // weights and moments. Mixed precision: with r.weights set, r.weight_type (bf16 or f16) receives

@@ -24,6 +24,7 @@ void host_copy(float* dst, const float* src, size_t n) {
 void host_fill_bytes(uint8_t* p, uint8_t value, size_t n) {
   std::fill_n(p, n, value);
 }
+void host_synchronize() {}
 }  // namespace
 
 #ifdef MPITRON_HAVE_CUDA
@@ -37,6 +38,9 @@ void cuda_copy(float* dst, const float* src, size_t n) {
 }
 void cuda_fill_bytes(uint8_t* p, uint8_t value, size_t n) {
   CUDA_CHECK(cudaMemsetAsync(p, value, n, cudaStreamPerThread));
+}
+void cuda_synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 double cuda_sum_of_squares(const float* g, size_t n) {
   return cuda::sum_of_squares(g, n, cudaStreamPerThread);
@@ -82,18 +86,42 @@ std::vector<AdamWTensor> adamw_tensors(const ParamRegistry& reg) {
 }
 
 const StepBackend& step_backend(Device device) {
-  static constexpr StepBackend cpu_backend{
-      Device::cpu,           cpu::zero, cpu::copy, cpu::sum_of_squares, cpu::adamw_update,
-      cpu::adamw8bit_update, host_copy, host_copy, host_fill_bytes,     false};
-  static constexpr StepBackend cpu_staged_backend{
-      Device::cpu_staged,    cpu::zero, cpu::copy, cpu::sum_of_squares, cpu::adamw_update,
-      cpu::adamw8bit_update, host_copy, host_copy, host_fill_bytes,     true};
+  static constexpr StepBackend cpu_backend{Device::cpu,
+                                           cpu::zero,
+                                           cpu::copy,
+                                           cpu::sum_of_squares,
+                                           cpu::adamw_update,
+                                           cpu::adamw8bit_update,
+                                           host_copy,
+                                           host_copy,
+                                           host_fill_bytes,
+                                           host_synchronize,
+                                           false};
+  static constexpr StepBackend cpu_staged_backend{Device::cpu_staged,
+                                                  cpu::zero,
+                                                  cpu::copy,
+                                                  cpu::sum_of_squares,
+                                                  cpu::adamw_update,
+                                                  cpu::adamw8bit_update,
+                                                  host_copy,
+                                                  host_copy,
+                                                  host_fill_bytes,
+                                                  host_synchronize,
+                                                  true};
   if (device == Device::cpu) return cpu_backend;
   if (device == Device::cpu_staged) return cpu_staged_backend;
 #ifdef MPITRON_HAVE_CUDA
-  static constexpr StepBackend cuda_backend{
-      Device::cuda,          cuda_zero,    cuda_copy,      cuda_sum_of_squares, cuda_adamw_update,
-      cuda_adamw8bit_update, cuda::upload, cuda::download, cuda_fill_bytes,     true};
+  static constexpr StepBackend cuda_backend{Device::cuda,
+                                            cuda_zero,
+                                            cuda_copy,
+                                            cuda_sum_of_squares,
+                                            cuda_adamw_update,
+                                            cuda_adamw8bit_update,
+                                            cuda::upload,
+                                            cuda::download,
+                                            cuda_fill_bytes,
+                                            cuda_synchronize,
+                                            true};
   if (device == Device::cuda) return cuda_backend;
   throw UsageError(fmt::format("--device {}: not a device (cpu or cuda)", device_name(device)));
 #else

@@ -31,6 +31,9 @@ struct StepBackend {
   void (*download)(float* host_dst, const float* src, size_t n);
   // Every byte of [p, p + n) set to value (8-bit AdamW's codes of 0).
   void (*fill_bytes)(uint8_t* p, uint8_t value, size_t n);
+  // Returns when the work queued so far has run (a GPU's kernels return at launch): the pipeline's
+  // busy time is the device's, not the launches'.
+  void (*synchronize)();
   // The device's memory is not the host's: gradients and parameters pass through host copies
   // around every collective (GradSync).
   bool staged;

@@ -45,12 +45,14 @@ pipeline::StageWork Trainer::stage_work() {
     const double loss = model->forward(b);
     if (walk.correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
       *walk.correct += model->count_correct(b);
+    dev.ops.synchronize();  // the busy time (the executor's clock) is the device's
     return loss;
   };
   w.backward = [this](int mb, int chunk, int slot) {
     progress.mark("a backward, or waiting for a neighbour stage's message (pp)");
     model->backward(micro_batch_of(mb, chunk, slot), walk.dloss,
                     sync->hook(mb == tc.micro_batches - 1));
+    dev.ops.synchronize();
   };
   w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
   w.rows = [this](int mb) { return int(micro_batch_rows(mb).count); };

@@ -70,7 +70,8 @@ for layout in "--pp 2 --micro-batches 4" "--tp 2"; do
   "$MPITRON" compare cpu_smooth/trace.h5 "gpu_bf16_$name/trace.h5" --rtol 0.02 ||
     fail "the GPU's bf16 at $layout left the CPU's fp32 losses by over 2%"
 done
-"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision fp16 \
+# A 20-step warm-up, as precision.sh's: over gpt-tiny's 50 the scale overflows once more mid-run.
+"$MPITRON" train "${common[@]}" "${smooth[@]}" --device cuda --precision fp16 --warmup-steps 20 \
   --set train.loss_scale=4294967296 --out gpu_overflow >/dev/null
 "$PYTHON" - <<'PY'
 import math
@@ -215,6 +216,11 @@ fi
 # within 1e-5 of the GPU's one-rank run. On Fashion-MNIST where it is installed, else on random
 # images in its format (the GPU machines need not have the data package).
 images=$fmnist
+cnn_families=(alexnet resnet)
+if grep -q "^cudnn: not in this build" devices.txt; then
+  echo "note: this build has no cuDNN: the AlexNet and ResNet part did not run"
+  cnn_families=()
+fi
 if [[ ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   images=synthetic_images
   mkdir -p "$images"
@@ -230,9 +236,13 @@ for split, n in (("train", 512), ("t10k", 128)):
         f.write(struct.pack(">II", 0x801, n) + labels)
 PY
 fi
-for fam in alexnet resnet; do
+# ResNet at lr 1e-4, as its CPU equivalence rows (cnn_baseline.sh): at the preset's 2e-3 its
+# ReLU-BN layers amplify the round-off of another summation order within 10 steps (dp 2 against
+# one rank on the CPU: 1.1e-3 apart at 2e-3, 1.1e-6 at 1e-4), which says nothing about the device.
+for fam in "${cnn_families[@]}"; do
   cnn=(--config "$REPO/configs/$fam-fmnist.toml" --data "$images" --steps 10 --batch-size 16
     --log-every 5 --eval-every 5 --eval-batches 2)
+  [[ $fam != resnet ]] || cnn+=(--lr 1e-4)
   "$MPITRON" train "${cnn[@]}" --device cpu --out "${fam}_cpu" >/dev/null
   "$MPITRON" train "${cnn[@]}" --device cuda --out "${fam}_gpu" | tee "${fam}_gpu.log"
   "$MPITRON" compare "${fam}_cpu/trace.h5" "${fam}_gpu/trace.h5" --rtol 1e-4 ||
