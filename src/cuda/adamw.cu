@@ -1,5 +1,6 @@
-// cpu::adamw_update's CUDA twin (contracts: src/cuda/adamw.cuh): the same operation order, every
-// operation correctly rounded, many tensors a launch.
+// cpu::adamw_update's CUDA twin (contracts: src/cuda/adamw.cuh): cpu::adamw_update_reference's
+// operation order (the unfolded form), every operation correctly rounded, many tensors a launch;
+// the 8-bit update below follows cpu::adamw8bit_update's folded form, bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -15,7 +16,8 @@ namespace mpitron::cuda {
 
 namespace {
 
-// The float scalars of one AdamW step, computed on the host exactly as cpu::adamw_update does.
+// The float scalars of one AdamW step, computed on the host exactly as
+// cpu::adamw_update_reference does.
 struct AdamWScalars {
   float b1, b2, one_minus_b1, one_minus_b2, eps, bc1, bc2, lr, decay, grad_scale;
 };
@@ -31,9 +33,9 @@ __device__ inline void store_rounded(__half* out, size_t i, float x) {
   out[i] = __float2half(x);  // round to nearest even
 }
 
-// cpu::adamw_update's loop body with every operation written as its own correctly rounded
-// intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the rounding, so
-// this is the CPU formula in the CPU order, operation for operation.
+// cpu::adamw_update_reference's loop body with every operation written as its own correctly
+// rounded intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the
+// rounding, so this is that CPU formula in its order, operation for operation.
 template <class W>
 __device__ __forceinline__ void adamw_element(float* __restrict__ w, const float* __restrict__ g,
                                               float* __restrict__ m, float* __restrict__ v,
