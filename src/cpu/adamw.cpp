@@ -148,7 +148,7 @@ void quantize_block_by(const FloatMidpoints& mid, const float* value, float absm
 
 // The code of a float x without a search: x's sign, exponent and top 7 mantissa bits name a bucket
 // of floats, and no bucket holds two midpoints (checked when built), so the code is the number of
-// midpoints below the bucket's first float, plus one where the bucket's midpoint is below x.
+// midpoints below the bucket's least float, plus one where the bucket's midpoint is below x.
 // Magnitudes are clamped to [2^-24, 2): |value / absmax| <= 1, and no midpoint lies in the clamped
 // range below (checked), so a smaller magnitude has the code of 2^-24 with its sign. NaN gets code
 // 0, as in the search (no midpoint is below it).
@@ -157,7 +157,7 @@ struct QuantizationBuckets {
   static constexpr uint32_t kShift = 16, kFirst = kLowest >> kShift;
   static constexpr uint32_t kPerSign = (kHighest >> kShift) - kFirst + 1;
   FloatMidpoints mid;
-  std::array<int32_t, 2 * kPerSign> below;  // midpoints below the bucket's first float
+  std::array<int32_t, 2 * kPerSign> below;  // midpoints below the bucket's least float
 
   explicit QuantizationBuckets(const FloatMidpoints& m) : mid(m) {
     auto count_below = [&](float x) {
