@@ -117,3 +117,17 @@ expect_error() {
   fi
   echo "ok ($rc): $(grep '^error' err.txt)"
 }
+
+# Exits 77 (CTest's skip), saying why, unless this build has CUDA and the machine a GPU; leaves
+# `mpitron devices`'s lines in devices.txt.
+require_gpu() {
+  "$MPITRON" devices >devices.txt 2>&1 || true
+  if grep -q "built without CUDA" devices.txt; then
+    echo "SKIP: this build has no CUDA backend"
+    exit 77
+  fi
+  if ! grep -q "^cuda:0 " devices.txt; then
+    echo "SKIP: no GPU on this machine ($(head -1 devices.txt))"
+    exit 77
+  fi
+}
