@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "layers/cuda/attention_mma.cuh"
 #include "src/cuda/device_memory.cuh"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
@@ -72,13 +73,24 @@ GptRun run_gpt(DType precision, bool on_gpu) {
                                  on_gpu ? cuda_layer_ops<float>() : cpu_layer_ops());
 }
 
+// Through the attention the GPU runs (the tensor-core kernels, which round the probabilities and
+// their gradients to the format inside) and through the reference kernels (which round only the
+// outputs, as the CPU's 16-bit table does); both within the bound, each printed, so a failure says
+// which.
 void check_gpt(DType precision, double u) {
-  const GptRun gpu = run_gpt(precision, true), cpu = run_gpt(precision, false);
-  const double e = relative_l2(gpu.grads, cpu.grads);
-  std::printf("%s: loss gpu %.7f cpu %.7f; gradient relative L2 %.2e\n", precision_name(precision),
-              gpu.loss, cpu.loss, e);
-  EXPECT_NEAR(gpu.loss, cpu.loss, u * cpu.loss);
-  EXPECT_LT(e, 8 * u);
+  const GptRun cpu = run_gpt(precision, false);
+  for (const bool reference : {false, true}) {
+    const bool before = cuda::detail::reference_attention_forced();
+    cuda::detail::force_reference_attention(reference);
+    const GptRun gpu = run_gpt(precision, true);
+    cuda::detail::force_reference_attention(before);
+    const double e = relative_l2(gpu.grads, cpu.grads);
+    std::printf("%s, %s attention: loss gpu %.7f cpu %.7f; gradient relative L2 %.2e\n",
+                precision_name(precision), reference ? "reference" : "tensor-core", gpu.loss,
+                cpu.loss, e);
+    EXPECT_NEAR(gpu.loss, cpu.loss, u * cpu.loss) << (reference ? "reference" : "tensor-core");
+    EXPECT_LT(e, 8 * u) << (reference ? "reference" : "tensor-core") << " attention";
+  }
 }
 
 // The CNNs on the GPU in 16 bits against the CPU's 16-bit tables (cuDNN's sums in another order,
