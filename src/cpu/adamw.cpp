@@ -229,16 +229,6 @@ Midpoints quantization_midpoints(const QuantizationMap& map) {
   return mid;
 }
 
-AdamWStep::AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
-    : b1(float(cfg.beta1)),
-      b2(float(cfg.beta2)),
-      one_minus_b1(1.0f - b1),
-      one_minus_b2(1.0f - b2),
-      step_size(float(lr / (1.0 - std::pow(cfg.beta1, double(t))))),
-      inv_sqrt_bc2(float(1.0 / std::sqrt(1.0 - std::pow(cfg.beta2, double(t))))),
-      eps(float(cfg.eps)),
-      lr_decay(float(lr * cfg.weight_decay)) {}
-
 void quantize_block(const QuantizationMap& map, const float* value, float absmax, uint8_t* code) {
   quantize_block_by_buckets(buckets_of(map), value, absmax, code);
 }

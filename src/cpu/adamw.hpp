@@ -9,13 +9,7 @@
 
 namespace mpitron::cpu {
 
-// One step's float constants, PyTorch's folded form: w (1 - lr decay) - step_size m /
-// (sqrt(v) inv_sqrt_bc2 + eps), computed in double and rounded once (the CUDA twins take them as
-// they are, so that both round alike).
-struct AdamWStep {
-  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, lr_decay;
-  AdamWStep(const AdamWConfig& cfg, double lr, int64_t t);
-};
+using mpitron::AdamWStep;  // the step's folded constants (src/train/adamw.hpp)
 
 // grad_scale multiplies every gradient (clipping; loss-scale removal later). t is 1-based. Each
 // tensor overlapping [r.begin, r.end) decays where it says so. fp32 only (r.weights must be
@@ -26,8 +20,8 @@ void adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r, con
                   double lr, float grad_scale, int64_t t);
 
 // The simple path adamw_update replaced, serial: bias corrections divided out element by element,
-// m_hat / (sqrt(v_hat) + eps) + decay w. The CUDA twin (src/cuda/adamw.cuh) rounds as this does,
-// operation for operation; adamw_update agrees with it to a few ulps (tests/test_adamw.cpp).
+// m_hat / (sqrt(v_hat) + eps) + decay w; adamw_update agrees with it to a few ulps
+// (tests/test_adamw.cpp). The CUDA twin (src/cuda/adamw.cuh) rounds as adamw_update does.
 void adamw_update_reference(std::span<const AdamWTensor> tensors, const AdamWRange& r,
                             const AdamWConfig& cfg, double lr, float grad_scale, int64_t t);
 

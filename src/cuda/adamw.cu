@@ -1,6 +1,6 @@
-// cpu::adamw_update's CUDA twin (contracts: src/cuda/adamw.cuh): cpu::adamw_update_reference's
-// operation order (the unfolded form), every operation correctly rounded, many tensors a launch;
-// the 8-bit update below follows cpu::adamw8bit_update's folded form, bit for bit.
+// cpu::adamw_update's CUDA twin (contracts: src/cuda/adamw.cuh): its folded form in its operation
+// order, every operation correctly rounded, many tensors a launch; the 8-bit update below follows
+// cpu::adamw8bit_update the same way.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,10 +16,11 @@ namespace mpitron::cuda {
 
 namespace {
 
-// The float scalars of one AdamW step, computed on the host exactly as
-// cpu::adamw_update_reference does.
+// The float scalars of one AdamW step: AdamWStep's (the CPU's), keep = 1 - lr decay for decayed
+// tensors (1 for the others: per tensor in the multi-tensor launch).
 struct AdamWScalars {
-  float b1, b2, one_minus_b1, one_minus_b2, eps, bc1, bc2, lr, decay, grad_scale;
+  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, keep_decayed, keep,
+      grad_scale;
 };
 
 // Output type tag for fp32 runs: no low-precision weights copy.
@@ -33,22 +34,21 @@ __device__ inline void store_rounded(__half* out, size_t i, float x) {
   out[i] = __float2half(x);  // round to nearest even
 }
 
-// cpu::adamw_update_reference's loop body with every operation written as its own correctly
-// rounded intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the
-// rounding, so this is that CPU formula in its order, operation for operation.
+// cpu::adamw_update's loop body with every operation written as its own correctly rounded
+// intrinsic: nvcc would otherwise contract multiply-adds into FMAs and change the rounding, so
+// this is the CPU formula in the CPU order, operation for operation (the CPU file is built
+// without contraction): w keep - step_size m / (sqrt(v) inv_sqrt_bc2 + eps).
 template <class W>
 __device__ __forceinline__ void adamw_element(float* __restrict__ w, const float* __restrict__ g,
                                               float* __restrict__ m, float* __restrict__ v,
                                               W* __restrict__ out, size_t i, const AdamWScalars& k,
-                                              float decay) {
+                                              float keep) {
   const float gi = __fmul_rn(g[i], k.grad_scale);
   const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_minus_b1, gi));
   const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, gi), gi));
-  const float mhat = __fdiv_rn(mi, k.bc1), vhat = __fdiv_rn(vi, k.bc2);
-  const float wi = w[i];
-  const float step =
-      __fadd_rn(__fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps)), __fmul_rn(decay, wi));
-  const float updated = __fsub_rn(wi, __fmul_rn(k.lr, step));
+  const float denominator = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), k.inv_sqrt_bc2), k.eps);
+  const float updated =
+      __fsub_rn(__fmul_rn(w[i], keep), __fdiv_rn(__fmul_rn(k.step_size, mi), denominator));
   m[i] = mi;
   v[i] = vi;
   w[i] = updated;
@@ -61,16 +61,17 @@ __global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g,
                              size_t n, AdamWScalars k) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x)
-    adamw_element(w, g, m, v, out, i, k, k.decay);
+    adamw_element(w, g, m, v, out, i, k, k.keep);
 }
 
 // Up to kMaxTensors parameter ranges in one launch, passed by value (a kernel parameter under
 // 4 KiB): range t is flat elements [begin[t], begin[t] + (start[t+1] - start[t])) of the update
-// range, its decay decay[t]; element e of the launch lies in the range whose start holds it.
+// range, its factor keep[t] (1 - lr decay, or 1); element e of the launch lies in the range whose
+// start holds it.
 constexpr int kMaxTensors = 160;
 struct AdamWTensors {
   int count;
-  float decay[kMaxTensors];
+  float keep[kMaxTensors];
   size_t begin[kMaxTensors];      // relative to the AdamWRange's begin
   size_t start[kMaxTensors + 1];  // prefix sums of the ranges' lengths
 };
@@ -90,7 +91,7 @@ __global__ void adamw_multi_kernel(float* __restrict__ w, const float* __restric
       else
         hi = mid - 1;
     }
-    adamw_element(w, g, m, v, out, t.begin[lo] + (e - t.start[lo]), k, t.decay[lo]);
+    adamw_element(w, g, m, v, out, t.begin[lo] + (e - t.start[lo]), k, t.keep[lo]);
   }
 }
 
@@ -116,15 +117,17 @@ void launch_adamw_multi(float* w, const float* g, float* m, float* v, W* out, co
 }
 
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
+  const AdamWStep c(cfg, lr, t);
   AdamWScalars k{};
-  k.b1 = float(cfg.beta1);
-  k.b2 = float(cfg.beta2);
-  k.one_minus_b1 = 1.0f - k.b1;  // in float, as the CPU loop computes it
-  k.one_minus_b2 = 1.0f - k.b2;
-  k.eps = float(cfg.eps);
-  k.bc1 = float(1.0 - std::pow(cfg.beta1, double(t)));
-  k.bc2 = float(1.0 - std::pow(cfg.beta2, double(t)));
-  k.lr = float(lr);
+  k.b1 = c.b1;
+  k.b2 = c.b2;
+  k.one_minus_b1 = c.one_minus_b1;
+  k.one_minus_b2 = c.one_minus_b2;
+  k.step_size = c.step_size;
+  k.inv_sqrt_bc2 = c.inv_sqrt_bc2;
+  k.eps = c.eps;
+  k.keep_decayed = 1.0f - c.lr_decay;  // in float, as cpu::adamw_update computes it
+  k.keep = 1.0f;
   k.grad_scale = grad_scale;
   return k;
 }
@@ -144,7 +147,7 @@ void adamw_update_per_tensor(const AdamWTensor* tensors, size_t count, const Ada
   for (const AdamWTensor* p = tensors; p != tensors + count; ++p) {
     const size_t begin = std::max(r.begin, p->offset), end = std::min(r.end, p->offset + p->numel);
     if (begin >= end) continue;
-    k.decay = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
+    k.keep = p->weight_decay ? k.keep_decayed : 1.0f;
     float* w = r.params + (begin - r.p_offset);
     const float* g = r.grads + (begin - r.g_offset);
     float* m = r.m + (begin - r.m_offset);
@@ -190,7 +193,7 @@ void adamw_update(const AdamWTensor* tensors, size_t count, const AdamWRange& r,
       batch.count = 0;
     }
     const int i = batch.count++;
-    batch.decay[i] = p->weight_decay ? float(cfg.weight_decay) : 0.0f;
+    batch.keep[i] = p->weight_decay ? k.keep_decayed : 1.0f;
     batch.begin[i] = begin - r.begin;
     batch.start[i + 1] = batch.start[i] + (end - begin);
   }

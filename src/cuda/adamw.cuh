@@ -11,8 +11,8 @@
 
 namespace mpitron::cuda {
 
-// cpu::adamw_update_reference's math (the unfolded form), operation for operation (no FMA
-// contraction; cpu::adamw_update's folded form agrees to a few ulps), over every parameter
+// cpu::adamw_update's math (the folded form, AdamWStep's constants), operation for operation (no
+// FMA contraction), so the CPU's bits, over every parameter
 // overlapping [r.begin, r.end) in one launch (up to 160 parameters a launch, each with its own
 // decay; elementwise, so the bits are the per-tensor launches'); asynchronous on s. fp32 master
 // weights and moments. Mixed precision: with r.weights set, r.weight_type (bf16 or f16) receives
@@ -25,7 +25,7 @@ void adamw_update_per_tensor(const AdamWTensor* tensors, size_t count, const Ada
                              cudaStream_t s);
 
 // What cpu::adamw8bit_update derives on the host, as plain data (nvcc builds C++17 here): the
-// step's folded constants (cpu::AdamWStep's, with keep_decayed = 1 - lr decay), and the dynamic
+// step's folded constants (AdamWStep's, with keep_decayed = 1 - lr decay), and the dynamic
 // maps, their midpoints (cpu::quantization_midpoints) and their codes of 0.
 struct AdamW8bitStep {
   float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, keep_decayed;

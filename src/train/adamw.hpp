@@ -4,6 +4,7 @@
 // unsharded baseline; its math is cpu::adamw_update (src/cpu/adamw.hpp) with a CUDA twin
 // (src/cuda/adamw.cuh), reached through StepBackend. It knows parameters only as AdamWTensors.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -21,6 +22,22 @@ struct AdamWTensor {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+// One step's float constants, PyTorch's folded form: w (1 - lr decay) - step_size m /
+// (sqrt(v) inv_sqrt_bc2 + eps), computed in double and rounded once. Here, inline, so that the CPU
+// update and its CUDA twins (src/cuda/adamw.cu) take the same floats and round alike.
+struct AdamWStep {
+  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bc2, eps, lr_decay;
+  AdamWStep(const AdamWConfig& cfg, double lr, int64_t t)
+      : b1(float(cfg.beta1)),
+        b2(float(cfg.beta2)),
+        one_minus_b1(1.0f - b1),
+        one_minus_b2(1.0f - b2),
+        step_size(float(lr / (1.0 - std::pow(cfg.beta1, double(t))))),
+        inv_sqrt_bc2(float(1.0 / std::sqrt(1.0 - std::pow(cfg.beta2, double(t))))),
+        eps(float(cfg.eps)),
+        lr_decay(float(lr * cfg.weight_decay)) {}
 };
 
 // Learning rate of 1-based step s: lr * s / warmup during warm-up, then cosine from lr to
