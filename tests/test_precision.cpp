@@ -3,6 +3,7 @@
 // storage against the same GPT in fp32 (tolerances from the formats' precision, stated at each).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +68,49 @@ TEST(Precision, Fp16RoundsToNearestEvenAndOverflowsToInfinity) {
   EXPECT_EQ(bits_of<fp16_t>(0x1p-26f), 0x0000);         // below half of it: zero
   EXPECT_TRUE(std::isinf(value_of<fp16_t>(0x7C00)));
   EXPECT_EQ(value_of<fp16_t>(0x3555), 0.333251953125f);
+}
+
+// round_to(fp16_t*) converts eight floats at a time where the CPU can: the same bits as the
+// element-at-a-time reference at every fp16 value, the floats next to it and the ties between
+// neighbours, subnormals, zeros, infinities, NaNs of both signs in any lane, random bit patterns,
+// and every length's remainder.
+TEST(Precision, Fp16VectorRoundingEqualsTheReference) {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float v = value_of<fp16_t>(uint16_t(h));
+    x.push_back(v);
+    if (std::isnan(v)) continue;
+    x.push_back(std::nextafter(v, INFINITY));
+    x.push_back(std::nextafter(v, -INFINITY));
+    if (h & 0x7fff) x.push_back(std::ldexp(v, 1) - v / 2);  // between the binades' steps
+  }
+  for (uint32_t h = 0; h < 0x7c00; ++h) {  // ties and their neighbours, both signs
+    const float lo = value_of<fp16_t>(uint16_t(h)), hi = value_of<fp16_t>(uint16_t(h + 1));
+    const float mid = lo + (hi - lo) / 2;
+    for (float t : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      x.push_back(t);
+      x.push_back(-t);
+    }
+  }
+  uint32_t seed = 12345;
+  for (int i = 0; i < (1 << 20); ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    x.push_back(std::bit_cast<float>(seed));
+  }
+  for (float s : {0x1p-149f, -0x1p-149f, 0x1p-126f, 0.0f, -0.0f, INFINITY, -INFINITY,
+                  std::bit_cast<float>(0x7fc00001u), std::bit_cast<float>(0xffbfffffu),
+                  std::bit_cast<float>(0x7f800001u), 65520.0f, -65520.0f, 1e30f})
+    x.push_back(s);
+  std::vector<fp16_t> got(x.size()), want(x.size());
+  round_to_reference(want.data(), x.data(), x.size());
+  for (size_t n : {x.size(), size_t(0), size_t(1), size_t(7), size_t(9), size_t(23)}) {
+    const size_t at = x.size() - n;  // the tail: its specials land in the scalar remainder too
+    round_to(got.data(), x.data() + at, n);
+    for (size_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[i].bits, want[at + i].bits)
+          << "float bits 0x" << std::hex << std::bit_cast<uint32_t>(x[at + i]) << " (length "
+          << std::dec << n << ", element " << i << ")";
+  }
 }
 
 namespace {

@@ -36,6 +36,8 @@ constexpr DType dtype_of() {
 // CUDA's __float2bfloat16 and __float2half.
 void round_to(bf16_t* dst, const float* src, size_t n);
 void round_to(fp16_t* dst, const float* src, size_t n);
+// The element-at-a-time conversion round_to(fp16_t*) vectorizes, kept as its reference.
+void round_to_reference(fp16_t* dst, const float* src, size_t n);
 void widen(float* dst, const bf16_t* src, size_t n);
 void widen(float* dst, const fp16_t* src, size_t n);
 
