@@ -34,9 +34,11 @@ Library load() {
   MPITRON_CUDNN_FUNCTIONS(MPITRON_CUDNN_RESOLVE)
 #undef MPITRON_CUDNN_RESOLVE
   // Built against one major version, run with it: the ABI of the legacy calls is per major.
-  if (lib.cudnnGetVersion() / 10000 != CUDNN_MAJOR)
+  // cuDNN 9 numbers itself major * 10000 + minor * 100 + patch, cuDNN 8 major * 1000 + ...
+  const size_t version = lib.cudnnGetVersion();
+  if ((version >= 10000 ? version / 10000 : version / 1000) != CUDNN_MAJOR)
     fail_at(__FILE__, __LINE__, "cudnnGetVersion()",
-            "the cuDNN loaded is " + std::to_string(lib.cudnnGetVersion()) +
+            "the cuDNN loaded is " + std::to_string(version) +
                 ", this build was made with major version " MPITRON_CUDNN_NAME(CUDNN_MAJOR));
   return lib;
 }

@@ -9,30 +9,33 @@
 
 namespace mpitron::cudnn {
 
-#define MPITRON_CUDNN_FUNCTIONS(X)                  \
-  X(cudnnCreate)                                    \
-  X(cudnnDestroy)                                   \
-  X(cudnnSetStream)                                 \
-  X(cudnnGetErrorString)                            \
-  X(cudnnGetVersion)                                \
-  X(cudnnCreateTensorDescriptor)                    \
-  X(cudnnDestroyTensorDescriptor)                   \
-  X(cudnnSetTensor4dDescriptor)                     \
-  X(cudnnCreateFilterDescriptor)                    \
-  X(cudnnDestroyFilterDescriptor)                   \
-  X(cudnnSetFilter4dDescriptor)                     \
-  X(cudnnCreateConvolutionDescriptor)               \
-  X(cudnnDestroyConvolutionDescriptor)              \
-  X(cudnnSetConvolution2dDescriptor)                \
-  X(cudnnSetConvolutionMathType)                    \
-  X(cudnnGetConvolutionForwardAlgorithm_v7)         \
-  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
-  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
-  X(cudnnGetConvolutionForwardWorkspaceSize)        \
-  X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
-  X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
-  X(cudnnConvolutionForward)                        \
-  X(cudnnConvolutionBackwardData)                   \
+#define MPITRON_CUDNN_FUNCTIONS(X)                      \
+  X(cudnnCreate)                                        \
+  X(cudnnDestroy)                                       \
+  X(cudnnSetStream)                                     \
+  X(cudnnGetErrorString)                                \
+  X(cudnnGetVersion)                                    \
+  X(cudnnCreateTensorDescriptor)                        \
+  X(cudnnDestroyTensorDescriptor)                       \
+  X(cudnnSetTensor4dDescriptor)                         \
+  X(cudnnCreateFilterDescriptor)                        \
+  X(cudnnDestroyFilterDescriptor)                       \
+  X(cudnnSetFilter4dDescriptor)                         \
+  X(cudnnCreateConvolutionDescriptor)                   \
+  X(cudnnDestroyConvolutionDescriptor)                  \
+  X(cudnnSetConvolution2dDescriptor)                    \
+  X(cudnnSetConvolutionMathType)                        \
+  X(cudnnGetConvolutionForwardAlgorithmMaxCount)        \
+  X(cudnnGetConvolutionBackwardDataAlgorithmMaxCount)   \
+  X(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount) \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)             \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)        \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)      \
+  X(cudnnGetConvolutionForwardWorkspaceSize)            \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)       \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize)     \
+  X(cudnnConvolutionForward)                            \
+  X(cudnnConvolutionBackwardData)                       \
   X(cudnnConvolutionBackwardFilter)
 
 struct Library {

@@ -2,10 +2,11 @@
 // AlexNet and ResNet presets run and some awkward ones: cuDNN's convolution against the CPU's
 // direct loops (forward, input gradient, weight gradient +=, within 1e-4 of each tensor's largest
 // |value|: another summation order) and the same bits on a second identical call (deterministic
-// algorithms); ghost-group batch norm (training, evaluation, backward, the statistics sums)
-// against the CPU's, within 1e-5 (double sums in another order, then the same float formulas);
-// max and global average pooling and their backward bit for bit (the same comparisons and
-// orders). Skips without a device.
+// algorithms), and in bf16 and fp16 (every shape plans a deterministic algorithm in each direction,
+// within the format's rounding of the float layer); ghost-group batch norm (training, evaluation,
+// backward, the statistics sums) against the CPU's, within 1e-5 (double sums in another order, then
+// the same float formulas); max and global average pooling and their backward bit for bit (the same
+// comparisons and orders). Skips without a device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/cuda_check.hpp"
@@ -23,8 +25,12 @@
 #include "layers/cuda/batchnorm.cuh"
 #include "layers/cuda/pool.cuh"
 #include "layers/pool.hpp"
+#include "src/model/precision.hpp"
 #include "tests/cuda_test_support.hpp"
 #ifdef MPITRON_HAVE_CUDNN
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "layers/cuda/conv2d.cuh"
 #endif
 
@@ -69,16 +75,17 @@ void expect_bitwise(const std::vector<T>& gpu, const std::vector<T>& cpu, const 
 }  // namespace
 
 #ifdef MPITRON_HAVE_CUDNN
+// N, IC, H, W, OC, KH, KW, stride, pad: the presets' first layers and strided 1x1 shortcuts, an
+// odd image, and (below) calls on fewer images than planned.
+const cpu::Conv2dShape kConvShapes[] = {
+    {16, 1, 28, 28, 32, 3, 3, 1, 1}, {16, 32, 14, 14, 64, 3, 3, 1, 1},
+    {8, 16, 28, 28, 32, 3, 3, 2, 1}, {8, 16, 28, 28, 32, 1, 1, 2, 0},
+    {3, 5, 11, 9, 7, 3, 3, 1, 1},    {5, 8, 7, 7, 8, 3, 3, 2, 1}};
+
 TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
   SKIP_WITHOUT_DEVICE();
   Stream stream;
-  // N, IC, H, W, OC, KH, KW, stride, pad: the presets' first layers and strided 1x1 shortcuts, an
-  // odd image, and a call on fewer images than planned.
-  const cpu::Conv2dShape shapes[] = {
-      {16, 1, 28, 28, 32, 3, 3, 1, 1}, {16, 32, 14, 14, 64, 3, 3, 1, 1},
-      {8, 16, 28, 28, 32, 3, 3, 2, 1}, {8, 16, 28, 28, 32, 1, 1, 2, 0},
-      {3, 5, 11, 9, 7, 3, 3, 1, 1},    {5, 8, 7, 7, 8, 3, 3, 2, 1}};
-  for (const cpu::Conv2dShape& planned : shapes)
+  for (const cpu::Conv2dShape& planned : kConvShapes)
     for (int rows : {planned.N, std::max(1, planned.N / 2 - 1)}) {
       cpu::Conv2dShape s = planned;
       s.N = rows;
@@ -125,6 +132,103 @@ TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
       stream.sync();
       expect_bitwise(gdw.download(), dw1, where + " weight gradient without the input's");
     }
+}
+
+namespace {
+
+// Host values of the 16-bit format (Host: the project's storage type) as the device type D.
+template <class D, class Host>
+std::vector<D> as_device(const std::vector<Host>& h) {
+  static_assert(sizeof(D) == sizeof(Host));
+  std::vector<D> d(h.size());
+  std::memcpy(static_cast<void*>(d.data()), h.data(), h.size() * sizeof(Host));
+  return d;
+}
+template <class Host, class D>
+std::vector<float> widened(const std::vector<D>& d) {
+  std::vector<Host> h(d.size());
+  std::memcpy(h.data(), static_cast<const void*>(d.data()), d.size() * sizeof(D));
+  std::vector<float> f(h.size());
+  widen(f.data(), h.data(), h.size());
+  return f;
+}
+
+// Random values the format holds exactly: its storage and the same values as floats.
+template <class Host>
+std::pair<std::vector<Host>, std::vector<float>> exact_values(size_t n, uint32_t seed,
+                                                              float scale = 1.0f) {
+  std::vector<float> f = random_floats(n, seed, scale);
+  std::vector<Host> h(n);
+  round_to(h.data(), f.data(), n);
+  widen(f.data(), h.data(), n);
+  return {h, f};
+}
+
+// cuDNN's 16-bit convolution (fp32 sums, each output written in the format; the weight gradient
+// in the format, then added to the fp32 one) against the CPU's float one on the same values:
+// within 2 units of the format's rounding plus 1e-4 (the sums' order) of each tensor's largest
+// |value|, the same bits on a repeat. Every shape must plan: a deterministic algorithm exists for
+// each direction (the first layer's single channel included).
+template <class D, class Host>
+void check_conv16(double unit) {
+  Stream stream;
+  for (const cpu::Conv2dShape& planned : kConvShapes)
+    for (int rows : {planned.N, std::max(1, planned.N / 2 - 1)}) {
+      cpu::Conv2dShape s = planned;
+      s.N = rows;
+      const std::string where = "N " + std::to_string(rows) + " of " + std::to_string(planned.N) +
+                                " IC " + std::to_string(s.IC) + " OC " + std::to_string(s.OC) +
+                                " K " + std::to_string(s.KH) + " stride " +
+                                std::to_string(s.stride);
+      const size_t in = size_t(s.N) * s.IC * s.H * s.W, out = size_t(s.N) * s.OC * s.OH() * s.OW();
+      const size_t wn = size_t(s.OC) * s.IC * s.KH * s.KW;
+      const auto [xh, x] = exact_values<Host>(in, 1);
+      const auto [wh, w] = exact_values<Host>(wn, 2, 0.2f);
+      const auto [dyh, dy] = exact_values<Host>(out, 3);
+      const std::vector<float> dw0 = random_floats(wn, 4);
+      std::vector<float> y(out), dx(in), dw = dw0;
+      cpu::conv2d_forward_direct(y.data(), x.data(), w.data(), static_cast<const float*>(nullptr),
+                                 s);
+      cpu::conv2d_backward_direct(dx.data(), dw.data(), static_cast<float*>(nullptr), dy.data(),
+                                  x.data(), w.data(), s);
+
+      const auto plan = cuda::conv2d_plan<D>(planned);
+      DeviceArray<char> ws(std::max<size_t>(cuda::conv2d_workspace_bytes(*plan), 1));
+      DeviceArray<D> gx(as_device<D>(xh)), gw(as_device<D>(wh)), gy(out), gdy(as_device<D>(dyh)),
+          gdx(in);
+      DeviceArray<float> gdw(dw0);
+      cuda::conv2d_forward(gy.ptr, ws.ptr, gx.ptr, gw.ptr, *plan, rows, stream.s);
+      cuda::conv2d_backward(gdx.ptr, gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr, *plan, rows,
+                            stream.s);
+      stream.sync();
+      const std::vector<D> y1 = gy.download(), dx1 = gdx.download();
+      const std::vector<float> dw1 = gdw.download();
+      const double tol = 2 * unit + 1e-4;
+      expect_close(widened<Host>(y1), y, tol, where + " forward");
+      expect_close(widened<Host>(dx1), dx, tol, where + " input gradient");
+      expect_close(dw1, dw, tol, where + " weight gradient +=");
+
+      gdw.upload(dw0);
+      cuda::conv2d_forward(gy.ptr, ws.ptr, gx.ptr, gw.ptr, *plan, rows, stream.s);
+      cuda::conv2d_backward(gdx.ptr, gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr, *plan, rows,
+                            stream.s);
+      stream.sync();
+      expect_bitwise(gy.download(), y1, where + " forward repeated");
+      expect_bitwise(gdx.download(), dx1, where + " input gradient repeated");
+      expect_bitwise(gdw.download(), dw1, where + " weight gradient repeated");
+    }
+}
+
+}  // namespace
+
+TEST(CudaCnnLayers, CudnnBf16ConvolutionPlansEveryShapeAndMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  check_conv16<__nv_bfloat16, bf16_t>(0x1p-8);
+}
+
+TEST(CudaCnnLayers, CudnnFp16ConvolutionPlansEveryShapeAndMatchesCpu) {
+  SKIP_WITHOUT_DEVICE();
+  check_conv16<__half, fp16_t>(0x1p-11);
 }
 #endif
 

@@ -164,13 +164,15 @@ bool lt_shape(const Shape& sh) {
 
 struct Options {
   bool bias = true, dinp = true, dbias = true;
-  size_t offset = 0;  // elements every device pointer sits into its allocation
+  bool dweight = true;  // false: dweight and inp nullptr, as tensor parallelism's input product
+  size_t offset = 0;    // elements every device pointer sits into its allocation
 };
 
 template <class T>
 void check_linear(const Shape& sh, const Options& o) {
   SCOPED_TRACE(describe(sh) + (o.bias ? " bias" : "") + (o.dinp ? " dinp" : "") +
-               (o.dbias ? " dbias" : "") + " offset=" + std::to_string(o.offset));
+               (o.dbias ? " dbias" : "") + (o.dweight ? " dweight" : "") +
+               " offset=" + std::to_string(o.offset));
   const int N = sh.N, IC = sh.IC, OC = sh.OC;
   auto [inp_t, inp] = random_values<T>(size_t(N) * IC, 1);
   auto [w_t, w] = random_values<T>(size_t(OC) * IC, 2, 0.2f);
@@ -181,7 +183,7 @@ void check_linear(const Shape& sh, const Options& o) {
 
   std::vector<float> out_ref(size_t(N) * OC), dinp_ref(size_t(N) * IC), dw_ref = dw0, db_ref = db0;
   cpu::linear_forward(out_ref.data(), inp.data(), w.data(), o.bias ? b.data() : nullptr, N, IC, OC);
-  cpu::linear_backward(o.dinp ? dinp_ref.data() : nullptr, dw_ref.data(),
+  cpu::linear_backward(o.dinp ? dinp_ref.data() : nullptr, o.dweight ? dw_ref.data() : nullptr,
                        o.dbias ? db_ref.data() : nullptr, dout.data(), inp.data(), w.data(), N, IC,
                        OC);
 
@@ -193,10 +195,12 @@ void check_linear(const Shape& sh, const Options& o) {
   const T* bias = o.bias ? d_b.ptr : nullptr;
   T* dinp = o.dinp ? d_dinp.ptr : nullptr;
   float* dbias = o.dbias ? d_db.ptr : nullptr;
+  float* dweight = o.dweight ? d_dw.ptr : nullptr;
+  const T* saved_inp = o.dweight ? d_inp.ptr : nullptr;  // only the weight product reads it
 
   cuda::linear_forward(d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s.s);
   const bool used_lt = cuda::linear_forward_used_lt();
-  cuda::linear_backward(dinp, d_dw.ptr, dbias, d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
+  cuda::linear_backward(dinp, dweight, dbias, d_dout.ptr, saved_inp, d_w.ptr, N, IC, OC, s.s);
   s.sync();
   if (off % (16 / sizeof(T)) != 0) {
     EXPECT_FALSE(used_lt) << "misaligned pointers took cuBLASLt";
@@ -212,7 +216,7 @@ void check_linear(const Shape& sh, const Options& o) {
   if (o.dinp) {
     EXPECT_LE(relative_error(widen(d_dinp.download()), dinp_ref), act_tol) << "dinp";
   }
-  EXPECT_LE(relative_error(d_dw.download(), dw_ref), kSum) << "dweight (+=)";
+  EXPECT_LE(relative_error(d_dw.download(), dw_ref), kSum) << "dweight (+=, or untouched)";
   EXPECT_LE(relative_error(d_db.download(), db_ref), kSum) << "dbias (+=, or untouched)";
 
   // The same calls again from the same start: the same bits.
@@ -223,7 +227,7 @@ void check_linear(const Shape& sh, const Options& o) {
   d_dw.upload(dw0);
   d_db.upload(db0);
   cuda::linear_forward(d_out.ptr, d_inp.ptr, d_w.ptr, bias, N, IC, OC, s.s);
-  cuda::linear_backward(dinp, d_dw.ptr, dbias, d_dout.ptr, d_inp.ptr, d_w.ptr, N, IC, OC, s.s);
+  cuda::linear_backward(dinp, dweight, dbias, d_dout.ptr, saved_inp, d_w.ptr, N, IC, OC, s.s);
   s.sync();
   EXPECT_TRUE(same_bits(out_first, d_out.download())) << "out repeat";
   if (o.dinp) {
@@ -289,12 +293,14 @@ TYPED_TEST(CudaLinear, NoBiasAndSkippedGradients) {
   Options none;
   none.bias = none.dinp = none.dbias = false;
   for (const Shape& sh : kShapes) check_linear<TypeParam>(sh, none);
-  Options no_dinp, no_bias_dbias;
+  Options no_dinp, no_bias_dbias, input_only;
   no_dinp.dinp = false;
   no_bias_dbias.bias = no_bias_dbias.dbias = false;
+  input_only.bias = input_only.dbias = input_only.dweight = false;  // the TP input product
   for (const Shape& sh : {kShapes[2], kShapes[3]}) {
     check_linear<TypeParam>(sh, no_dinp);
     check_linear<TypeParam>(sh, no_bias_dbias);
+    check_linear<TypeParam>(sh, input_only);
   }
 }
 

@@ -50,7 +50,7 @@ __global__ void forward_kernel(T* out, float* mean, float* rstd, const T* inp, c
   double sq = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) {
     const double d = double(to_float(inp[at(g, c, i, C, HW, G)])) - m;
-    sq += d * d;
+    sq = __dadd_rn(sq, __dmul_rn(d, d));  // no FMA: the CPU's rounding
   }
   const double r = 1.0 / sqrt(block_sum(sq, shared) / double(count) + double(eps));
   if (threadIdx.x == 0) {
@@ -92,7 +92,7 @@ __global__ void backward_kernel(T* dinp, double* partial, const T* dout, const T
     const size_t k = at(g, c, i, C, HW, G);
     const double dy = double(to_float(dout[k]));
     sdy += dy;
-    sdyx += dy * (double(to_float(inp[k])) - m) * r;
+    sdyx = __dadd_rn(sdyx, __dmul_rn(__dmul_rn(dy, double(to_float(inp[k])) - m), r));
   }
   const double sum_dy = block_sum(sdy, shared), sum_dy_xhat = block_sum(sdyx, shared);
   if (threadIdx.x == 0) {

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "base/cuda_check.hpp"
@@ -49,20 +51,24 @@ cudnnHandle_t handle(cudaStream_t s) {
   return h.handle;
 }
 
-// CUDNN_DEFAULT_MATH would let an Ampere or later GPU use TF32 on float data.
-bool fp32_math(cudnnMathType_t m) {
-  return m == CUDNN_FMA_MATH;
-}
-
-// The first acceptable of a heuristic's answers, best first.
-template <class Perf>
-Perf choose(const std::vector<Perf>& perfs, int returned, const char* which,
-            const cpu::Conv2dShape& s, bool float_data) {
-  for (int i = 0; i < returned; ++i) {
+// The first of a heuristic's answers, best first, that is deterministic, fp32 arithmetic on float
+// data, and whose workspace cuDNN gives within the cap when asked (an answer marked usable may
+// still be refused there). On float data cuDNN reports FMA math, or DEFAULT where the GPU makes
+// them one (a V100); the descriptor gets FMA either way, since DEFAULT lets an Ampere or later
+// GPU use TF32. Leaves desc with the chosen math type; returns the algorithm and its workspace.
+template <class Perf, class Workspace>
+std::pair<decltype(Perf::algo), size_t> choose(const std::vector<Perf>& perfs, int returned,
+                                               cudnnConvolutionDescriptor_t desc,
+                                               const Workspace& workspace, const char* which,
+                                               const cpu::Conv2dShape& s, bool float_data) {
+  for (int i = 0; i < returned && i < int(perfs.size()); ++i) {
     const Perf& p = perfs[size_t(i)];
-    if (p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-        (fp32_math(p.mathType) || !float_data) && p.memory <= kMaxWorkspace)
-      return p;
+    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (float_data && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
+    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(desc, float_data ? CUDNN_FMA_MATH : p.mathType));
+    size_t bytes = 0;
+    if (workspace(p.algo, &bytes) == CUDNN_STATUS_SUCCESS && bytes <= kMaxWorkspace)
+      return {p.algo, bytes};
   }
   throw UsageError(fmt::format(
       "cuDNN offers no deterministic {} {} algorithm within {} MiB of workspace for the "
@@ -143,41 +149,44 @@ std::shared_ptr<const Conv2dCudnn> conv2d_plan(const cpu::Conv2dShape& s) {
   }
   p->set_rows(s.N);
   cudnnHandle_t h = handle(cudaStreamPerThread);
-  int count = 0;
+  int count = 0, most = 0;
+  size_t a = 0, b = 0, c = 0;  // each direction's workspace
   {
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+    CUDNN_CHECK(lib().cudnnGetConvolutionForwardAlgorithmMaxCount(h, &most));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perfs(size_t(std::max(most, 1)));
     CUDNN_CHECK(lib().cudnnGetConvolutionForwardAlgorithm_v7(
         h, p->x, p->w, p->conv, p->y, int(perfs.size()), &count, perfs.data()));
-    const auto chosen = choose(perfs, count, "forward", s, float_data);
-    p->fwd = chosen.algo;
-    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv, chosen.mathType));
+    const auto workspace = [&](cudnnConvolutionFwdAlgo_t algo, size_t* bytes) {
+      return lib().cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, algo,
+                                                           bytes);
+    };
+    std::tie(p->fwd, a) = choose(perfs, count, p->conv, workspace, "forward", s, float_data);
   }
   {
-    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &most));
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perfs(size_t(std::max(most, 1)));
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataAlgorithm_v7(
         h, p->w, p->y, p->conv_data, p->x, int(perfs.size()), &count, perfs.data()));
-    const auto chosen = choose(perfs, count, "input-gradient", s, float_data);
-    p->bwd_data = chosen.algo;
-    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv_data, chosen.mathType));
+    const auto workspace = [&](cudnnConvolutionBwdDataAlgo_t algo, size_t* bytes) {
+      return lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv_data, p->x,
+                                                                algo, bytes);
+    };
+    std::tie(p->bwd_data, b) =
+        choose(perfs, count, p->conv_data, workspace, "input-gradient", s, float_data);
   }
   {
-    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+    CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &most));
+    std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perfs(size_t(std::max(most, 1)));
     CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         h, p->x, p->y, p->conv_filter, p->w, int(perfs.size()), &count, perfs.data()));
-    const auto chosen = choose(perfs, count, "weight-gradient", s, float_data);
-    p->bwd_filter = chosen.algo;
-    CUDNN_CHECK(lib().cudnnSetConvolutionMathType(p->conv_filter, chosen.mathType));
+    const auto workspace = [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t* bytes) {
+      return lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv_filter,
+                                                                  p->w, algo, bytes);
+    };
+    std::tie(p->bwd_filter, c) =
+        choose(perfs, count, p->conv_filter, workspace, "weight-gradient", s, float_data);
   }
-  size_t a = 0, b = 0, c = 0;
-  CUDNN_CHECK(
-      lib().cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd, &a));
-  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv_data, p->x,
-                                                                 p->bwd_data, &b));
-  CUDNN_CHECK(lib().cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv_filter,
-                                                                   p->w, p->bwd_filter, &c));
   p->workspace = std::max({a, b, c});
-  MPITRON_REQUIRE(p->workspace <= kMaxWorkspace,
-                  "cuDNN's workspace above the cap it was chosen by");
   if (!float_data) {
     p->weight_grad_offset = (p->workspace + 255) / 256 * 256;
     p->weight_grad_bytes = size_t(s.OC) * s.IC * s.KH * s.KW * sizeof(T);

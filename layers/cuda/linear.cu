@@ -426,7 +426,7 @@ void linear_backward(T* dinp, float* dweight, float* dbias, const T* dout, const
     else  // an empty sum
       CUDA_CHECK(cudaMemsetAsync(dinp, 0, size_t(N) * size_t(IC) * sizeof(T), s));
   }
-  if (IC > 0 && OC > 0)
+  if (dweight && IC > 0 && OC > 0)
     gemm(s, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dout_scale, 1.0f, dweight, IC);
   if (dbias && OC > 0) bias_gradient(dbias, dout, N, OC, s);
 }

@@ -29,7 +29,7 @@ void linear_forward(T* out,           // (N,OC)
 // fused classifier's dloss); it needs dbias == nullptr.
 template <class T>
 void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
-                     float* dweight,   // (OC,IC) +=
+                     float* dweight,   // (OC,IC) +=, or nullptr to skip (inp unread then)
                      float* dbias,     // (OC)    +=, or nullptr
                      const T* dout,    // (N,OC)
                      const T* inp,     // (N,IC)

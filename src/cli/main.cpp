@@ -78,7 +78,7 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--optimizer", ta.optimizer,
                   "adamw (fp32 moments) or adamw8bit (moments as 8-bit codes, one fp32 scale "
                   "per block of 256 flat parameters: bitsandbytes' blockwise 8-bit Adam; "
-                  "--device cpu; --tp and --pp change its blocks, --dp and --zero do not)")
+                  "--tp and --pp change its blocks, --dp and --zero do not)")
       ->capture_default_str();
   cmd->add_option("--steps", ta.steps, "optimizer steps");
   cmd->add_option("--batch-size", ta.batch_size, "global batch, in sequences");

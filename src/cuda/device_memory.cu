@@ -43,7 +43,11 @@ int select_device(int local_rank) {
                                  cudaGetErrorString(err)));
   if (count == 0) throw UsageError("--device cuda: no CUDA device (cudaGetDeviceCount found 0)");
   const int device = local_rank % count;
-  CUDA_CHECK(cudaSetDevice(device));
+  // Creates the context (CUDA 12+): fails when the GPU is taken (exclusive-process mode).
+  const cudaError_t set_err = cudaSetDevice(device);
+  if (set_err != cudaSuccess)
+    throw UsageError(fmt::format("--device cuda: cannot use CUDA device {} (cudaSetDevice: {})",
+                                 device, cudaGetErrorString(set_err)));
   return device;
 }
 

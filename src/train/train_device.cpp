@@ -79,13 +79,18 @@ void check_device(Device device, CommKind comm_kind, DType precision, const Mode
 }
 
 #ifdef MPITRON_HAVE_NCCL
-void NcclDp::open(comm::Group& dp) {
+void NcclDp::open(comm::Group& dp, bool on_compute_stream) {
   comm = comm::NcclComm(dp);
+  if (on_compute_stream) {
+    stream = cudaStreamPerThread;
+    return;
+  }
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
 }
 
 void NcclDp::after_compute() const {
+  if (stream == cudaStreamPerThread) return;  // in order already
   CUDA_CHECK(cudaEventRecord(queued, cudaStreamPerThread));
   CUDA_CHECK(cudaStreamWaitEvent(stream, queued, 0));
 }
@@ -93,7 +98,7 @@ void NcclDp::after_compute() const {
 NcclDp::~NcclDp() {
   comm = comm::NcclComm();
   if (queued) cudaEventDestroy(queued);
-  if (stream) cudaStreamDestroy(stream);
+  if (stream && stream != cudaStreamPerThread) cudaStreamDestroy(stream);
 }
 #endif
 
@@ -119,7 +124,10 @@ TrainDevice::TrainDevice(Device d, CommKind c)
 const DeviceCollectives* TrainDevice::open_dp_collectives([[maybe_unused]] comm::Group& dp) {
 #ifdef MPITRON_HAVE_NCCL
   if (comm == CommKind::nccl) {
-    nccl_dp.open(dp);
+    // Beside a TP communicator (opened first), whose all-reduces run inside backward on the
+    // compute stream, the dp buckets run there too: two communicators' kernels at once on one
+    // GPU may deadlock when they do not fit side by side (NCCL's rule for concurrent use).
+    nccl_dp.open(dp, tp_collectives.ctx != nullptr);
     DeviceCollectives& d = dp_collectives;
     d.ctx = &nccl_dp;
     d.allreduce_sum = [](void* c, float* buf, size_t n) {

@@ -52,7 +52,9 @@ struct NcclDp {
   NcclDp() = default;
   NcclDp(const NcclDp&) = delete;
   NcclDp& operator=(const NcclDp&) = delete;
-  void open(comm::Group& dp);
+  // on_compute_stream: the collectives on the compute stream (in order with the layers), not on
+  // a stream of their own after an event.
+  void open(comm::Group& dp, bool on_compute_stream);
   void after_compute() const;
   // No wait for the stream: the communicator's teardown finishes its work, or aborts it after
   // an asynchronous error (a dead peer would make a plain wait hang); the stream is released
@@ -103,6 +105,7 @@ struct TrainDevice {
   }
 
   // --comm nccl: opens NCCL over dp and returns its collectives for GradSync; nullptr for MPI.
+  // After open_tp_collectives: with a TP communicator they share its (the compute) stream.
   const DeviceCollectives* open_dp_collectives(comm::Group& dp);
   // --comm nccl above tp 1: opens NCCL over tp (collective over it) and returns its all-reduces
   // for the model's tensor parallelism, queued on the compute stream; nullptr otherwise (MPI).

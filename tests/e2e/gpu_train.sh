@@ -87,30 +87,36 @@ if grep -q "^nccl: [0-9]" devices.txt; then
   "$MPITRON" train "${common[@]}" --device cuda --comm nccl --out gpu_nccl | tee nccl.log
   "$MPITRON" compare gpu/trace.h5 gpu_nccl/trace.h5 --rtol 0 || fail "--comm nccl changed the losses"
 fi
-# Two ranks on two GPUs with NCCL summing their gradients (ZeRO 0 and 1), and at tp 2: within 1e-5
-# of the same layout through MPI (NCCL's ring adds in another order). Needs two GPUs: said and
+# Two ranks on two GPUs with NCCL summing their gradients (ZeRO 0, its buckets during backward,
+# ZeRO 1, and ZeRO 1 with the update on the host), at tp 2 (the TP all-reduces on the compute
+# stream) and pp 2 (the tied embedding's sum over the first and last stage): within 1e-5 of the
+# same layout through MPI (NCCL's ring adds in another order). With four GPUs also dp 2 x tp 2
+# (the dp buckets beside a TP communicator) and dp 2 x pp 2 at ZeRO 1. Needs two GPUs: said and
 # left out on one.
+nccl_against_mpi() {  # ranks, then the layout's flags
+  local n=$1 name
+  shift
+  name=$(echo "$*" | tr -d ' -.')
+  for c in nccl mpi; do
+    mpiexec -n "$n" "$MPITRON" train "${common[@]}" "$@" --device cuda --comm "$c" \
+      --out "gpu${n}_${c}_$name" >/dev/null
+  done
+  "$MPITRON" compare "gpu${n}_mpi_$name/trace.h5" "gpu${n}_nccl_$name/trace.h5" --rtol 1e-5 ||
+    fail "NCCL at $* over $n GPUs left MPI's losses"
+}
 if grep -q "^nccl: [0-9]" devices.txt && grep -q "^cuda:1 " devices.txt; then
-  for z in 0 1; do
-    mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero "$z" --device cuda --comm nccl \
-      --out "gpu2_nccl_zero$z" >/dev/null
-    mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero "$z" --device cuda --comm mpi \
-      --out "gpu2_mpi_zero$z" >/dev/null
-    "$MPITRON" compare "gpu2_mpi_zero$z/trace.h5" "gpu2_nccl_zero$z/trace.h5" --rtol 1e-5 ||
-      fail "NCCL over two GPUs (ZeRO $z) left MPI's losses"
-  done
-  # tp 2 and pp 2 over two GPUs: the TP all-reduces, and the tied embedding's sum over the first
-  # and last stage, through NCCL on the compute stream against MPI's.
-  for layout in "--tp 2" "--pp 2 --micro-batches 4"; do
-    name=$(echo "$layout" | tr -d ' -')
-    read -ra flags <<<"$layout"
-    for c in nccl mpi; do
-      mpiexec -n 2 "$MPITRON" train "${common[@]}" "${flags[@]}" --device cuda --comm "$c" \
-        --out "gpu2_${c}_$name" >/dev/null
-    done
-    "$MPITRON" compare "gpu2_mpi_$name/trace.h5" "gpu2_nccl_$name/trace.h5" --rtol 1e-5 ||
-      fail "NCCL at $layout over two GPUs left MPI's losses"
-  done
+  nccl_against_mpi 2 --dp 2 --zero 0
+  nccl_against_mpi 2 --dp 2 --zero 0 --bucket-mb 0.05
+  nccl_against_mpi 2 --dp 2 --zero 1
+  nccl_against_mpi 2 --dp 2 --zero 1 --offload optimizer
+  nccl_against_mpi 2 --tp 2
+  nccl_against_mpi 2 --pp 2 --micro-batches 4
+  if grep -q "^cuda:3 " devices.txt; then
+    nccl_against_mpi 4 --dp 2 --tp 2 --bucket-mb 0.05
+    nccl_against_mpi 4 --dp 2 --pp 2 --micro-batches 4 --zero 1
+  else
+    echo "note: fewer than four GPUs: the four-rank NCCL layouts did not run"
+  fi
 else
   echo "note: fewer than two GPUs (or no NCCL): the two-GPU NCCL part did not run"
 fi
