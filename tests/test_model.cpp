@@ -11,6 +11,7 @@
 #include "base/check.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
+#include "src/model/layer_ops.hpp"
 #include "src/train/grad_sync.hpp"
 
 using namespace mpitron;
@@ -122,4 +123,29 @@ TEST(Model, ParameterCountMatchesTheRegistry) {
   how.alloc = &alloc;
   EXPECT_EQ(build_model(to_model_config(g), how)->registry.parameter_count(),
             gpt_parameter_count(g));
+}
+
+// A device whose attention takes only some head sizes (CUDA's: 32, 64, 128) refuses a model of
+// another before allocating anything, naming the sizes.
+TEST(Model, AnAttentionHeadSizeTheLayersRefuseStopsTheBuildBeforeAnyAllocation) {
+  LayerOps picky = cpu_layer_ops();
+  picky.attention_head_size_ok = [](int head_size) { return head_size == 32; };
+  auto build = [&](const GptConfig& g, DeviceAllocator& alloc) {
+    ModelBuild how;
+    how.alloc = &alloc;
+    how.layers = &picky;
+    return build_model(to_model_config(g), how);
+  };
+  DeviceAllocator refused;
+  try {
+    build(GptConfig{2, 4, 64, 16, 300}, refused);  // heads of 16
+    FAIL() << "heads of 16 were accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd / n_head is 64 / 4 = 16"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(refused.peak_bytes, 0u);
+  DeviceAllocator accepted;
+  EXPECT_NE(build(GptConfig{2, 2, 64, 16, 300}, accepted), nullptr);  // heads of 32
+  EXPECT_GT(accepted.peak_bytes, 0u);
 }

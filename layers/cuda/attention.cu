@@ -27,6 +27,10 @@
 
 namespace mpitron::cuda {
 
+bool attention_head_size_ok(int head_size) {
+  return head_size == 32 || head_size == 64 || head_size == 128;
+}
+
 namespace {
 
 using elementwise::store;
@@ -558,7 +562,7 @@ int head_size(const char* fn, int B, int T, int C, int NH) {
   if (B < 0 || T < 0 || NH < 1 || C < 1) fail_at(__FILE__, __LINE__, fn, "invalid shape: " + dims);
   if (C % NH != 0) fail_at(__FILE__, __LINE__, fn, "C is not a multiple of NH: " + dims);
   const int HS = C / NH;
-  if (HS != 32 && HS != 64 && HS != 128)
+  if (!attention_head_size_ok(HS))
     fail_at(__FILE__, __LINE__, fn,
             "head size HS = C/NH = " + std::to_string(HS) +
                 " is not supported (the CUDA kernels take HS = 32, 64 or 128): " + dims);

@@ -25,6 +25,9 @@
 
 namespace mpitron::cuda {
 
+// The head sizes C / NH the kernels take (their tiles): 32, 64 or 128.
+bool attention_head_size_ok(int head_size);
+
 template <class F>
 void attention_forward(F* out,        // (B,T,C)   heads side by side, head h in [h*HS,(h+1)*HS)
                        float* lse,    // (B,NH,T)  log-sum-exp of each query row's masked S

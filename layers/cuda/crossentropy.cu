@@ -127,11 +127,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Block n: row n's loss and lse, then (thread 0's lse through shared memory, after every read of
-// the row by the reduction) the row overwritten by its dlogits at dloss = 1.
+// the row by the reduction) the row overwritten by its dlogits.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    crossentropy_fused_kernel(float* losses, float* lse, T* logits, const int32_t* targets, int V,
-                              int ld) {
+    crossentropy_fused_kernel(float* losses, float* lse, T* logits, const int32_t* targets,
+                              float dloss, int V, int ld) {
   __shared__ float row_lse;
   const int n = int(blockIdx.x);
   T* x = logits + size_t(n) * size_t(ld);
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
     row_lse = r.x;
   }
   __syncthreads();
-  row_dlogits(x, x, row_lse, t, 1.0f, V, ld);
+  row_dlogits(x, x, row_lse, t, dloss, V, ld);
 }
 
 // The shard's real columns: [0, real) of its Vl.
@@ -264,12 +264,12 @@ void crossentropy_backward(T* dlogits, const T* logits, const float* lse, const 
 }
 
 template <class T>
-void crossentropy_fused(float* losses, float* lse, T* logits, const int32_t* targets, int N, int V,
-                        int Vp, cudaStream_t s) {
+void crossentropy_fused(float* losses, float* lse, T* logits, const int32_t* targets, float dloss,
+                        int N, int V, int Vp, cudaStream_t s) {
   check_rows(V, Vp);
   if (N <= 0 || V <= 0) return;
   crossentropy_fused_kernel<T>
-      <<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, V, Vp);
+      <<<unsigned(N), kThreads, 0, s>>>(losses, lse, logits, targets, dloss, V, Vp);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -321,7 +321,7 @@ void crossentropy_shard_backward(T* dlogits, const T* logits, const float* lse,
                                         cudaStream_t);                                            \
   template void crossentropy_backward<T>(T*, const T*, const float*, const int32_t*, float, int,  \
                                          int, int, cudaStream_t);                                 \
-  template void crossentropy_fused<T>(float*, float*, T*, const int32_t*, int, int, int,          \
+  template void crossentropy_fused<T>(float*, float*, T*, const int32_t*, float, int, int, int,   \
                                       cudaStream_t);                                              \
   template void crossentropy_shard_stats<T>(float*, float*, const T*, const int32_t*, int, int,   \
                                             int, int, cudaStream_t);                              \

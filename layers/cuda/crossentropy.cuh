@@ -47,15 +47,15 @@ void crossentropy_backward(T* dlogits,              // (N,Vp) =
                            float dloss, int N, int V, int Vp, cudaStream_t s);
 
 // The fused classifier (training): one block per row computes losses and lse exactly as
-// crossentropy_forward (the same bits), then overwrites the row's logits with softmax - onehot
-// (crossentropy_backward's dlogits at dloss = 1, the same bits) and 0 on padding, so backward
-// reads no logits again; the caller applies dloss as the LM head products' scale.
+// crossentropy_forward (the same bits), then overwrites the row's logits with (softmax - onehot)
+// dloss (crossentropy_backward's dlogits, the same bits) and 0 on padding, so backward reads no
+// logits again.
 template <class T>
 void crossentropy_fused(float* losses,           // (N)
                         float* lse,              // (N)
-                        T* logits,               // (N,Vp) logits in, softmax - onehot out
+                        T* logits,               // (N,Vp) logits in, dlogits out
                         const int32_t* targets,  // (N)
-                        int N, int V, int Vp, cudaStream_t s);
+                        float dloss, int N, int V, int Vp, cudaStream_t s);
 
 // The vocab-parallel shard (layers/crossentropy.hpp's crossentropy_shard_*): logits are columns
 // [v0, v0+Vl) in rows of Vl, the global ones below V real. One block per row for the row max

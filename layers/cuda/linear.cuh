@@ -38,7 +38,9 @@ void linear_backward(T* dinp,          // (N,IC)  =, or nullptr to skip
 
 // pre = inp W^T + b, out = gelu(pre) with GPT-2's tanh GELU 0.5 x (1 + tanh(sqrt(2/pi) (x +
 // 0.044715 x^3))): cuBLASLt's GELU_AUX_BIAS epilogue, pre being its auxiliary output, kept for
-// gelu_backward. pre and out must not overlap.
+// gelu_backward. pre and out must not overlap. In 16 bits the epilogue takes the GELU of the fp32
+// pre before rounding either, where its fallback (unaligned operands) and the CPU take it of the
+// rounded pre: out may differ from theirs in the last bit.
 template <class T>
 void linear_gelu_forward(T* pre,           // (N,OC)
                          T* out,           // (N,OC)

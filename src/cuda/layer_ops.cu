@@ -274,9 +274,9 @@ void crossentropy_padded_backward(A* dlogits, const A* logits, const float* lse,
   cuda::crossentropy_backward(dev(dlogits), dev(logits), lse, targets, dloss, N, V, Vp, kStream);
 }
 template <class A>
-void crossentropy_fused(float* losses, float* lse, A* logits, const int32_t* targets, int N, int V,
-                        int Vp) {
-  cuda::crossentropy_fused(losses, lse, dev(logits), targets, N, V, Vp, kStream);
+void crossentropy_fused(float* losses, float* lse, A* logits, const int32_t* targets, float dloss,
+                        int N, int V, int Vp) {
+  cuda::crossentropy_fused(losses, lse, dev(logits), targets, dloss, N, V, Vp, kStream);
 }
 template <class A>
 void lm_head_backward(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
@@ -469,6 +469,7 @@ const LayerOpsT<A>& table() {
       crossentropy_shard_sumexp<A>,
       crossentropy_shard_loss,
       crossentropy_shard_backward<A>,
+      cuda::attention_head_size_ok,
   };
   return ops;
 }

@@ -264,6 +264,7 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
       self_(comm::Group::solo()),
       layers_(&layer_ops<A>(how.layers ? how.layers->device : Device::cpu)) {
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a BERT built for another precision");
+  require_attention_head_size(*layers_, c.n_embd, c.n_head);
   tp_.group = tp::model_tp_group(how, self_);
   tp_.device = how.tp_device;
   if (how.slice.stages != 1)

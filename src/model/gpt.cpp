@@ -229,6 +229,7 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     layers_ = how.layers ? how.layers : &cpu_layer_ops();
   else
     layers_ = &layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
+  require_attention_head_size(*layers_, c.n_embd, c.n_head);
   const int vocab_align = layers_->lm_head_align;
   Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   v0 = how.slice.tp_rank * Vl;
@@ -364,6 +365,7 @@ double GptModelT<A>::forward(const MicroBatch& mb) {
   L.layernorm_forward(a.ln_f, a.ln_f_mean, a.ln_f_rstd, x, w.ln_f_w, w.ln_f_b, N, C, 1e-5);
   if (a.compacted) L.compact_rows(a.ln_f, a.loss_rows.data(), M, C);
   a.dlogits_ready = mb.training && fused_classifier() && head_rows == 0;
+  a.dlogits_dloss = mb.dloss;
   const int rows_at_once = head_rows > 0 ? head_rows : M;
   for (int r0 = 0; r0 < M; r0 += rows_at_once) head_forward(a, r0, std::min(rows_at_once, M - r0));
   L.download(host_losses_.data(), a.losses, size_t(M));
@@ -382,7 +384,7 @@ void GptModelT<A>::head_forward(GptActsT<A>& a, int r0, int n) {
   tp::column_parallel_linear_forward(tp_, a.logits, a.ln_f + size_t(r0) * C, w.wte, nullptr, n, C,
                                      Vl, L);
   if (a.dlogits_ready)
-    L.crossentropy_fused(losses, lse, a.logits, targets, n, V, Vl);
+    L.crossentropy_fused(losses, lse, a.logits, targets, a.dlogits_dloss, n, V, Vl);
   else if (device_padded())
     L.crossentropy_padded_forward(losses, lse, a.logits, targets, n, V, Vl);
   else
@@ -421,8 +423,11 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
   const LayerOpsT<A>& L = *layers_;
   if (ch.last) {
     const int M = a.compacted ? int(a.loss_rows.size()) : N;
-    if (a.dlogits_ready) {  // the fused classifier left softmax - onehot: dloss scales the products
-      L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, dloss, M, C, Vl);
+    if (a.dlogits_ready) {  // the fused classifier left the dlogits in the logits
+      MPITRON_REQUIRE(dloss == a.dlogits_dloss,
+                      "backward's dloss differs from the MicroBatch::dloss its forward's fused "
+                      "classifier applied");
+      L.lm_head_backward(dln_f, dw.wte, a.logits, a.ln_f, w.wte, 1.0f, M, C, Vl);
     } else {
       const int rows_at_once = head_rows > 0 ? head_rows : M;
       for (int r0 = 0; r0 < M; r0 += rows_at_once)
@@ -466,6 +471,10 @@ ModelOutput GptModelT<A>::output(int slot) const {
     throw UsageError(
         "the last forward had loss spans: the LM head ran on their rows alone (run it without "
         "spans to read every position's logits)");
+  if (!layers_on_host())
+    throw UsageError(fmt::format(
+        "the GPT's logits are read where the layers ran, on the CPU only (this model's are on {})",
+        device_name(layers_->device)));
   if constexpr (std::is_same_v<A, float>) {
     const GptActsT<A>& a = chunks.back().slots[slot];
     return {a.logits, a.positions > 0 ? a.positions : T, Vl};

@@ -64,6 +64,7 @@ struct GptActsT {
   float* losses = nullptr;  // (B,T)
   // logits already hold softmax - onehot: a training forward ran the fused classifier.
   bool dlogits_ready = false;
+  float dlogits_dloss = 0;  // the dloss the fused classifier applied
   // The last forward ran the head on its loss rows alone (ascending positions in the micro-batch):
   // ln_f, targets, lse and losses hold them in their first loss_rows.size() rows.
   bool compacted = false;
@@ -91,6 +92,9 @@ class GptModelT final : public Model {
   void bind_gradients(const std::function<float*(size_t)>& address) override;
   double forward(const MicroBatch& mb) override;
   void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
+  // The layers run on the CPU: the host reads parameters and logits in place (the KV-cache
+  // decoder, output()).
+  bool layers_on_host() const { return layers_->device == Device::cpu; }
   ModelOutput output(int slot) const override;
   int loss_terms_per_sample() const override { return T; }
   StageBoundary boundary(int chunk, int slot) override;

@@ -22,6 +22,8 @@ GptDecoder::GptDecoder(const GptModel& model, int rows, int length)
       V_(model.cfg.vocab_size),
       L_(model.cfg.n_layer) {
   MPITRON_REQUIRE(rows >= 1, "a decoder needs rows");
+  MPITRON_REQUIRE(model.layers_on_host(),
+                  "the KV-cache decoder reads the model's weights on the CPU");
   MPITRON_REQUIRE(Tc_ <= model.cfg.block_size, "a cache longer than the position embedding");
   MPITRON_REQUIRE(model.Vl == V_ && model.v0 == 0 && int(model.w.h.size()) == L_ && model.w.wte,
                   "the KV-cache decoder runs a whole model (tp 1, pp 1)");

@@ -26,6 +26,16 @@
 
 namespace mpitron {
 
+void require_attention_head_size(bool (*head_size_ok)(int), Device device, int n_embd, int n_head) {
+  if (!head_size_ok || n_head < 1 || n_embd % n_head != 0) return;
+  const int hs = n_embd / n_head;
+  if (!head_size_ok(hs))
+    throw UsageError(fmt::format(
+        "--device {}: its attention takes heads of 32, 64 or 128 elements, and n_embd / n_head "
+        "is {} / {} = {}",
+        device_name(device), n_embd, n_head, hs));
+}
+
 namespace {
 
 void upload_int32(int32_t* dst, const int32_t* src, size_t n) {
@@ -209,6 +219,7 @@ const LayerOps& host_layer_ops() {
       cpu::crossentropy_shard_sumexp<float>,
       cpu::crossentropy_shard_loss<float>,
       cpu::crossentropy_shard_backward<float>,
+      nullptr,
   };
   return ops;
 }
@@ -653,6 +664,7 @@ const LayerOpsT<A>& host_16_layer_ops() {
       crossentropy_shard_sumexp_16<A>,
       cpu::crossentropy_shard_loss<float>,
       crossentropy_shard_backward_16<A>,
+      nullptr,
   };
   return ops;
 }

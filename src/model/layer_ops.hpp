@@ -105,10 +105,11 @@ struct LayerOpsT {
   void (*crossentropy_padded_backward)(A* dlogits, const A* logits, const float* lse,
                                        const int32_t* targets, float dloss, int N, int V, int Vp);
   // Training's fused classifier, one pass over the (N,Vp) logits: losses and lse as forward, the
-  // logits overwritten by softmax - onehot (0 on padding), not yet times dloss, which
-  // lm_head_backward applies as the products' scale. Null: no fused kernel (the separate ones run).
-  void (*crossentropy_fused)(float* losses, float* lse, A* logits, const int32_t* targets, int N,
-                             int V, int Vp);
+  // logits overwritten by (softmax - onehot) dloss (0 on padding), crossentropy_padded_backward's
+  // dlogits (the same bits, rounded once to A after the scale, as the CPU's: a loss scale keeps
+  // fp16's small gradients). Null: no fused kernel (the separate ones run).
+  void (*crossentropy_fused)(float* losses, float* lse, A* logits, const int32_t* targets,
+                             float dloss, int N, int V, int Vp);
   // linear_backward without a bias, dout scaled by dout_scale inside the products: dinp =
   // s dout W, dweight += s dout^T inp. Null with crossentropy_fused.
   void (*lm_head_backward)(A* dinp, float* dweight, const A* dout, const A* inp, const A* weight,
@@ -175,7 +176,18 @@ struct LayerOpsT {
   void (*crossentropy_shard_backward)(A* dlogits, const A* logits, const float* lse,
                                       const int32_t* targets, float dloss, int N, int Vl, int v0,
                                       int V);
+
+  // Whether the attention takes heads of this size (null: any), asked before a model allocates.
+  bool (*attention_head_size_ok)(int head_size);
 };
+
+// UsageError, before any allocation, where the layers' attention does not take heads of
+// n_embd / n_head (the CUDA kernels' tiles take 32, 64 or 128).
+void require_attention_head_size(bool (*head_size_ok)(int), Device device, int n_embd, int n_head);
+template <class A>
+void require_attention_head_size(const LayerOpsT<A>& L, int n_embd, int n_head) {
+  require_attention_head_size(L.attention_head_size_ok, L.device, n_embd, n_head);
+}
 
 using LayerOps = LayerOpsT<float>;
 

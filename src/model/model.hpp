@@ -52,7 +52,10 @@ struct MicroBatch {
   // The step whose global batch the samples are (step itself, or 1 every step with
   // train.fixed_batch): what the data's own draws key on (BERT's masking), dropout keys on step.
   int64_t data_step = 0;
-  float dropout = 0.0f;   // 0 in evaluation
+  float dropout = 0.0f;  // 0 in evaluation
+  // Training: the dloss backward will be given (the loss sum's scale), which a fused classifier
+  // applies in forward (GptModelT: the logits overwritten by their gradient).
+  float dloss = 1.0f;
   bool training = false;  // batch norm: the group's statistics (else the running statistics)
   uint64_t seed = 0;
 };

@@ -90,7 +90,12 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     const size_t chunk = flat / size_t(p);
     for (int k = 0; k <= p; ++k) shard_bounds_.push_back(chunk * size_t(k));
     shard_ = {shard_bounds_[dp.rank()], shard_bounds_[dp.rank() + 1]};
-    gather_scratch_ = Buffer<float>(opts.params_alloc ? *opts.params_alloc : alloc, shard_.size());
+    // gather_params' source where the host holds the parameters; the ring gathers in place, and
+    // a device's parameters gather in place (NCCL) or through the host's staging copy.
+    const bool host_params = opts.params_alloc != nullptr || !ops.staged;
+    if (host_params && p > 1 && opts.method != comm::DpReduce::ring)
+      gather_scratch_ =
+          Buffer<float>(opts.params_alloc ? *opts.params_alloc : alloc, shard_.size());
   }
   if (opts.zero == 2) {
     grad_shard_ = Buffer<float>(alloc, shard_.size());

@@ -74,10 +74,13 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   add("16-bit staging (host)",
       master && off_cpu ? 2 * std::min(flat, kHostStagingElements) * sizeof(uint16_t) : 0, true);
   add("gradients", grads * f);
-  // ZeRO's all-gather scratch (beside the parameters) and ZeRO 2's summed shard.
+  // ZeRO's all-gather scratch beside parameters the host holds (the CPU's, or the offloaded
+  // master weights; not the ring's, which gathers in place), and ZeRO 2's summed shard.
+  const bool gather_scratch =
+      L.zero >= 1 && L.dp > 1 && (master || !off_cpu) && L.dp_reduce != DpReduce::ring;
   add("ZeRO shard scratch",
-      (L.zero >= 1 && !master ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
-  add("ZeRO gather scratch (host)", (L.zero >= 1 && master ? shard : 0) * f, true);
+      (gather_scratch && !master ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
+  add("ZeRO gather scratch (host)", (gather_scratch && master ? shard : 0) * f, true);
   const size_t state =
       opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f;
   add(opts.offload_optimizer ? "optimizer state (host)" : "optimizer state", state,

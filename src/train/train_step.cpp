@@ -65,6 +65,7 @@ MicroBatch Trainer::micro_batch_of(int mb, int chunk, int slot) const {
   b.slot = slot;
   b.chunk = chunk;
   b.training = walk.training;
+  b.dloss = walk.dloss;
   return b;
 }
 
