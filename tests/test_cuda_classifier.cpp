@@ -1,10 +1,10 @@
 // The GPT's LM head on CUDA: the vocabulary padded to the CUDA table's lm_head_align (128) and the
 // fused classifier (cross-entropy forward and backward in one pass, dlogits over the logits). The
 // kernels: padded rows read nothing past V (NaN there changes nothing) and equal the unpadded
-// ones bit for bit, the fused kernel equals the separate ones bit for bit (dlogits at dloss = 1),
-// padding gets exactly 0. The model: a GPT of odd vocabulary (5, 257, 50257) on the GPU, training
-// (fused) and evaluation (separate) forwards, against the CPU's unpadded GPT. Skips (GTEST_SKIP)
-// on a machine with no device.
+// ones bit for bit, the fused kernel equals the separate ones bit for bit (dlogits at the same
+// dloss), padding gets exactly 0. The model: a GPT of odd vocabulary (5, 257, 50257) on the GPU,
+// training (fused) and evaluation (separate) forwards, against the CPU's unpadded GPT. Skips
+// (GTEST_SKIP) on a machine with no device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>

@@ -4,11 +4,15 @@
 // model built from a config rebuilds from the attributes a checkpoint stores.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/check.hpp"
+#include "layers/crossentropy.hpp"
+#include "layers/linear.hpp"
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/layer_ops.hpp"
@@ -148,4 +152,143 @@ TEST(Model, AnAttentionHeadSizeTheLayersRefuseStopsTheBuildBeforeAnyAllocation) 
   DeviceAllocator accepted;
   EXPECT_NE(build(GptConfig{2, 2, 64, 16, 300}, accepted), nullptr);  // heads of 32
   EXPECT_GT(accepted.peak_bytes, 0u);
+}
+
+namespace {
+
+// A device's LM head on the CPU's arithmetic: the vocabulary padded to 128 rows and a fused
+// classifier, as the CUDA table has them, built from the CPU's one-shard vocab-parallel
+// cross-entropy (padding columns never read, their gradient 0).
+void padded_ce_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                       int N, int V, int Vp) {
+  std::vector<float> row_max(static_cast<size_t>(N)), target(static_cast<size_t>(N)),
+      sum(static_cast<size_t>(N));
+  cpu::crossentropy_shard_stats(row_max.data(), target.data(), logits, targets, N, Vp, 0, V);
+  cpu::crossentropy_shard_sumexp(sum.data(), logits, row_max.data(), N, Vp, 0, V);
+  cpu::crossentropy_shard_loss(losses, lse, row_max.data(), sum.data(), target.data(), targets, N);
+}
+void padded_ce_backward(float* dlogits, const float* logits, const float* lse,
+                        const int32_t* targets, float dloss, int N, int V, int Vp) {
+  cpu::crossentropy_shard_backward(dlogits, logits, lse, targets, dloss, N, Vp, 0, V);
+}
+void fused_ce(float* losses, float* lse, float* logits, const int32_t* targets, float dloss, int N,
+              int V, int Vp) {
+  padded_ce_forward(losses, lse, logits, targets, N, V, Vp);
+  padded_ce_backward(logits, logits, lse, targets, dloss, N, V, Vp);
+}
+void lm_head_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, float dout_scale, int N, int IC, int OC) {
+  std::vector<float> scaled(dout, dout + size_t(N) * OC);
+  for (float& x : scaled) x *= dout_scale;
+  cpu::linear_backward(dinp, dweight, static_cast<float*>(nullptr), scaled.data(), inp, weight, N,
+                       IC, OC);
+}
+
+LayerOps device_like_layers() {
+  LayerOps t = cpu_layer_ops();
+  t.lm_head_align = 128;
+  t.crossentropy_padded_forward = padded_ce_forward;
+  t.crossentropy_padded_backward = padded_ce_backward;
+  t.crossentropy_fused = fused_ce;
+  t.lm_head_backward = lm_head_backward;
+  return t;
+}
+
+struct HeadRun {
+  double loss = 0;
+  std::vector<float> grads, params;
+  ParamRegistry registry;
+  int Vl = 0;
+  std::vector<float> padding_dlogits;  // the logits buffer past V after backward
+};
+
+HeadRun run_head(const LayerOps& layers, int V, bool training, float dloss, float mb_dloss) {
+  const GptConfig g{2, 2, 32, 16, V};
+  const int rows = 2, T = 16;
+  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 11) % size_t(V));
+  tokens[1] = tokens[5] = V - 1;  // the last real row of wte: an input and a target
+  DeviceAllocator alloc;
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = T;
+  how.seed = 3;
+  how.alloc = &alloc;
+  how.layers = &layers;
+  auto model = build_model(to_model_config(g), how);
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples.tokens = tokens.data();
+  mb.samples.rows = rows;
+  mb.step = 1;
+  mb.dropout = 0.1f;
+  mb.seed = 5;
+  mb.training = training;
+  mb.dloss = mb_dloss;
+  HeadRun r;
+  r.loss = model->forward(mb);
+  model->backward(mb, dloss, {});
+  r.grads.assign(grads.data.data(), grads.data.data() + grads.data.size());
+  r.params.assign(model->params.data(), model->params.data() + model->flat_size);
+  r.registry = model->registry;
+  auto& gpt = dynamic_cast<GptModel&>(*model);
+  r.Vl = gpt.Vl;
+  const float* logits = gpt.chunks.back().slots[0].logits;
+  for (int n = 0; n < rows * T; ++n)
+    for (int j = V; j < gpt.Vl; ++j) r.padding_dlogits.push_back(logits[size_t(n) * gpt.Vl + j]);
+  return r;
+}
+
+}  // namespace
+
+// The GPT's device paths for its LM head, walked on the CPU: the vocabulary padded to 128 rows
+// (every flat offset after wte moves), the padded cross-entropy (evaluation) and the fused
+// classifier (training, the dlogits written in forward at MicroBatch::dloss). Against the CPU's
+// unpadded model: the loss and every real gradient (another summation length in the head's input
+// product), padding parameters, gradients and dlogits exactly 0, and fused against separate bit
+// for bit.
+TEST(Model, PaddedVocabularyAndFusedClassifierMatchThePlainHead) {
+  const LayerOps device_like = device_like_layers();
+  const float dloss = 1.0f / 32;
+  for (int V : {5, 257, 300}) {
+    const std::string where = "V=" + std::to_string(V);
+    const HeadRun plain = run_head(cpu_layer_ops(), V, true, dloss, dloss);
+    const HeadRun fused = run_head(device_like, V, true, dloss, dloss);
+    const HeadRun separate = run_head(device_like, V, false, dloss, dloss);
+    EXPECT_EQ(plain.Vl, V) << where;
+    EXPECT_EQ(fused.Vl, (V + 127) / 128 * 128) << where;
+    EXPECT_NEAR(fused.loss, plain.loss, 1e-6 * plain.loss) << where;
+    EXPECT_EQ(std::memcmp(&fused.loss, &separate.loss, sizeof(double)), 0) << where;
+    ASSERT_EQ(fused.grads.size(), separate.grads.size());
+    EXPECT_EQ(
+        std::memcmp(fused.grads.data(), separate.grads.data(), fused.grads.size() * sizeof(float)),
+        0)
+        << where << ": fused and separate gradients differ";
+    for (const ParamInfo& p : plain.registry.params()) {
+      const ParamInfo& q = fused.registry.at(p.name);
+      EXPECT_EQ(q.global_shape, p.global_shape) << where << " " << p.name;
+      ASSERT_EQ(q.real_numel(), p.numel) << where << " " << p.name;
+      double d = 0, m = 0;
+      for (size_t i = 0; i < p.numel; ++i) {
+        const double a = fused.grads[q.offset + i], b = plain.grads[p.offset + i];
+        d += (a - b) * (a - b), m += b * b;
+        ASSERT_EQ(fused.params[q.offset + i], plain.params[p.offset + i])
+            << where << " " << p.name << " " << i;
+      }
+      EXPECT_LE(std::sqrt(d), 1e-5 * std::sqrt(m)) << where << " gradient of " << p.name;
+      for (size_t i = q.real_numel(); i < q.numel; ++i) {
+        ASSERT_EQ(fused.params[q.offset + i], 0.0f) << where << " " << p.name << " padding " << i;
+        ASSERT_EQ(fused.grads[q.offset + i], 0.0f) << where << " " << p.name << " padding " << i;
+      }
+    }
+    ASSERT_EQ(fused.padding_dlogits.size(), size_t(32) * size_t(fused.Vl - V)) << where;
+    for (float x : fused.padding_dlogits) ASSERT_EQ(x, 0.0f) << where << " padding dlogit";
+  }
+}
+
+TEST(ModelDeathTest, BackwardRefusesAnotherDlossThanTheFusedClassifierApplied) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const LayerOps device_like = device_like_layers();
+  EXPECT_DEATH(run_head(device_like, 5, true, 1.0f / 32, 1.0f),
+               "differs from the MicroBatch::dloss its forward's fused classifier applied");
 }
