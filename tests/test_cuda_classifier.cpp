@@ -27,6 +27,7 @@
 #include "src/model/precision.hpp"
 #include "src/train/grad_sync.hpp"
 #include "tests/cuda_test_support.hpp"
+#include "tests/gpt_precision_run.hpp"
 
 using namespace mpitron;
 using cuda_test::DeviceArray;
@@ -194,67 +195,14 @@ TYPED_TEST(CudaClassifier, LmHeadBackwardScalesDout) {
     ASSERT_NEAR(d[i], c[i], 1e-5 * (std::fabs(c[i]) + 1.0)) << i;
 }
 
-struct GptRun {
-  double loss = 0;
-  std::vector<float> grads, params;  // flat, on the host
-  ParamRegistry registry;
-  int Vl = 0;
-  std::vector<float> padding_dlogits;  // the LM head's logits buffer past V after backward
-};
+using precision_test::HeadRun;
 
-// One forward and backward of a GPT of vocabulary V (C 64, 2 heads of 32 (the CUDA attention takes
-// HS 32, 64 or 128), 2 layers, 2 rows of 32 tokens, dropout 0.1) on the given layers; training
-// picks the fused classifier where the device has it.
+// The GPT of precision_test::run_head on the GPU or the CPU.
 template <class A>
-GptRun run_gpt(int V, DType precision, bool on_gpu, bool training, float dloss) {
-  const GptConfig g{2, 2, 64, 32, V};
-  const int rows = 2, T = 32;
-  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 11) % size_t(V));
-  tokens[1] = V - 1;  // the last real row of wte: an input and a target
-  tokens[5] = V - 1;
-  DeviceAllocator alloc = on_gpu ? cuda::device_allocator() : DeviceAllocator{};
-  const LayerOps& layers = on_gpu ? cuda_layer_ops<float>() : cpu_layer_ops();
-  ModelBuild how;
-  how.micro_rows = rows;
-  how.seq_len = T;
-  how.seed = 3;
-  how.alloc = &alloc;
-  how.layers = &layers;
-  how.precision = precision;
-  auto model = build_model(to_model_config(g), how);
-  GradStorage grads = GradStorage::full(*model, alloc);
-  MicroBatch mb;
-  mb.samples.tokens = tokens.data();
-  mb.samples.rows = rows;
-  mb.step = 1;
-  mb.dropout = 0.1f;
-  mb.seed = 5;
-  mb.training = training;
-  mb.dloss = dloss;  // what the fused classifier applies in forward
-  GptRun r;
-  r.loss = model->forward(mb) / double(rows * T);
-  model->backward(mb, dloss, {});
-  r.grads.resize(grads.data.size());
-  layers.download(r.grads.data(), grads.data.data(), r.grads.size());
-  r.params.resize(model->flat_size);
-  layers.download(r.params.data(), model->params.data(), r.params.size());
-  r.registry = model->registry;
-  auto& gpt = dynamic_cast<GptModelT<A>&>(*model);
-  r.Vl = gpt.Vl;
-  const size_t N = size_t(rows) * T;
-  std::vector<A> logits(N * size_t(gpt.Vl));
-  if (on_gpu)
-    CUDA_CHECK(cudaMemcpy(logits.data(), gpt.chunks.back().slots[0].logits,
-                          logits.size() * sizeof(A), cudaMemcpyDeviceToHost));
-  else
-    std::memcpy(logits.data(), gpt.chunks.back().slots[0].logits, logits.size() * sizeof(A));
-  for (size_t n = 0; n < N; ++n)
-    for (int j = V; j < gpt.Vl; ++j) {
-      const A& x = logits[n * size_t(gpt.Vl) + size_t(j)];
-      r.padding_dlogits.push_back(is_plus_zero(x) ? 0.0f : 1.0f);
-    }
-  return r;
+HeadRun run_gpt(int V, DType precision, bool on_gpu, bool training, float dloss) {
+  return precision_test::run_head<A>(V, precision, training, dloss,
+                                     on_gpu ? cuda::device_allocator() : DeviceAllocator{},
+                                     on_gpu ? cuda_layer_ops<float>() : cpu_layer_ops(), dloss);
 }
 
 double relative_l2(const float* a, const float* b, size_t n) {
@@ -273,8 +221,8 @@ void check_gpt(int V, DType precision, bool training, double loss_tol, double gr
   const std::string where = std::string(precision_name(precision)) + " V=" + std::to_string(V) +
                             (training ? " training (fused)" : " evaluation (separate)");
   const float dloss = precision == DType::f16 ? 1.0f : 1.0f / 64;
-  const GptRun gpu = run_gpt<A>(V, precision, true, training, dloss);
-  const GptRun cpu = run_gpt<A>(V, precision, false, training, dloss);
+  const HeadRun gpu = run_gpt<A>(V, precision, true, training, dloss);
+  const HeadRun cpu = run_gpt<A>(V, precision, false, training, dloss);
   EXPECT_EQ(cpu.Vl, V) << where;
   EXPECT_EQ(gpu.Vl, round_up(V, 128)) << where;
   std::printf("%s: loss gpu %.7f cpu %.7f\n", where.c_str(), gpu.loss, cpu.loss);
@@ -331,8 +279,8 @@ template <class A>
 void check_fused_and_separate(DType precision) {
   for (int V : kVocabularies) {
     const std::string where = std::string(precision_name(precision)) + " V=" + std::to_string(V);
-    const GptRun fused = run_gpt<A>(V, precision, true, true, 1.0f / 64);
-    const GptRun separate = run_gpt<A>(V, precision, true, false, 1.0f / 64);
+    const HeadRun fused = run_gpt<A>(V, precision, true, true, 1.0f / 64);
+    const HeadRun separate = run_gpt<A>(V, precision, true, false, 1.0f / 64);
     EXPECT_TRUE(same_bits(fused.loss, separate.loss))
         << where << " " << fused.loss << " vs " << separate.loss;
     ASSERT_EQ(fused.grads.size(), separate.grads.size());

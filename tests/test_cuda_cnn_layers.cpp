@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -82,61 +83,9 @@ const cpu::Conv2dShape kConvShapes[] = {
     {8, 16, 28, 28, 32, 3, 3, 2, 1}, {8, 16, 28, 28, 32, 1, 1, 2, 0},
     {3, 5, 11, 9, 7, 3, 3, 1, 1},    {5, 8, 7, 7, 8, 3, 3, 2, 1}};
 
-TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
-  SKIP_WITHOUT_DEVICE();
-  Stream stream;
-  for (const cpu::Conv2dShape& planned : kConvShapes)
-    for (int rows : {planned.N, std::max(1, planned.N / 2 - 1)}) {
-      cpu::Conv2dShape s = planned;
-      s.N = rows;
-      const std::string where = "N " + std::to_string(rows) + " of " + std::to_string(planned.N) +
-                                " IC " + std::to_string(s.IC) + " " + std::to_string(s.H) + "x" +
-                                std::to_string(s.W) + " OC " + std::to_string(s.OC) + " K " +
-                                std::to_string(s.KH) + " stride " + std::to_string(s.stride);
-      const size_t in = size_t(s.N) * s.IC * s.H * s.W, out = size_t(s.N) * s.OC * s.OH() * s.OW();
-      const size_t wn = size_t(s.OC) * s.IC * s.KH * s.KW;
-      const std::vector<float> x = random_floats(in, 1), w = random_floats(wn, 2, 0.2f);
-      const std::vector<float> dy = random_floats(out, 3), dw0 = random_floats(wn, 4);
-      std::vector<float> y(out), dx(in), dw = dw0;
-      cpu::conv2d_forward_direct(y.data(), x.data(), w.data(), static_cast<const float*>(nullptr),
-                                 s);
-      cpu::conv2d_backward_direct(dx.data(), dw.data(), static_cast<float*>(nullptr), dy.data(),
-                                  x.data(), w.data(), s);
-
-      const auto plan = cuda::conv2d_plan<float>(planned);
-      DeviceArray<char> ws(std::max<size_t>(cuda::conv2d_workspace_bytes(*plan), 1));
-      DeviceArray<float> gx(x), gw(w), gy(out), gdy(dy), gdx(in), gdw(dw0);
-      cuda::conv2d_forward(gy.ptr, ws.ptr, gx.ptr, gw.ptr, *plan, rows, stream.s);
-      cuda::conv2d_backward(gdx.ptr, gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr, *plan, rows,
-                            stream.s);
-      stream.sync();
-      const std::vector<float> y1 = gy.download(), dx1 = gdx.download(), dw1 = gdw.download();
-      expect_close(y1, y, 1e-4, where + " forward");
-      expect_close(dx1, dx, 1e-4, where + " input gradient");
-      expect_close(dw1, dw, 1e-4, where + " weight gradient +=");
-
-      // Again from the same state: the same bits (deterministic algorithms, no atomics' order).
-      gdw.upload(dw0);
-      cuda::conv2d_forward(gy.ptr, ws.ptr, gx.ptr, gw.ptr, *plan, rows, stream.s);
-      cuda::conv2d_backward(gdx.ptr, gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr, *plan, rows,
-                            stream.s);
-      stream.sync();
-      expect_bitwise(gy.download(), y1, where + " forward repeated");
-      expect_bitwise(gdx.download(), dx1, where + " input gradient repeated");
-      expect_bitwise(gdw.download(), dw1, where + " weight gradient repeated");
-
-      // No input gradient asked (the image's): the weight gradient alone.
-      gdw.upload(dw0);
-      cuda::conv2d_backward(static_cast<float*>(nullptr), gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr,
-                            *plan, rows, stream.s);
-      stream.sync();
-      expect_bitwise(gdw.download(), dw1, where + " weight gradient without the input's");
-    }
-}
-
 namespace {
 
-// Host values of the 16-bit format (Host: the project's storage type) as the device type D.
+// Host values of the storage type Host (float, or the project's 16-bit types) as the device type D.
 template <class D, class Host>
 std::vector<D> as_device(const std::vector<Host>& h) {
   static_assert(sizeof(D) == sizeof(Host));
@@ -148,38 +97,47 @@ template <class Host, class D>
 std::vector<float> widened(const std::vector<D>& d) {
   std::vector<Host> h(d.size());
   std::memcpy(h.data(), static_cast<const void*>(d.data()), d.size() * sizeof(D));
-  std::vector<float> f(h.size());
-  widen(f.data(), h.data(), h.size());
-  return f;
+  if constexpr (std::is_same_v<Host, float>) {
+    return h;
+  } else {
+    std::vector<float> f(h.size());
+    widen(f.data(), h.data(), h.size());
+    return f;
+  }
 }
 
-// Random values the format holds exactly: its storage and the same values as floats.
+// Random values the storage type holds exactly: its storage and the same values as floats.
 template <class Host>
 std::pair<std::vector<Host>, std::vector<float>> exact_values(size_t n, uint32_t seed,
                                                               float scale = 1.0f) {
   std::vector<float> f = random_floats(n, seed, scale);
-  std::vector<Host> h(n);
-  round_to(h.data(), f.data(), n);
-  widen(f.data(), h.data(), n);
-  return {h, f};
+  if constexpr (std::is_same_v<Host, float>) {
+    return {f, f};
+  } else {
+    std::vector<Host> h(n);
+    round_to(h.data(), f.data(), n);
+    widen(f.data(), h.data(), n);
+    return {h, f};
+  }
 }
 
-// cuDNN's 16-bit convolution (fp32 sums, each output written in the format; the weight gradient
-// in the format, then added to the fp32 one) against the CPU's float one on the same values:
-// within 2 units of the format's rounding plus 1e-4 (the sums' order) of each tensor's largest
-// |value|, the same bits on a repeat. Every shape must plan: a deterministic algorithm exists for
-// each direction (the first layer's single channel included).
+// cuDNN's convolution (fp32 sums; in 16 bits each output written in the format, the weight
+// gradient in the format, then added to the fp32 one) against the CPU's float direct loops on the
+// same values: within 2 units of the format's rounding (0 for float) plus 1e-4 (the sums' order)
+// of each tensor's largest |value|; the same bits on a repeat (deterministic algorithms, no
+// atomics' order) and for the weight gradient without the input's (the image's). Every shape must
+// plan: a deterministic algorithm in each direction (the first layer's single channel included).
 template <class D, class Host>
-void check_conv16(double unit) {
+void check_conv(double unit) {
   Stream stream;
   for (const cpu::Conv2dShape& planned : kConvShapes)
     for (int rows : {planned.N, std::max(1, planned.N / 2 - 1)}) {
       cpu::Conv2dShape s = planned;
       s.N = rows;
       const std::string where = "N " + std::to_string(rows) + " of " + std::to_string(planned.N) +
-                                " IC " + std::to_string(s.IC) + " OC " + std::to_string(s.OC) +
-                                " K " + std::to_string(s.KH) + " stride " +
-                                std::to_string(s.stride);
+                                " IC " + std::to_string(s.IC) + " " + std::to_string(s.H) + "x" +
+                                std::to_string(s.W) + " OC " + std::to_string(s.OC) + " K " +
+                                std::to_string(s.KH) + " stride " + std::to_string(s.stride);
       const size_t in = size_t(s.N) * s.IC * s.H * s.W, out = size_t(s.N) * s.OC * s.OH() * s.OW();
       const size_t wn = size_t(s.OC) * s.IC * s.KH * s.KW;
       const auto [xh, x] = exact_values<Host>(in, 1);
@@ -216,19 +174,30 @@ void check_conv16(double unit) {
       expect_bitwise(gy.download(), y1, where + " forward repeated");
       expect_bitwise(gdx.download(), dx1, where + " input gradient repeated");
       expect_bitwise(gdw.download(), dw1, where + " weight gradient repeated");
+
+      gdw.upload(dw0);
+      cuda::conv2d_backward(static_cast<D*>(nullptr), gdw.ptr, ws.ptr, gdy.ptr, gx.ptr, gw.ptr,
+                            *plan, rows, stream.s);
+      stream.sync();
+      expect_bitwise(gdw.download(), dw1, where + " weight gradient without the input's");
     }
 }
 
 }  // namespace
 
+TEST(CudaCnnLayers, CudnnConvolutionMatchesCpuAndRepeats) {
+  SKIP_WITHOUT_DEVICE();
+  check_conv<float, float>(0.0);
+}
+
 TEST(CudaCnnLayers, CudnnBf16ConvolutionPlansEveryShapeAndMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
-  check_conv16<__nv_bfloat16, bf16_t>(0x1p-8);
+  check_conv<__nv_bfloat16, bf16_t>(0x1p-8);
 }
 
 TEST(CudaCnnLayers, CudnnFp16ConvolutionPlansEveryShapeAndMatchesCpu) {
   SKIP_WITHOUT_DEVICE();
-  check_conv16<__half, fp16_t>(0x1p-11);
+  check_conv<__half, fp16_t>(0x1p-11);
 }
 #endif
 
