@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/check.hpp"
+#include "base/staged_memory.hpp"
 
 #ifdef MPITRON_HAVE_CUDA
 #include "src/cuda/device_memory.cuh"
@@ -54,7 +55,8 @@ void StagingQueue::wait(uint64_t ticket) {
   for (; done_ < ticket; ++done_) {  // in queue order, as a stream runs them
     const Copy c = pending_.front();
     pending_.pop_front();
-    if (c.bytes > 0) std::memcpy(c.dst, c.src, c.bytes);
+    // The device's side at its real pages (cpu-staged's device addresses: base/staged_memory.hpp).
+    if (c.bytes > 0) std::memcpy(staged_memory::real(c.dst), staged_memory::real(c.src), c.bytes);
   }
 }
 

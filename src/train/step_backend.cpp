@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "base/check.hpp"
+#include "base/staged_memory.hpp"
 #include "src/cpu/adamw.hpp"
 #include "src/cpu/step_ops.hpp"
 
@@ -25,6 +26,51 @@ void host_fill_bytes(uint8_t* p, uint8_t value, size_t n) {
   std::fill_n(p, n, value);
 }
 void host_synchronize() {}
+
+constexpr StepBackend kCpuBackend{Device::cpu,
+                                  cpu::zero,
+                                  cpu::copy,
+                                  cpu::sum_of_squares,
+                                  cpu::adamw_update,
+                                  cpu::adamw8bit_update,
+                                  host_copy,
+                                  host_copy,
+                                  host_fill_bytes,
+                                  host_synchronize,
+                                  false};
+
+// cpu-staged's: the CPU's step ops on the real pages of its device addresses
+// (base/staged_memory.hpp), the ranges' pointers too.
+void staged_adamw_update(std::span<const AdamWTensor> tensors, const AdamWRange& r,
+                         const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
+  using staged_memory::real;
+  AdamWRange x = r;
+  x.params = real(x.params), x.grads = real(x.grads), x.m = real(x.m), x.v = real(x.v);
+  x.weights = real(x.weights);
+  cpu::adamw_update(tensors, x, cfg, lr, grad_scale, t);
+}
+void staged_adamw8bit_update(std::span<const AdamWTensor> tensors, const AdamW8bitRange& r,
+                             const AdamWConfig& cfg, double lr, float grad_scale, int64_t t) {
+  using staged_memory::real;
+  AdamW8bitRange x = r;
+  x.params = real(x.params), x.grads = real(x.grads), x.weights = real(x.weights);
+  x.m_codes = real(x.m_codes), x.v_codes = real(x.v_codes);
+  x.m_absmax = real(x.m_absmax), x.v_absmax = real(x.v_absmax);
+  cpu::adamw8bit_update(tensors, x, cfg, lr, grad_scale, t);
+}
+#define MPITRON_DEVICE_CALL(m) staged_memory::device_call<kCpuBackend, &StepBackend::m>()
+constexpr StepBackend kCpuStagedBackend{Device::cpu_staged,
+                                        MPITRON_DEVICE_CALL(zero),
+                                        MPITRON_DEVICE_CALL(copy),
+                                        MPITRON_DEVICE_CALL(sum_of_squares),
+                                        staged_adamw_update,
+                                        staged_adamw8bit_update,
+                                        MPITRON_DEVICE_CALL(upload),
+                                        MPITRON_DEVICE_CALL(download),
+                                        MPITRON_DEVICE_CALL(fill_bytes),
+                                        host_synchronize,
+                                        true};
+#undef MPITRON_DEVICE_CALL
 }  // namespace
 
 #ifdef MPITRON_HAVE_CUDA
@@ -86,30 +132,8 @@ std::vector<AdamWTensor> adamw_tensors(const ParamRegistry& reg) {
 }
 
 const StepBackend& step_backend(Device device) {
-  static constexpr StepBackend cpu_backend{Device::cpu,
-                                           cpu::zero,
-                                           cpu::copy,
-                                           cpu::sum_of_squares,
-                                           cpu::adamw_update,
-                                           cpu::adamw8bit_update,
-                                           host_copy,
-                                           host_copy,
-                                           host_fill_bytes,
-                                           host_synchronize,
-                                           false};
-  static constexpr StepBackend cpu_staged_backend{Device::cpu_staged,
-                                                  cpu::zero,
-                                                  cpu::copy,
-                                                  cpu::sum_of_squares,
-                                                  cpu::adamw_update,
-                                                  cpu::adamw8bit_update,
-                                                  host_copy,
-                                                  host_copy,
-                                                  host_fill_bytes,
-                                                  host_synchronize,
-                                                  true};
-  if (device == Device::cpu) return cpu_backend;
-  if (device == Device::cpu_staged) return cpu_staged_backend;
+  if (device == Device::cpu) return kCpuBackend;
+  if (device == Device::cpu_staged) return kCpuStagedBackend;
 #ifdef MPITRON_HAVE_CUDA
   static constexpr StepBackend cuda_backend{Device::cuda,
                                             cuda_zero,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.hpp"
+#include "base/staged_memory.hpp"
 #include "comm/world.hpp"
 #include "src/train/trainer.hpp"
 
@@ -107,7 +108,12 @@ DeviceAllocator device_memory(Device device) {
 #ifdef MPITRON_HAVE_CUDA
   if (device == Device::cuda) return cuda::device_allocator();
 #endif
-  return DeviceAllocator{device_name(device)};
+  DeviceAllocator a{device_name(device)};
+  if (device == Device::cpu_staged) {  // addresses the host cannot use (base/staged_memory.hpp)
+    a.raw_allocate = staged_memory::allocate;
+    a.raw_release = staged_memory::release;
+  }
+  return a;
 }
 }  // namespace
 
