@@ -4,6 +4,7 @@
 // model built from a config rebuilds from the attributes a checkpoint stores.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -254,4 +255,87 @@ TEST(ModelDeathTest, BackwardRefusesAnotherDlossThanTheFusedClassifierApplied) {
   const LayerOps device_like = device_like_layers();
   EXPECT_DEATH(run_head(device_like, 5, true, 1.0f / 32, 1.0f),
                "differs from the MicroBatch::dloss its forward's fused classifier applied");
+}
+
+namespace {
+
+struct SpanRun {
+  double loss = 0;
+  std::vector<float> grads;
+  ParamRegistry registry;
+};
+
+// A translation-pairs GPT (task 1: the loss on the rows inside each row's span) on 3 rows of 24.
+SpanRun run_spans(const LayerOps& layers, const std::vector<int32_t>& spans) {
+  const int T = 24, rows = 3, V = 259;
+  std::vector<int32_t> tokens(size_t(rows) * (T + 1));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 11) % size_t(V));
+  ModelConfig m = default_model_config("gpt");
+  m.dims["n_layer"] = 2;
+  m.dims["n_head"] = 2;
+  m.dims["n_embd"] = 64;
+  m.dims["block_size"] = T;
+  m.dims["vocab_size"] = V;
+  m.dims["task"] = 1;
+  DeviceAllocator alloc;
+  ModelBuild how;
+  how.micro_rows = rows;
+  how.seq_len = T;
+  how.seed = 11;
+  how.alloc = &alloc;
+  how.layers = &layers;
+  auto model = build_model(m, how);
+  GradStorage grads = GradStorage::full(*model, alloc);
+  MicroBatch mb;
+  mb.samples = {tokens.data(), nullptr, nullptr, rows};
+  mb.samples.loss_spans = spans.data();
+  mb.training = true;
+  mb.dropout = 0.1f;
+  mb.seed = 7;
+  mb.step = 3;
+  mb.dloss = 0.01f;
+  SpanRun r;
+  r.loss = model->forward(mb);
+  model->backward(mb, 0.01f, {});
+  r.grads.assign(grads.data.data(), grads.data.data() + grads.data.size());
+  r.registry = model->registry;
+  return r;
+}
+
+}  // namespace
+
+// Loss spans (translation pairs) through the device's head: without compact_rows (CUDA's table)
+// every row's logits run, the rows outside the spans as target -1 (loss 0, gradient 0) through the
+// padded and fused cross-entropy. The plain CPU head's loss and gradients, padding 0; no loss row
+// at all gives no gradient anywhere.
+TEST(Model, LossSpansThroughThePaddedFusedHeadMatchThePlainHead) {
+  LayerOps device_like = device_like_layers();
+  device_like.compact_rows = nullptr;
+  device_like.expand_rows = nullptr;
+  const std::vector<std::vector<int32_t>> span_sets = {
+      {3, 15, 0, 0, 10, 24}, {0, 24, 0, 24, 0, 24}, {5, 6, 0, 0, 23, 24}, {0, 0, 7, 7, 0, 0}};
+  for (const auto& spans : span_sets) {
+    const std::string where = "spans " + std::to_string(spans[0]) + "-" + std::to_string(spans[1]);
+    const SpanRun plain = run_spans(cpu_layer_ops(), spans), device = run_spans(device_like, spans);
+    EXPECT_NEAR(device.loss, plain.loss, 1e-6 * std::abs(plain.loss)) << where;
+    double worst = 0, scale = 0;
+    for (const ParamInfo& p : plain.registry.params()) {
+      const ParamInfo& q = device.registry.at(p.name);
+      for (size_t i = 0; i < p.numel; ++i) {
+        worst = std::max(worst,
+                         double(std::abs(device.grads[q.offset + i] - plain.grads[p.offset + i])));
+        scale = std::max(scale, double(std::abs(plain.grads[p.offset + i])));
+      }
+      for (size_t i = q.real_numel(); i < q.numel; ++i)
+        ASSERT_EQ(device.grads[q.offset + i], 0.0f) << where << " " << p.name << " padding " << i;
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << where;
+    const bool any_loss_row = spans[0] < spans[1] || spans[2] < spans[3] || spans[4] < spans[5];
+    if (!any_loss_row) {
+      EXPECT_EQ(device.loss, 0.0) << where;
+      EXPECT_EQ(scale, 0.0) << where;
+    } else {
+      EXPECT_GT(scale, 0.0) << where;
+    }
+  }
 }
