@@ -63,7 +63,10 @@ io::Attributes checkpoint_root_attributes(const CheckpointRecord& r) {
   a["train.seq_len"] = r.seq_len;
   a["eval.batches"] = r.eval_batches;
   a["optimizer"] = r.optimizer;
-  if (r.optimizer == "adamw8bit") a["optim8bit.stage_blocks"] = r.adamw8bit_stage_blocks;
+  if (r.optimizer == "adamw8bit") {
+    a["optim8bit.stage_blocks"] = r.adamw8bit_stage_blocks;
+    a["optim8bit.flat_sizes"] = r.adamw8bit_flat_sizes;
+  }
   return a;
 }
 
@@ -132,6 +135,9 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
   if (auto it = h.root.find("optim8bit.stage_blocks");
       it != h.root.end() && std::holds_alternative<std::string>(it->second))
     r.adamw8bit_stage_blocks = std::get<std::string>(it->second);
+  if (auto it = h.root.find("optim8bit.flat_sizes");
+      it != h.root.end() && std::holds_alternative<std::string>(it->second))
+    r.adamw8bit_flat_sizes = std::get<std::string>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
   if (auto g = h.groups.find("loss_scale"); g != h.groups.end()) {
     auto c = g->second.find("current");

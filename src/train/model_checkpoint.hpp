@@ -38,6 +38,9 @@ struct CheckpointRecord {
   // adamw8bit: the blocks of each virtual stage ("2,2"; "" without pipeline blocks), which with
   // tp and pp fix every parameter's flat position, hence its 8-bit block.
   std::string adamw8bit_stage_blocks;
+  // adamw8bit: each (stage, TP rank)'s flat parameter count (Trainer::adamw8bit_flat_sizes; ""
+  // in checkpoints written before it was recorded).
+  std::string adamw8bit_flat_sizes;
 };
 
 // The settings a resumed run must keep to continue the same run: the preset's name, the

@@ -104,6 +104,19 @@ std::vector<io::TensorPiece> Trainer::checkpoint_pieces(bool for_writing) {
   return pieces;
 }
 
+std::string Trainer::adamw8bit_flat_sizes() {
+  const int64_t mine = int64_t(model->registry.size());
+  std::vector<int64_t> all(size_t(grid.shape.world));
+  MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT64_T, all.data(), 1, MPI_INT64_T, MPI_COMM_WORLD));
+  const Layout& L = opts.layout;
+  std::string text;
+  for (int s = 0; s < L.pp; ++s)
+    for (int t = 0; t < L.tp; ++t)  // world rank (pp_rank·dp + dp_rank)·tp + tp_rank, dp_rank 0
+      text += fmt::format("{}pp{}_tp{} {}", text.empty() ? "" : ", ", s, t,
+                          all[size_t(s * L.dp * L.tp + t)]);
+  return text;
+}
+
 std::string Trainer::checkpoint_path(int64_t s) const {
   return (std::filesystem::path(opts.out) / fmt::format("ckpt_{}.h5", s)).string();
 }
@@ -129,7 +142,10 @@ void Trainer::save_checkpoint() {
   r.loss_scale = loss_scale.scale;
   r.loss_scale_clean_steps = loss_scale.clean_steps;
   r.optimizer = optimizer_name(opts.optimizer);
-  if (opts.optimizer == Optimizer::adamw8bit) r.adamw8bit_stage_blocks = stage_layers_text();
+  if (opts.optimizer == Optimizer::adamw8bit) {
+    r.adamw8bit_stage_blocks = stage_layers_text();
+    r.adamw8bit_flat_sizes = adamw8bit_flat_sizes();
+  }
   const std::string path = checkpoint_path(step);
   download_state();
   io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
@@ -163,6 +179,16 @@ void Trainer::load_checkpoint(const std::string& path) {
         "{} holds 8-bit AdamW state of stages of {} blocks, this run's stages hold {}: resume it "
         "with the same --stage-layers, --schedule and --virtual-stages",
         path, r.adamw8bit_stage_blocks, stage_layers_text()));
+  if (opts.optimizer == Optimizer::adamw8bit && !r.adamw8bit_flat_sizes.empty()) {
+    const std::string mine = adamw8bit_flat_sizes();
+    if (r.adamw8bit_flat_sizes != mine)
+      throw UsageError(fmt::format(
+          "{} holds 8-bit AdamW state of flat parameter arrays of {} elements, this run's hold {}: "
+          "8-bit blocks are positions in them, and another device's padding moves them (CUDA pads "
+          "the GPT's vocabulary rows to a multiple of 128); resume it with the --device it was "
+          "written with, or start afresh from its parameters with --init-from",
+          path, r.adamw8bit_flat_sizes, mine));
+  }
   const std::vector<std::string> changes = setting_changes(r.settings, run_settings(cfg));
   if (!changes.empty()) {
     const std::string list = fmt::format("{}", fmt::join(changes, ", "));

@@ -157,6 +157,9 @@ struct Trainer {
   void upload_state();
   std::string choose_checkpoint();
   std::vector<io::TensorPiece> checkpoint_pieces(bool for_writing);
+  // adamw8bit: each (stage, TP rank)'s flat parameter count, "pp0_tp0 67456, ..." (collective):
+  // 8-bit blocks are positions in that array, which a device's padding moves.
+  std::string adamw8bit_flat_sizes();
   std::string checkpoint_path(int64_t s) const;
   void save_checkpoint();
   void load_checkpoint(const std::string& path);

@@ -9,7 +9,8 @@
 #   from the --zero 1 run's step 5 (the state read back from other shards);
 # - the MLP (fashion-mnist, where installed) resumes bit-identically too;
 # - a checkpoint holds its optimizer: resuming with the other --optimizer, or an 8-bit one at
-#   another tp, is refused; so is --device cuda.
+#   another tp, or over another flat layout (as another device's vocabulary padding makes), is
+#   refused.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 data=$(corpus)
@@ -60,6 +61,20 @@ expect_error "trained with --optimizer adamw, this run asks for --optimizer adam
   "$MPITRON" "${args[@]}" --out refused --resume fp32/ckpt_2.h5
 expect_error "resume it at --tp 1 --pp 1" \
   mpiexec -n 2 "$MPITRON" "${args[@]}" --tp 2 --out refused --resume one/ckpt_5.h5
+# The flat layout the blocks index is recorded ("pp0_tp0 <elements>"); one moved as CUDA's padding
+# of the vocabulary to 128 rows moves it (127 rows of 128) is refused.
+cp one/ckpt_5.h5 moved.h5
+"$PYTHON" - moved.h5 <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    sizes = f.attrs["optim8bit.flat_sizes"]
+    sizes = sizes.decode() if isinstance(sizes, bytes) else sizes
+    name, n = sizes.split(" ")
+    assert name == "pp0_tp0" and int(n) > 0, sizes
+    f.attrs["optim8bit.flat_sizes"] = f"{name} {int(n) + 127 * 128}"
+PY
+expect_error "another device's padding moves them" \
+  "$MPITRON" "${args[@]}" --out refused --resume moved.h5
 # Another family through the same trainer: the MLP resumes bit-identically too.
 fmnist=/usr/share/datasets/fashion-mnist
 if [[ -e $fmnist/train-images-idx3-ubyte.gz ]]; then
