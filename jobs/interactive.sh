@@ -55,6 +55,8 @@ if ((SLURM_NTASKS % nodes == 0)); then
   else
     export SLURM_TASKS_PER_NODE=$SLURM_NTASKS_PER_NODE
   fi
+else # uneven over the nodes: no per-node count (the batch script would take the allocation's)
+  unset SLURM_NTASKS_PER_NODE
 fi
 # mpirun starts its daemons on other nodes with srun, which must share the session's step.
 if [[ -n ${SLURM_STEP_ID:-} ]]; then export OMPI_MCA_plm_slurm_args=--overlap; fi

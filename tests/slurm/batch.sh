@@ -6,7 +6,8 @@
 # tasks). TP=2 and PP=2 (with SCHEDULE) reach mpitron and train. A layout mpitron does not support
 # (PP=5 for gpt-tiny's 4 blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by
 # the script, and so is a job on GPUs whose mpitron cannot use them (no CUDA in the build, or no
-# driver: it would train on the cores while charged for the GPUs). With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
+# driver: it would train on the cores while charged for the GPUs), a job with fewer ranks than it
+# asked for per node, and a DP x TP x PP that is not the job's ranks. With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
 # `train` records its arguments) a GPU job picks --device cuda and --comm nccl by itself, and
 # --comm mpi where ZeRO 2 needs it.
 # Arguments: mpitron binary, checkout, work folder.
@@ -37,9 +38,13 @@ id[gpu-shared]=$(DEVICE=cpu submit gpu-shared bridges2-gpu-shared.sbatch "${gpu_
 id[gpu]=$(submit gpu bridges2-gpu.sbatch --gpus=0 --ntasks-per-node=2)
 id[rm]=$(submit rm bridges2-rm.sbatch --ntasks-per-node=2 --cpus-per-task=1)
 id[generic]=$(ZERO=1 submit generic generic.sbatch --ntasks=2)
-id[tp]=$(TP=2 submit tp generic.sbatch --ntasks=2)
+id[tp]=$(TP=2 submit tp generic.sbatch) # the script's own 2 ranks a node
 id[pp]=$(PP=2 SCHEDULE=gpipe MICRO_BATCHES=2 submit pp generic.sbatch --ntasks=2)
-id[refused-pp]=$(PP=5 submit refused-pp generic.sbatch --ntasks=5)
+id[refused-pp]=$(PP=5 submit refused-pp generic.sbatch --ntasks-per-node=5)
+# Fewer ranks than asked for per node (the script's --ntasks=4 caps --ntasks-per-node=8), and a
+# DP x TP x PP that is not the job's ranks: refused by the script before anything runs.
+id[refused-capped]=$(submit refused-capped bridges2-rm-shared.sbatch --ntasks-per-node=8 --cpus-per-task=1)
+id[refused-dp]=$(DP=4 submit refused-dp generic.sbatch)
 fake_cuda=$WORK/fake-cuda-mpitron
 cat >"$fake_cuda" <<'EOF'
 #!/bin/sh
@@ -134,6 +139,15 @@ grep -q "error: .*more stages than blocks" "$WORK"/refused-pp/slurm-*.out ||
   fail "PP=5 was not refused by mpitron: $(cat "$WORK"/refused-pp/slurm-*.out)"
 grep -q -- "--dp 1 --tp 1 --pp 5 " "$WORK/refused-pp/jobs.log" || fail "PP=5 was not passed to mpitron as dp 1 x pp 5"
 [[ ! -e $WORK/refused-pp/trace.h5 ]] || fail "the refused PP=5 job trained"
+expect refused-capped FAILED
+grep -q "error: this job has 4 task(s) on 1 node(s), but asks for 8 per node (8 in all)" \
+  "$WORK"/refused-capped/slurm-*.out || fail "4 of 8 ranks a node were not refused: $(cat "$WORK"/refused-capped/slurm-*.out)"
+expect refused-dp FAILED
+grep -q "error: DP x TP x PP = 4 x 1 x 1 = 4 ranks, but the job has 2" "$WORK"/refused-dp/slurm-*.out ||
+  fail "DP=4 on 2 ranks was not refused: $(cat "$WORK"/refused-dp/slurm-*.out)"
+for name in refused-capped refused-dp; do
+  [[ ! -e $WORK/$name/jobs.log && ! -e $WORK/$name/trace.h5 ]] || fail "$name: the refused job started"
+done
 if [[ $CLUSTER_GPUS != 0 ]]; then
   expect refused-gpus FAILED
   grep -q "error: one rank per GPU" "$WORK"/refused-gpus/slurm-*.out ||
