@@ -7,7 +7,8 @@
 # (PP=5 for gpt-tiny's 4 blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by
 # the script, and so is a job on GPUs whose mpitron cannot use them (no CUDA in the build, or no
 # driver: it would train on the cores while charged for the GPUs), a job with fewer ranks than it
-# asked for per node, and a DP x TP x PP that is not the job's ranks. With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
+# asked for per node, a DP x TP x PP that is not the job's ranks, and data missing on the node.
+# Without DATA a job passes no --data: mpitron trains on what the preset reads. With a CUDA build (faked: its `devices` lists a GPU and NCCL, its
 # `train` records its arguments) a GPU job picks --device cuda and --comm nccl by itself, and
 # --comm mpi where ZeRO 2 needs it.
 # Arguments: mpitron binary, checkout, work folder.
@@ -61,6 +62,13 @@ case $1 in
 esac
 EOF
 chmod +x "$fake_cuda"
+# DATA unset: no --data, the job trains on what the preset reads (an MLP's images here); DATA, or
+# the preset's [data] path, missing on the node: refused before any rank starts.
+id[preset-data]=$(unset DATA; MPITRON=$fake_cuda CONFIG=configs/mlp-fmnist.toml submit preset-data generic.sbatch)
+awk '/^\[data\]/ {skip = 1; next} /^\[/ {skip = 0} !skip' "$REPO/configs/gpt-tiny.toml" >"$WORK/no-data.toml"
+printf '[data]\npath = "%s"\n' "$WORK/no-such-corpus.txt" >>"$WORK/no-data.toml"
+id[refused-preset-data]=$(unset DATA; CONFIG=$WORK/no-data.toml submit refused-preset-data generic.sbatch)
+id[refused-data]=$(DATA=$WORK/no-such-corpus.txt submit refused-data generic.sbatch)
 if [[ $CLUSTER_GPUS != 0 ]]; then
   id[refused-gpus]=$(submit refused-gpus bridges2-gpu-shared.sbatch --ntasks-per-node=2)
   two_gpus=(--gpus=v100-32:2 --ntasks-per-node=2)
@@ -145,7 +153,17 @@ grep -q "error: this job has 4 task(s) on 1 node(s), but asks for 8 per node (8 
 expect refused-dp FAILED
 grep -q "error: DP x TP x PP = 4 x 1 x 1 = 4 ranks, but the job has 2" "$WORK"/refused-dp/slurm-*.out ||
   fail "DP=4 on 2 ranks was not refused: $(cat "$WORK"/refused-dp/slurm-*.out)"
-for name in refused-capped refused-dp; do
+a=$(expect preset-data COMPLETED && cat "$WORK/preset-data/train-args.0")
+grep -q "^train --config configs/mlp-fmnist.toml --out $WORK/preset-data " <<<"$a" ||
+  fail "DATA unset: not the preset's data (no --data): $a"
+expect refused-preset-data FAILED
+grep -q "error: $WORK/no-data.toml reads $WORK/no-such-corpus.txt, which does not exist on " \
+  "$WORK"/refused-preset-data/slurm-*.out ||
+  fail "a preset's missing data was not refused: $(cat "$WORK"/refused-preset-data/slurm-*.out)"
+expect refused-data FAILED
+grep -q "error: DATA=$WORK/no-such-corpus.txt does not exist on " "$WORK"/refused-data/slurm-*.out ||
+  fail "a missing DATA was not refused: $(cat "$WORK"/refused-data/slurm-*.out)"
+for name in refused-capped refused-dp refused-preset-data refused-data; do
   [[ ! -e $WORK/$name/jobs.log && ! -e $WORK/$name/trace.h5 ]] || fail "$name: the refused job started"
 done
 if [[ $CLUSTER_GPUS != 0 ]]; then
