@@ -55,8 +55,9 @@ default_path() {
     echo "$p"
     return
   fi
-  # Until then: [data] path, else family.cpp's default_data by [model] type and task, except
-  # BERT's tasks 1 and 2, which read the verses with references (default_data_hint).
+  # Else: [data] path, else family.cpp's default_data by [model] type and task (the images:
+  # data/fashion-mnist where it is a folder, else Debian's), except BERT's tasks 1 and 2, which
+  # read the verses with references (default_data_hint).
   local path type task
   IFS=$'\t' read -r path type task < <(awk '
     /^[[:space:]]*\[/ { s = $0; gsub(/[][[:space:]]/, "", s); next }
@@ -76,7 +77,7 @@ default_path() {
   case $type in
     gpt) [[ ${task:-0} == 1 ]] && echo data/es-en || echo data/kjv.txt ;;
     bert) [[ ${task:-0} == 0 ]] && echo data/kjv.txt || echo data/kjv_verses.txt ;;
-    mlp | alexnet | resnet) echo "$fmnist_pkg" ;;
+    mlp | alexnet | resnet) [[ -d data/fashion-mnist ]] && echo data/fashion-mnist || echo "$fmnist_pkg" ;;
     *)
       echo "error: $config: model type '$type' has no known default data" >&2
       exit 1
@@ -175,11 +176,13 @@ from_archive() {
   copy_item "$kind" "data/$name" "$target"
 }
 
-# Debian's pool, and the snapshot archive that keeps a file once the pool has dropped it.
+# Debian's pool, and the snapshot archive that keeps a file once the pool has dropped it; or
+# only $MPITRON_DEBIAN_MIRROR (a mirror's root, file:// too).
 downloads=()
 trap 'rm -rf "${downloads[@]}"' EXIT
-debian_urls=("${MPITRON_DEBIAN_MIRROR:-https://deb.debian.org/debian}/pool/main"
-  "https://snapshot.debian.org/archive/debian/20240601T000000Z/pool/main")
+debian_urls=(https://deb.debian.org/debian/pool/main
+  https://snapshot.debian.org/archive/debian/20240601T000000Z/pool/main)
+[[ -z ${MPITRON_DEBIAN_MIRROR:-} ]] || debian_urls=("$MPITRON_DEBIAN_MIRROR/pool/main")
 fetch_deb() { # POOL_PATH SHA256 OUT_DIR: the package's files unpacked into OUT_DIR
   local base deb=$3/${1##*/}
   for base in "${debian_urls[@]}"; do
@@ -280,8 +283,12 @@ esac
 if [[ $kind == fashion-mnist && $path == "$fmnist_pkg" ]] && ! complete fashion-mnist "$path"; then
   # The default is Debian's folder; without the package, the same files go to data/.
   prepare fashion-mnist data/fashion-mnist
-  echo "note: ${config##*/} reads $path by default, which is missing here: train with" \
-    "--data $(realpath data/fashion-mnist) (Slurm jobs: DATA=data/fashion-mnist)"
+  if [[ $(default_path) == data/fashion-mnist ]]; then
+    echo "${config##*/} reads data/fashion-mnist by default now"
+  else
+    echo "note: ${config##*/} reads $path by default, which is missing here: train with" \
+      "--data $(realpath data/fashion-mnist) (Slurm jobs: DATA=data/fashion-mnist)"
+  fi
 else
   prepare "$kind" "$path"
 fi

@@ -42,3 +42,6 @@ mpitron_e2e_test(memory_plan memory_plan.sh unit 120)
 # and resume bit for bit, refusals (about 20 s).
 mpitron_e2e_test(adamw8bit_converges adamw8bit_converges.sh unit 300)
 mpitron_e2e_test(adamw8bit_layouts adamw8bit_layouts.sh mpi 300)
+mpitron_e2e_test(data_archive data_archive.sh unit 240)
+mpitron_e2e_test(data_archive_corrupt data_archive_corrupt.sh unit 60)
+mpitron_e2e_test(data_fetch_checked data_fetch_checked.sh unit 60)
