@@ -12,11 +12,16 @@
 # Which data: `mpitron data-path --config CONFIG` where the binary ($MPITRON, else build/mpitron)
 # has it; else the family defaults of src/model/family.cpp, read off the config (below);
 # $MPITRON_DATA_PATH, where set, instead (what `--data` will name).
-# Usage: io/prepare_data.sh CONFIG [ROOT]
+# Usage: io/prepare_data.sh [--path] CONFIG [ROOT]   (--path: print the path, prepare nothing)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+only_path=
+if [[ ${1:-} == --path ]]; then
+  only_path=1
+  shift
+fi
 if [[ $# -lt 1 || $# -gt 2 ]]; then
-  echo "usage: $0 CONFIG [ROOT]   (ROOT default: the current folder)" >&2
+  echo "usage: $0 [--path] CONFIG [ROOT]   (ROOT default: the current folder)" >&2
   exit 2
 fi
 config=$1 root=${2:-.}
@@ -59,7 +64,7 @@ default_path() {
   # data/fashion-mnist where it is a folder, else Debian's), except BERT's tasks 1 and 2, which
   # read the verses with references (default_data_hint).
   local path type task
-  IFS=$'\t' read -r path type task < <(awk '
+  IFS=$'\x1f' read -r path type task < <(awk '
     /^[[:space:]]*\[/ { s = $0; gsub(/[][[:space:]]/, "", s); next }
     {
       line = $0; sub(/^[[:space:]]*/, "", line)
@@ -69,7 +74,7 @@ default_path() {
       if (val ~ /^"/) { sub(/^"/, "", val); sub(/".*/, "", val) } else { sub(/[[:space:]]*#.*/, "", val) }
       v[s "." key] = val
     }
-    END { printf "%s\t%s\t%s\n", v["data.path"], v["model.type"], v["model.task"] }' "$config")
+    END { printf "%s\037%s\037%s\n", v["data.path"], v["model.type"], v["model.task"] }' "$config")
   if [[ -n $path ]]; then
     echo "$path"
     return
@@ -264,6 +269,10 @@ prepare() {
 }
 
 path=$(default_path)
+if [[ -n $only_path ]]; then
+  echo "$path"
+  exit 0
+fi
 case ${path##*/} in
   kjv.txt) kind=kjv ;;
   kjv_verses.txt) kind=verses ;;
