@@ -2,10 +2,14 @@
 // tp_rank, and the one-time MPI_Comm_split of the world into the three axes' communicators.
 #include "comm/grid.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <stdexcept>
 
-#include "comm/mpi_check.hpp"
 #include "base/check.hpp"
+#include "comm/mpi_check.hpp"
 
 namespace mpitron::comm {
 
@@ -132,6 +136,56 @@ Grid make_grid(int dp, int tp, int pp) {
               std::move(tp_group),
               std::move(pp_group),
               std::move(embedding)};
+}
+
+std::string ranks_by_host(const std::vector<std::string>& host_of_rank) {
+  std::vector<std::string> hosts;
+  std::vector<std::vector<std::pair<int, int>>> ranges;  // per host: [first, last] runs
+  for (int r = 0; r < int(host_of_rank.size()); ++r) {
+    const auto at = std::find(hosts.begin(), hosts.end(), host_of_rank[size_t(r)]);
+    const size_t h = size_t(at - hosts.begin());
+    if (at == hosts.end()) {
+      hosts.push_back(host_of_rank[size_t(r)]);
+      ranges.emplace_back();
+    }
+    if (!ranges[h].empty() && ranges[h].back().second == r - 1)
+      ranges[h].back().second = r;
+    else
+      ranges[h].push_back({r, r});
+  }
+  std::vector<std::string> parts;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    std::vector<std::string> runs;
+    for (const auto& [a, b] : ranges[h])
+      runs.push_back(a == b ? std::to_string(a) : fmt::format("{}-{}", a, b));
+    const bool one = ranges[h].size() == 1 && ranges[h][0].first == ranges[h][0].second;
+    parts.push_back(fmt::format("{}: rank{} {}", hosts[h], one ? "" : "s", fmt::join(runs, ",")));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+std::vector<std::string> tp_groups_across_hosts(const GridShape& s,
+                                                const std::vector<std::string>& host_of_rank) {
+  require_valid(s);
+  if (int(host_of_rank.size()) != s.world)
+    throw std::invalid_argument(
+        fmt::format("{} host names for a world of {}", host_of_rank.size(), s.world));
+  std::vector<std::string> out;
+  for (int r = 0; r < s.world; ++r) {
+    const GridCoords c = grid_coords(s, r);
+    if (c.tp_rank != 0) continue;  // each group once, from its first rank
+    const std::vector<int> group = tp_group_ranks(s, r);
+    std::vector<std::string> hosts;
+    for (int g : group)
+      if (std::find(hosts.begin(), hosts.end(), host_of_rank[size_t(g)]) == hosts.end())
+        hosts.push_back(host_of_rank[size_t(g)]);
+    if (hosts.size() > 1)
+      out.push_back(
+          fmt::format("the TP group of dp rank {} and pp stage {} (ranks {}) spans "
+                      "hosts {}",
+                      c.dp_rank, c.pp_rank, fmt::join(group, ","), fmt::join(hosts, ", ")));
+  }
+  return out;
 }
 
 }  // namespace mpitron::comm

@@ -36,6 +36,14 @@ std::vector<int> pp_group_ranks(const GridShape& s, int rank);  // same dp_rank,
 // the other stages and when pp == 1 (the one stage holds both).
 std::vector<int> embedding_group_ranks(const GridShape& s, int rank);
 
+// Placement, from each world rank's host name (host_of_rank[r]; gather_host_names collects it):
+// "node1: ranks 0-3; node2: ranks 4-7" (consecutive ranks as ranges, hosts in order of first rank).
+std::string ranks_by_host(const std::vector<std::string>& host_of_rank);
+// One line per TP group whose ranks are not all on one host, naming the group, its ranks and their
+// hosts (a TP group's all-reduces run every layer: across a network they dominate the step).
+std::vector<std::string> tp_groups_across_hosts(const GridShape& s,
+                                                const std::vector<std::string>& host_of_rank);
+
 // The layout and its communicators, created once and passed explicitly. Move-only (it owns the
 // split communicators, freed when the Grid is destroyed — before MPI_Finalize).
 struct Grid {

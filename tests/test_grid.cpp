@@ -206,5 +206,24 @@ TEST(RingChunkRange, ByteFiguresOfTheConvention) {
     }
 }
 
+// Placement: the log's host map, and TP groups that leave a node.
+TEST(Grid, RanksByHostNamesRuns) {
+  EXPECT_EQ(ranks_by_host({"a", "a", "a", "a", "b", "b", "b", "b"}), "a: ranks 0-3; b: ranks 4-7");
+  EXPECT_EQ(ranks_by_host({"a", "b", "a", "b", "c"}), "a: ranks 0,2; b: ranks 1,3; c: rank 4");
+}
+
+TEST(Grid, TpGroupsAcrossHosts) {
+  const GridShape s{8, 2, 2, 2};  // dp 2 x tp 2 x pp 2
+  // Four ranks a node, block placement: every TP group (ranks 2k, 2k+1) inside a node.
+  EXPECT_TRUE(tp_groups_across_hosts(s, {"a", "a", "a", "a", "b", "b", "b", "b"}).empty());
+  // Three ranks on a, three on b, two on c: only the group of ranks 2,3 straddles two hosts.
+  const auto spread = tp_groups_across_hosts(s, {"a", "a", "a", "b", "b", "b", "c", "c"});
+  ASSERT_EQ(spread.size(), 1u);
+  EXPECT_EQ(spread[0], "the TP group of dp rank 1 and pp stage 0 (ranks 2,3) spans hosts a, b");
+  // Cyclic placement: every group spans two hosts.
+  EXPECT_EQ(tp_groups_across_hosts(s, {"a", "b", "a", "b", "a", "b", "a", "b"}).size(), 4u);
+  EXPECT_THROW(tp_groups_across_hosts(s, {"a", "b"}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace mpitron::comm

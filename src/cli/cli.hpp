@@ -42,6 +42,9 @@ TrainOptions train_options(TrainArgs& a, bool check_data);
 // ---- plan (plan.cpp)
 // The memory plan of `train`'s settings on one process (--dp defaults to 1 there).
 int cmd_plan(TrainArgs a);
+// The data a preset trains on without --data (its [data] path, else the family's default): one
+// line, for job scripts and data preparation.
+int cmd_data_path(TrainArgs a);
 
 // "presets: configs/a.toml, ..." of the presets found (configs/ under the working directory,
 // beside the executable's folder, or in the source tree this build was configured from), else a

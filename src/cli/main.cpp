@@ -35,7 +35,7 @@ bool needs_mpi(int argc, char** argv) {
   if (argc < 2) return true;
   const std::string command = argv[1];
   return command != "compare" && command != "info" && command != "bleu" && command != "plan" &&
-         command != "devices";
+         command != "devices" && command != "data-path";
 }
 
 // The message for arguments CLI11 did not expect: unknown options with the nearest known one.
@@ -114,6 +114,8 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--dp", ta.opts.layout.dp,
                   "data-parallel ranks (default: the job's ranks / (tp x pp))");
   cmd->add_option("--tp", ta.opts.layout.tp, "tensor-parallel ranks");
+  cmd->add_flag("--strict-placement", ta.opts.strict_placement,
+                "refuse a layout whose TP group spans nodes (default: a warning naming it)");
   cmd->add_option("--pp", ta.opts.layout.pp, "pipeline stages");
   cmd->add_option("--schedule", ta.schedule, "pipeline schedule: gpipe | 1f1b | interleaved")
       ->capture_default_str();
@@ -374,6 +376,16 @@ int main(int argc, char** argv) {
 
     app.add_subcommand("devices", "list the compute devices this build can use");
 
+    // ---- data-path
+    auto* dpath = app.add_subcommand(
+        "data-path",
+        "print the data a preset trains on without --data ([data] path, else the "
+        "model family's default)");
+    cli::TrainArgs da;
+    dpath->add_option("--config", da.config_path, "model and run preset (TOML)")->required();
+    dpath->add_option("--set", da.overrides, "override a config key, section.key=value")
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
     std::vector<std::string> commands;
     for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
     if (argc > 1 && argv[1][0] != '-' &&
@@ -447,6 +459,8 @@ int main(int argc, char** argv) {
       rc = cli::cmd_export(cli::checkpoint_of(exp_ckpt), exp_out);
     } else if (bat->parsed()) {
       rc = cli::cmd_batch(ba);
+    } else if (dpath->parsed()) {
+      rc = cli::cmd_data_path(std::move(da));
     } else {
       rc = cli::cmd_devices();
     }

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "base/check.hpp"
+#include "comm/world.hpp"
 #include "io/dataset.hpp"
 #include "src/cli/cli.hpp"
 #include "src/model/family.hpp"
@@ -55,7 +57,23 @@ int cmd_train(TrainArgs a) {
     fmt::print("{}", config_keys_help());
     return 0;
   }
-  return run_training(train_options(a, true));
+  // Every rank checks its own view of the files (a data file may be missing on one node only);
+  // all agree before any work, and the message names the host where it failed on some only.
+  std::string error;
+  TrainOptions opts;
+  try {
+    opts = train_options(a, true);
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  comm::throw_first_error_naming_host(error, MPI_COMM_WORLD);
+  return run_training(std::move(opts));
+}
+
+int cmd_data_path(TrainArgs a) {
+  const TrainOptions opts = train_options(a, false);
+  fmt::print("{}\n", preset_data(opts.cfg));
+  return 0;
 }
 
 TrainOptions train_options(TrainArgs& a, bool check_data) {
@@ -94,10 +112,15 @@ TrainOptions train_options(TrainArgs& a, bool check_data) {
   opts.offload_master = a.offload == "optimizer,master";
   if (!check_data) return opts;
   if (data_path.empty()) {
-    data_path = default_data(family, opts.cfg.model);
+    data_path = preset_data(opts.cfg);
     if (!std::filesystem::exists(data_path))
-      throw UsageError(fmt::format("default data {} does not exist: {}", data_path,
-                                   default_data_hint(family, opts.cfg.model)));
+      throw UsageError(
+          opts.cfg.data.empty()
+              ? fmt::format("default data {} does not exist: {}", data_path,
+                            default_data_hint(family, opts.cfg.model))
+              : fmt::format("{}'s data {} ([data] path) does not exist: prepare it with "
+                            "io/prepare_data.sh {}, or pass --data",
+                            config_path, data_path, config_path));
   }
   opts.data = data_path;
   if (family.data(opts.cfg.model) == DataKind::text && io::is_token_file(data_path)) {

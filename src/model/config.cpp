@@ -94,8 +94,8 @@ void apply_override(toml::value& root, const std::string& assignment) {
   const std::string table = assignment.substr(0, dot),
                     key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);
-  if (table != "model" && table != "train")
-    throw UsageError(fmt::format("--set {}: the sections are model and train", assignment));
+  if (table != "model" && table != "train" && table != "data")
+    throw UsageError(fmt::format("--set {}: the sections are model, train and data", assignment));
   if (invalid_utf8_at(assignment) >= 0)
     throw UsageError(fmt::format("--set {}: not valid UTF-8", assignment));
   toml::value value;
@@ -133,9 +133,9 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   RunConfig cfg;
   cfg.name = std::filesystem::path(path).stem().string();
   for (const auto& [key, _] : root.as_table())
-    if (key != "model" && key != "train" && key != "name")
-      throw UsageError(
-          fmt::format("{}: unknown table or key '{}' (expected [model], [train])", path, key));
+    if (key != "model" && key != "train" && key != "data" && key != "name")
+      throw UsageError(fmt::format(
+          "{}: unknown table or key '{}' (expected [model], [train], [data])", path, key));
   if (root.contains("name")) {
     if (!toml::find(root, "name").is_string())
       throw UsageError(fmt::format("{}: 'name' must be a string", path));
@@ -191,6 +191,12 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"span_drop_words", setter(t.span_drop_words)}},
              source);
   t.seed = uint64_t(seed);
+  read_table(root, "data", {{"path", setter(cfg.data)}}, source);
+  if (root.contains("data") && cfg.data.empty())
+    throw UsageError(
+        fmt::format("{}: 'data.path' is empty (leave [data] out for the family's "
+                    "default data)",
+                    source));
   return cfg;
 }
 

@@ -1,6 +1,6 @@
-// Run presets: a TOML file with a [model] table (the family's `type` and its shape keys) and a
-// [train] table (defaults of the training flags). Unknown keys and impossible values are refused
-// with one clear line.
+// Run presets: a TOML file with a [model] table (the family's `type` and its shape keys), a
+// [train] table (defaults of the training flags) and an optional [data] table (`path`). Unknown
+// keys and impossible values are refused with one clear line.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -67,6 +67,9 @@ struct RunConfig {
   std::string name = "gpt";  // preset name, for run folder names
   ModelConfig model = default_model_config("gpt");
   TrainConfig train;
+  // [data] path: what the preset trains on when --data is not given ("": the family's default).
+  // Relative paths are relative to where mpitron runs (the checkout, as --data's are).
+  std::string data;
 };
 
 // Reads a preset; throws UsageError for a missing file, bad TOML, unknown keys or wrong types.

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/check.hpp"
@@ -35,7 +37,10 @@ void validate_gpt(const ModelConfig& m, const TrainConfig& t) {
 }
 
 constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
-constexpr const char* kFashionMnistHint = "install Debian's dataset-fashion-mnist, or pass --data";
+constexpr const char* kLocalFashionMnist = "data/fashion-mnist";
+constexpr const char* kFashionMnistHint =
+    "install Debian's dataset-fashion-mnist, unpack a data archive into data/ "
+    "(io/unpack_data_archive.sh), or pass --data";
 
 int64_t image_inputs(const ModelConfig& m) {
   return m.get("channels") * m.get("image") * m.get("image");
@@ -192,8 +197,16 @@ const ModelFamily kFamilies[] = {
 
 }  // namespace
 
-const char* default_data(const ModelFamily& family, const ModelConfig& model) {
-  return family.data(model) == DataKind::pairs ? "data/es-en" : family.default_data;
+std::string default_data(const ModelFamily& family, const ModelConfig& model) {
+  if (family.data(model) == DataKind::pairs) return "data/es-en";
+  if (family.default_data == std::string_view(kFashionMnist) &&
+      std::filesystem::is_directory(kLocalFashionMnist))
+    return kLocalFashionMnist;
+  return family.default_data;
+}
+
+std::string preset_data(const RunConfig& cfg) {
+  return cfg.data.empty() ? default_data(model_family(cfg.model.type), cfg.model) : cfg.data;
 }
 
 const char* default_data_hint(const ModelFamily& family, const ModelConfig& model) {

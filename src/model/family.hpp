@@ -77,9 +77,12 @@ struct ModelFamily {
   std::vector<std::string> (*class_names)(const ModelConfig& model) = nullptr;
 };
 
-// --data when none is given, and how to get it (pairs: data/es-en, whatever the family).
-const char* default_data(const ModelFamily& family, const ModelConfig& model);
+// --data when none is given, and how to get it (pairs: data/es-en, whatever the family). Images:
+// data/fashion-mnist where it exists (an unpacked data archive), else Debian's package's folder.
+std::string default_data(const ModelFamily& family, const ModelConfig& model);
 const char* default_data_hint(const ModelFamily& family, const ModelConfig& model);
+// What a preset trains on without --data: its [data] path, else its family's default.
+std::string preset_data(const RunConfig& cfg);
 
 // Every family, in the table's order.
 std::span<const ModelFamily> model_families();

@@ -5,7 +5,9 @@
 #include "src/train/trainer.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -146,9 +148,15 @@ void Trainer::setup() {
   local_rows = rank_rows.count;
   micro_rows =
       int(batch_slice(tc.batch_size, L.dp, grid.coords.dp_rank, tc.micro_batches, 0).count);
-  data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
-                           opts.tokenizer, tc.objective, tc.span_context_words, tc.span_loss,
-                           tc.span_drop_words);
+  std::string failed;  // each rank reads the data on its own node
+  try {
+    data = BatchSource::load(cfg.model, opts.data, tc.seq_len, local_rows, dev.data_alloc(),
+                             opts.tokenizer, tc.objective, tc.span_context_words, tc.span_loss,
+                             tc.span_drop_words);
+  } catch (const UsageError& e) {
+    failed = e.what();
+  }
+  comm::throw_first_error_naming_host(failed, MPI_COMM_WORLD);
   data.augment = tc.augment != 0;
   if (tc.length_buckets > 0) {
     if (data.kind != DataKind::pairs)
@@ -218,7 +226,6 @@ void Trainer::setup() {
   AllocationPurpose purpose(dev.alloc, "the model (parameters, 16-bit weights, activations)");
   // A GPU may run out of memory on some ranks only (ranks sharing one): every rank stops with
   // the first failing rank's line instead of the others waiting for it in a collective.
-  std::string failed;
   try {
     model = build_model(cfg.model, how);
   } catch (const UsageError& e) {
@@ -396,6 +403,28 @@ void check_layout(const TrainOptions& opts) {
   }
 }
 
+namespace {
+
+// Each rank's host in the log; a TP group across hosts warned about, or refused when strict. The
+// same host list on every rank, so every rank decides alike.
+void check_placement(const comm::Grid& grid, bool strict) {
+  const std::vector<std::string> hosts = comm::gather_host_names(MPI_COMM_WORLD);
+  const std::vector<std::string> spread = comm::tp_groups_across_hosts(grid.shape, hosts);
+  if (grid.rank == 0) spdlog::info("ranks by host: {}", comm::ranks_by_host(hosts));
+  if (spread.empty()) return;
+  const std::string advice = fmt::format(
+      "give each node a multiple of tp={} consecutive ranks (sbatch --ntasks-per-node, Slurm's "
+      "default block distribution; not --distribution=cyclic or mpirun --map-by node)",
+      grid.shape.tp);
+  if (strict)
+    throw UsageError(fmt::format("--strict-placement: {}; {}", fmt::join(spread, "; "), advice));
+  if (grid.rank == 0)
+    for (const std::string& s : spread)
+      spdlog::warn("{}: its all-reduces cross the network every layer; {}", s, advice);
+}
+
+}  // namespace
+
 int run_training(TrainOptions opts) {
   validate_config(opts.cfg);
   const bool dp_inferred = opts.layout.dp == 0;
@@ -415,6 +444,7 @@ int run_training(TrainOptions opts) {
   const Layout& L = opts.layout;
   const ModelFamily& family = model_family(opts.cfg.model.type);
   comm::Grid grid = comm::make_grid(L.dp, L.tp, L.pp);
+  check_placement(grid, opts.strict_placement);
   check_device(opts.device, opts.comm, opts.precision, family, L);
   if (!(L.bucket_mb >= 0 && L.bucket_mb <= 1e6))
     throw UsageError("--bucket-mb must be between 0 (no buckets) and 1e6 MiB");
@@ -426,8 +456,7 @@ int run_training(TrainOptions opts) {
   if (opts.threads < 0 || opts.threads > 1024)
     throw UsageError(
         fmt::format("--threads {} is out of range (0: default, else 1..1024)", opts.threads));
-  if (opts.data.empty())
-    opts.data = default_data(model_family(opts.cfg.model.type), opts.cfg.model);
+  if (opts.data.empty()) opts.data = preset_data(opts.cfg);
   if (opts.out.empty())
     opts.out =
         fmt::format("runs/{}_DP{}_TP{}_PP{}_zero{}", opts.cfg.name, L.dp, L.tp, L.pp, L.zero);

@@ -83,6 +83,8 @@ struct TrainOptions {
   // layers read the device's 16-bit copy, rounded on the host and uploaded after each update).
   bool offload_master = false;
   int lm_head_chunk = 0;  // --lm-head-chunk: ModelBuild::head_chunk_rows (0: the whole micro-batch)
+  // --strict-placement: a TP group whose ranks are on more than one host is refused (else warned).
+  bool strict_placement = false;
 };
 
 // UsageError for a layout the model, schedule or batch cannot take (opts.layout.dp resolved).

@@ -290,6 +290,31 @@ void Trainer::init_from(const std::string& source) {
                  fmt::join(fresh, ", "));
 }
 
+namespace {
+
+// The newest checkpoint in dir whose file opens and whose record reads. A newer one that does not
+// (a node lost while its write reached the disk) is set aside as <name>.damaged, with a warning:
+// left in place, its larger step would outrank later checkpoints (--keep-last would delete them).
+std::string newest_readable_checkpoint(const std::string& dir) {
+  const auto found = io::list_checkpoints(dir);
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    try {
+      read_checkpoint_record(it->second);
+      return it->second;
+    } catch (const std::exception& e) {
+      const std::string aside = it->second + ".damaged";
+      std::error_code ec;
+      std::filesystem::rename(it->second, aside, ec);
+      spdlog::warn("skipping {}: {}; {} (resuming from the newest complete checkpoint before it)",
+                   it->second, e.what(),
+                   ec ? "left in place: " + ec.message() : "moved to " + aside);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 // Rank 0 looks at the run folder and decides; every rank gets its verdict (file systems may
 // show ranks different views, and a refusal must reach every rank).
 std::string Trainer::choose_checkpoint() {
@@ -300,8 +325,8 @@ std::string Trainer::choose_checkpoint() {
         spdlog::info("removed {}: the remains of an interrupted checkpoint write", stale);
       const std::string latest = io::latest_checkpoint(opts.out);
       if (opts.resume == "auto") {
-        chosen = latest;
-        if (latest.empty()) spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
+        chosen = newest_readable_checkpoint(opts.out);
+        if (chosen.empty()) spdlog::info("no checkpoint in {}: starting from scratch", opts.out);
       } else if (!opts.resume.empty()) {
         chosen = opts.resume;
       } else if (!latest.empty()) {

@@ -57,3 +57,20 @@ expect_error "--device cuda: " "$MPITRON" train --config "$TINY" --data "$data" 
 expect_error "--comm nccl sums a GPU's gradients: it needs --device cuda" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --comm nccl --out dev
 expect_error "--comm shm: not a communication library (mpi or nccl)" "$MPITRON" train --config "$TINY" --data "$data" --steps 1 --comm shm --out dev
 echo "bad input ok"
+# A preset's [data] table names its data: data-path prints it, train reads it without --data,
+# and a missing one says which preset and how to prepare it.
+sed 's/^steps = 500$/steps = 2/' "$TINY" >named_data.toml
+printf '\n[data]\npath = "%s"\n' "$data" >>named_data.toml
+[[ $("$MPITRON" data-path --config named_data.toml) == "$data" ]] ||
+  fail "data-path does not print the [data] path"
+[[ $("$MPITRON" data-path --config "$TINY") == data/kjv.txt ]] ||
+  fail "data-path does not print the family's default for a preset without [data]"
+"$MPITRON" train --config named_data.toml --batch-size 4 --seq-len 16 --eval-every 0 --out named ||
+  fail "a preset with a [data] table did not train without --data"
+printf '\n[data]\npath = "missing/corpus.txt"\n' >missing_data.toml
+cat "$TINY" >>missing_data.toml
+expect_error "missing_data.toml's data missing/corpus.txt (\[data\] path) does not exist: prepare it with io/prepare_data.sh" \
+  "$MPITRON" train --config missing_data.toml "${small[@]}"
+printf '\n[data]\nfile = "x"\n' >data_key.toml
+cat "$TINY" >>data_key.toml
+expect_error "unknown key 'data.file'" "$MPITRON" train --config data_key.toml "${small[@]}"

@@ -52,3 +52,10 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --batch-size 8 --out broken 
 echo "not a trace" >broken/trace.h5
 expect_error "trace broken/trace.h5" mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --batch-size 8 --steps 4 --allow-changes --out broken --resume auto
 echo "bad layouts ok"
+# A data file that one node lacks (here: rank 1 runs in a folder without it) stops every rank
+# with one message naming that rank's host, not a hang.
+mkdir -p has_data no_data
+cp "$data" has_data/corpus.txt
+expect_error "(rank 1), not on every rank: data file 'corpus.txt' does not exist" \
+  mpiexec -n 1 -wdir has_data "$MPITRON" train --config "$TINY" --data corpus.txt --steps 2 --seq-len 16 --batch-size 8 --dp 2 : \
+  -n 1 -wdir no_data "$MPITRON" train --config "$TINY" --data corpus.txt --steps 2 --seq-len 16 --batch-size 8 --dp 2
