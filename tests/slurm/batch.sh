@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The jobs/ batch scripts on a real (single-node) Slurm cluster: every Bridges-2 profile and the
 # generic one train, on CPU ranks, and leave a trace, a checkpoint and the run record (revision,
-# job id, exact command, a copy of the script). GPU-shared runs unchanged on fake v100-32 GPUs
+# job id, exact command, a copy of the script and of the body it sources). GPU-shared runs unchanged on fake v100-32 GPUs
 # (one rank per GPU, 5 cores each) with DEVICE=cpu; the others get a CPU override (--gpus=0, fewer
 # tasks). TP=2 and PP=2 (with SCHEDULE) reach mpitron and train. A layout mpitron does not support
 # (PP=5 for gpt-tiny's 4 blocks) is refused by mpitron, not by the script; a rank/GPU mismatch by
@@ -116,6 +116,10 @@ trained() {
     fail "$name: command not recorded as expected ($launcher, --dp $ranks): $(cat "$rec")"
   grep -qx "exit=0 (.*)" "$rec" || fail "$name: exit status not recorded"
   cmp -s "$run/$script" "$REPO/jobs/$script" || fail "$name: $run/$script is not a copy of jobs/$script"
+  cmp -s "$run/train_body.sh" "$REPO/jobs/train_body.sh" ||
+    fail "$name: $run/train_body.sh is not a copy of jobs/train_body.sh, the body that ran"
+  grep -qx "body_sha256=$(sha256sum "$REPO/jobs/train_body.sh" | cut -d' ' -f1)" "$rec" ||
+    fail "$name: the body's SHA-256 is not recorded: $(cat "$rec")"
   log "$name: $ranks ranks via $launcher, trace and record ok"
 }
 

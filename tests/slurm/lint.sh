@@ -22,23 +22,50 @@ files=(jobs/*.sbatch jobs/*.sh jobs/*.env tests/slurm/*.sh tests/e2e/*.sh io/*.s
 shellcheck --external-sources "${files[@]}" || fail "shellcheck found problems (above)"
 echo "shellcheck: clean on ${#files[@]} files"
 
-# One body in every training script (below its site profile), so each stays a complete record.
+# One body, jobs/train_body.sh: every training script is its #SBATCH header, its site defaults and
+# the same few lines that find and source the body (from MPITRON_ROOT or the submit folder).
+[[ " ${files[*]} " == *" jobs/train_body.sh "* ]] || fail "jobs/train_body.sh is missing (or not shellchecked)"
+[[ $(wc -l <jobs/train_body.sh) -gt 100 ]] || fail "jobs/train_body.sh is not the training body"
 training=(jobs/generic.sbatch jobs/bridges2-*.sbatch)
 [[ ${#training[@]} == 5 ]] || fail "expected 5 training scripts, found ${training[*]}"
-body() { sed -n '/^# ---- common body/,$p' "$1"; }
-[[ $(body jobs/generic.sbatch | wc -l) -gt 100 ]] || fail "jobs/generic.sbatch has no common body"
+loader() { sed -n '/^# ---- common body/,$p' "$1"; }
+# shellcheck disable=SC2016  # the script's text
+loader jobs/generic.sbatch | grep -qx 'source "$MPITRON_BODY"' || fail "jobs/generic.sbatch does not source the body"
+[[ $(loader jobs/generic.sbatch | wc -l) -le 20 ]] || fail "jobs/generic.sbatch: more than the body's loader at its end"
 for f in "${training[@]}"; do
-  diff <(body jobs/generic.sbatch) <(body "$f") >/dev/null ||
-    fail "$f: its common body differs from jobs/generic.sbatch's"
-  for want in "--requeue" "--signal=B:USR1@" "--open-mode=append"; do
+  diff <(loader jobs/generic.sbatch) <(loader "$f") >/dev/null ||
+    fail "$f: its lines that source the body differ from jobs/generic.sbatch's"
+  # Above the loader: the shebang, comments, #SBATCH lines and VAR=${VAR:-default} site defaults.
+  code=$(sed '/^# ---- common body/,$d' "$f" | sed 1d |
+    grep -Ev '^(#.*|[A-Z_]+=\$\{[A-Z_]+:-[^}]*\} *(#.*)?|)$' || true)
+  [[ -z $code ]] || fail "$f: code outside the body: $code"
+  for v in SITE_ENV LAUNCHER; do grep -q "^$v=\${$v:-" "$f" || fail "$f: no site default for $v"; done
+  # Slurm reads #SBATCH lines only above the first command: all of them in the leading comments.
+  [[ $(sed -n '2,/^[^#]/p' "$f" | grep -c '^#SBATCH') == $(grep -c '^#SBATCH' "$f") ]] ||
+    fail "$f: an #SBATCH line below the first command (Slurm ignores it)"
+  for want in "--job-name=mpitron" "--nodes=" "--time=" "--requeue" "--signal=B:USR1@" "--open-mode=append" \
+    "--output="; do
     grep -q "^#SBATCH $want" "$f" || fail "$f: no '#SBATCH $want'"
   done
+  # Ranks asked for once, per node: an --ntasks in the header caps the command line's
+  # -N x --ntasks-per-node. Only RM-shared, one node at most, counts them in all.
+  per_node=$(grep -c '^#SBATCH --ntasks-per-node=' "$f" || true)
+  total=$(grep -Ec '^#SBATCH (--ntasks=|-n)' "$f" || true)
+  if [[ $f == jobs/bridges2-rm-shared.sbatch ]]; then
+    if [[ $per_node != 0 || $total != 1 ]] || ! grep -qx '#SBATCH --nodes=1' "$f"; then
+      fail "$f: not --ntasks on --nodes=1 (RM-shared is one node at most)"
+    fi
+  else
+    [[ $per_node == 1 && $total == 0 ]] ||
+      fail "$f: its header must ask for ranks per node (--ntasks-per-node), not in all (--ntasks)"
+  fi
 done
+grep -qx '#SBATCH --ntasks-per-node=2' jobs/generic.sbatch || fail "jobs/generic.sbatch: not 2 ranks per node by default"
 for f in jobs/bridges2-gpu*.sbatch; do
   grep -Eq '^#SBATCH --gpus=v100-32:[1-8]$' "$f" || fail "$f: no --gpus=v100-32:N"
   grep -Eq '^#SBATCH --cpus-per-task=5$' "$f" || fail "$f: no --cpus-per-task=5 (a V100 node's cores per GPU)"
 done
-echo "training scripts: one body, requeue and time-limit warning in each"
+echo "training scripts: one body (jobs/train_body.sh), consistent headers, requeue and time-limit warning in each"
 
 # Outside Slurm: a clear refusal, nothing written.
 tmp=$(mktemp -d)
@@ -50,6 +77,12 @@ for f in jobs/*.sbatch jobs/interactive.sh; do
   grep -q "^error: .*Slurm" "$tmp/err.txt" || fail "$f outside Slurm: no clear message: $(cat "$tmp/err.txt")"
   [[ ! -e $tmp/run ]] || fail "$f outside Slurm wrote a run folder"
 done
+# In a job, but with no body where the script looks for it: a clear refusal.
+rc=0
+(cd "$tmp" && SLURM_JOB_ID=1 MPITRON_ROOT=$tmp/elsewhere bash "$REPO/jobs/generic.sbatch" >out.txt 2>err.txt) || rc=$?
+[[ $rc == 1 ]] || fail "jobs/generic.sbatch without its body: exit $rc, expected 1"
+grep -q "^error: $tmp/elsewhere/jobs/train_body.sh is missing: submit from the mpitron checkout" "$tmp/err.txt" ||
+  fail "jobs/generic.sbatch without its body: no clear message: $(cat "$tmp/err.txt")"
 jobs/interactive.sh --help | grep -q "jobs/interactive.sh train" || fail "interactive.sh --help"
 echo "outside Slurm: every script refuses"
 
