@@ -19,6 +19,7 @@ mpitron_slurm_test(batch_jobs batch.sh)
 mpitron_slurm_test(preempt_requeue preempt.sh)
 mpitron_slurm_test(interactive interactive.sh)
 mpitron_slurm_test(validate_job validate.sh ${CMAKE_BINARY_DIR})
+mpitron_slurm_test(submit_checks submit_checks.sh)
 
 add_test(NAME slurm_scripts_lint
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/lint.sh ${PROJECT_SOURCE_DIR})

@@ -103,6 +103,8 @@ dry() { make -s -n -f Makefile.slurm "$@"; }
 out=$(dry submit PARTITION=GPU NODES=2 ACCOUNT=abc123 RUN=runs/x)
 grep -q -- "-p GPU -N 2 --gpus=v100-32:16 --ntasks-per-node=8 --cpus-per-task=5 .*-A abc123 .*jobs/bridges2-gpu.sbatch" <<<"$out" ||
   fail "submit PARTITION=GPU NODES=2: $out"
+grep -q "MPITRON_SITE_ENV='jobs/bridges2.env' jobs/submit.sh -p GPU -N 2 " <<<"$out" ||
+  fail "submit does not go through jobs/submit.sh's checks with the site profile: $out"
 out=$(dry submit PARTITION=GPU-shared GPUS=2 RUN=runs/x)
 grep -q -- "-p GPU-shared -N 1 --gpus=v100-32:2 --ntasks-per-node=2 --cpus-per-task=5 .*jobs/bridges2-gpu-shared.sbatch" <<<"$out" ||
   fail "submit PARTITION=GPU-shared GPUS=2: $out"
