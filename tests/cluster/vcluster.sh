@@ -29,6 +29,7 @@ VC_ID=${VCLUSTER_ID:-0}
 VC_NET=10.199.$VC_ID
 VC_BRIDGE=mpvc${VC_ID}br
 VC_HEAD_ADDR=$VC_NET.250
+VC_SHM_PREFIX=mpvc$VC_ID
 
 skip() {
   echo "SKIP: $*" >&2
@@ -81,6 +82,7 @@ load_id() {
   VC_NET=10.199.$VC_ID
   VC_BRIDGE=mpvc${VC_ID}br
   VC_HEAD_ADDR=$VC_NET.250
+  VC_SHM_PREFIX=mpvc$VC_ID
 }
 
 # A failed `up` takes down what it made.
@@ -152,12 +154,22 @@ cmd_up() {
     </dev/null >"$d/log/munged.out" 2>&1 || skip "munged does not start here: $(cat "$d/log/munged.out")"
   munge -n -S "$sock" | unmunge -S "$sock" >/dev/null 2>&1 || skip "munge does not work here"
 
-  # Slurm leaves TMPDIR=/tmp to jobs: the task prolog gives each node its own (PMIx, Open MPI).
+  # Slurm leaves TMPDIR=/tmp to jobs, and the nodes share the machine's /dev/shm: each job gets a
+  # folder per node for its temporary files and one in /dev/shm for Open MPI's shared memory, which
+  # the epilog removes (a killed run's stale segments must not meet its requeued run's, same names).
   cat >"$d/taskprolog.sh" <<EOF
 #!/bin/sh
-echo "export TMPDIR=$d/tmp/\$(hostname)"
+t=$d/tmp/\$(hostname)/job\$SLURM_JOB_ID
+s=/dev/shm/$VC_SHM_PREFIX.\$(hostname).job\$SLURM_JOB_ID
+mkdir -p "\$t" "\$s"
+echo "export TMPDIR=\$t"
+echo "export OMPI_MCA_btl_vader_backing_directory=\$s"
 EOF
-  chmod 755 "$d/taskprolog.sh"
+  cat >"$d/epilog.sh" <<EOF
+#!/bin/sh
+rm -rf "$d/tmp/\$(hostname)/job\$SLURM_JOB_ID" "/dev/shm/$VC_SHM_PREFIX.\$(hostname).job\$SLURM_JOB_ID"
+EOF
+  chmod 755 "$d/taskprolog.sh" "$d/epilog.sh"
   : >"$d/plugstack.conf"
   local conf=$d/slurm.conf i nodes_line=""
   cat >"$conf" <<EOF
@@ -169,11 +181,12 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock,cred_expire=5
+AuthInfo=socket=$sock,cred_expire=10
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 TaskProlog=$d/taskprolog.sh
+Epilog=$d/epilog.sh
 PlugStackConfig=$d/plugstack.conf
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -185,7 +198,9 @@ SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2,bf
 ReturnToService=2
 SlurmdTimeout=10
 MessageTimeout=5
-KillWait=5
+KillWait=2
+# mpitron's watchdog code (a rank stopped making progress: a peer is lost): back into the queue.
+RequeueExit=4
 MinJobAge=600
 InactiveLimit=0
 SlurmdParameters=config_overrides
@@ -302,8 +317,10 @@ cmd_down() {
     umount "$d/ns/$m.net" 2>/dev/null || true
     umount "$d/ns/$m.uts" 2>/dev/null || true
   done
-  # Shared-memory files of the nodes' Open MPI ranks (vader_segment.<node>.*) made since `up`.
+  # Shared memory of the jobs' Open MPI ranks: their folders, and any vader_segment.<node>.* made
+  # since `up` by a rank that did not get one.
   local f
+  rm -rf /dev/shm/"$VC_SHM_PREFIX".node*
   for f in /dev/shm/*; do
     [[ -e $f ]] || continue
     grep -qxF "$(basename "$f")" "$d/shm.before" 2>/dev/null && continue
@@ -371,7 +388,7 @@ cmd_revive_node() {
   # A reboot's clean slate: a stale PMIx socket in the spool would fail the next step on it.
   rm -rf "${d:?}/tmp/$m" "$d/spool/$m"
   mkdir -p "$d/tmp/$m" "$d/spool/$m"
-  rm -rf /dev/shm/vader_segment."$m".*
+  rm -rf /dev/shm/vader_segment."$m".* /dev/shm/"$VC_SHM_PREFIX.$m".*
   ip link set "$(veth "$m")" up
   export SLURM_CONF=$d/slurm.conf
   start_slurmd "$d" "$m"
