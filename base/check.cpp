@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -18,6 +19,16 @@
 #endif
 
 namespace mpitron {
+
+std::string wrong_kind_of_path(const std::string& path, bool want_folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (path.empty() || !fs::exists(st)) return "does not exist";
+  if (want_folder && !fs::is_directory(st)) return "is a file, not a folder";
+  if (!want_folder && fs::is_directory(st)) return "is a folder, not a file";
+  return "";
+}
 
 int message_rank() {
   int up = 0, down = 0;

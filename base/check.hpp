@@ -12,6 +12,10 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What is wrong with a path where a file (want_folder false) or a folder is expected: "" when
+// nothing, else "does not exist", "is a folder, not a file" or "is a file, not a folder".
+std::string wrong_kind_of_path(const std::string& path, bool want_folder);
+
 // Rank of this process for messages; -1 before MPI is initialised.
 int message_rank();
 

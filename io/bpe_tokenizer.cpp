@@ -17,8 +17,8 @@
 #include <queue>
 #include <unordered_map>
 
-#include "io/utf8.hpp"
 #include "base/check.hpp"
+#include "io/utf8.hpp"
 
 namespace mpitron::io {
 
@@ -266,10 +266,9 @@ bool has_tokenizer_files(const std::string& dir) {
 
 BpeTokenizer BpeTokenizer::load(const std::string& dir) {
   const fs::path d(dir);
-  if (dir.empty() || !fs::is_directory(d))
+  if (const std::string why = wrong_kind_of_path(dir, true); !why.empty())
     throw UsageError(fmt::format(
-        "tokenizer folder '{}' does not exist (io/get_gpt2_tokenizer.sh DIR fetches GPT-2's)",
-        dir));
+        "tokenizer folder '{}' {} (io/get_gpt2_tokenizer.sh DIR fetches GPT-2's)", dir, why));
   fs::path vocab_path, merges_path;
   std::string format;
   if (fs::exists(d / "encoder.json") || fs::exists(d / "vocab.bpe")) {

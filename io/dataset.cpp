@@ -240,9 +240,8 @@ TextDataset make_token_dataset(std::string path, std::vector<int32_t> tokens, in
 }
 
 TextDataset load_text_dataset(const std::string& path, int seq_len, double val_fraction) {
-  if (!std::filesystem::is_regular_file(path))
-    throw UsageError(
-        fmt::format("data file '{}' does not exist (give a text file with --data)", path));
+  if (const std::string why = wrong_kind_of_path(path, false); !why.empty())
+    throw UsageError(fmt::format("data file '{}' {} (give a text file with --data)", path, why));
   if (is_token_file(path)) return load_token_dataset(path, seq_len, val_fraction);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("data file '{}' cannot be read", path));

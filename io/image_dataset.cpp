@@ -113,8 +113,11 @@ int64_t ImageDataset::count(Split s) const {
 }
 
 ImageDataset load_image_dataset(const std::string& dir) {
-  if (!fs::is_directory(dir))
-    throw UsageError(fmt::format("image data folder '{}' does not exist", dir));
+  if (const std::string why = wrong_kind_of_path(dir, true); !why.empty())
+    throw UsageError(fmt::format(
+        "image data folder '{}' {} (a folder of IDX files, {{train,t10k}}-{{images-idx3,"
+        "labels-idx1}}-ubyte[.gz])",
+        dir, why));
   // Every file is looked up before any is read, so a missing one is reported first and cheaply.
   const std::string names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};

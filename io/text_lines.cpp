@@ -14,8 +14,8 @@
 namespace mpitron::io {
 
 std::vector<std::string> read_lines(const std::string& path, const std::string& what) {
-  if (!std::filesystem::is_regular_file(path))
-    throw UsageError(fmt::format("{} file {} does not exist", what, path));
+  if (const std::string why = wrong_kind_of_path(path, false); !why.empty())
+    throw UsageError(fmt::format("{} file {} {}", what, path, why));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw UsageError(fmt::format("cannot read {} file {}: {}", what, path, std::strerror(errno)));

@@ -20,6 +20,13 @@ std::optional<io::BpeTokenizer> checkpoint_tokenizer(const std::string& ckpt,
                                                      const std::string& tokenizer_dir) {
   if (!tokenizer_dir.empty()) return io::BpeTokenizer::load(tokenizer_dir);
   const std::string& data = rec.data_path;
+  if (data.empty() && !rec.tokenizer.empty()) {  // an imported checkpoint's
+    if (!io::has_tokenizer_files(rec.tokenizer))
+      throw UsageError(
+          fmt::format("{} records the tokenizer in '{}', which is gone: give --tokenizer DIR", ckpt,
+                      rec.tokenizer));
+    return io::BpeTokenizer::load(rec.tokenizer);
+  }
   if (data.empty()) return std::nullopt;
   if (!std::filesystem::exists(data)) {
     if (std::filesystem::path(data).extension() != ".h5") return std::nullopt;

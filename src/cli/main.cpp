@@ -55,6 +55,31 @@ std::string unexpected_arguments(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// A command's checkpoint: its first argument, or --ckpt (kept for scripts, not listed twice by
+// --help); require_argument checks it was given.
+void add_checkpoint_argument(CLI::App* cmd, std::string& target, const std::string& name,
+                             const std::string& help) {
+  cmd->add_option(name, target, help + " (required; --ckpt also takes it)");
+  cmd->add_option("--ckpt", target)->group("");
+}
+
+void require_argument(const std::string& value, const std::string& command,
+                      const std::string& what) {
+  if (value.empty())
+    throw UsageError(fmt::format("mpitron {} needs {}: mpitron {} {} (see --help)", command, what,
+                                 command, what == "a trace or checkpoint" ? "FILE" : "CKPT"));
+}
+
+// A closed set of values that the option's help already names (IsMember would list them twice).
+CLI::Validator one_of(std::vector<std::string> choices) {
+  return CLI::Validator(
+      [choices](std::string& v) -> std::string {
+        if (std::find(choices.begin(), choices.end(), v) != choices.end()) return "";
+        return fmt::format("'{}' is not one of: {}", v, fmt::join(choices, " | "));
+      },
+      "");
+}
+
 // The flags of `train`, which `plan` takes too (the same settings, planned instead of run).
 void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--config", ta.config_path,
@@ -65,7 +90,11 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--help-config", ta.help_config, "list every config key, default and meaning");
   cmd->add_option("--data", ta.data_path,
-                  "text file (byte tokens) or image folder (default: the model family's)");
+                  "what to train on, by model.type: gpt a text file (bytes) or token file (.h5, "
+                  "mpitron tokenize), task 1 a folder of sentence pairs; bert a text file (task "
+                  "0) or verse file (tasks 1, 2); mlp, alexnet, resnet a folder of IDX images "
+                  "(default: the preset's [data] path, else the family's; mpitron data-path "
+                  "prints it)");
   cmd->add_option("--device", ta.device, "cpu, cuda or cpu-staged")->capture_default_str();
   cmd->add_option("--comm", ta.comm,
                   "--device cuda: mpi (collectives on host copies; ranks may share a GPU) or "
@@ -122,7 +151,7 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--recompute", ta.recompute,
                   "none | block: keep only each transformer block's input per micro-batch "
                   "and recompute the block in backward (less memory, the same losses)")
-      ->check(CLI::IsMember({"none", "block"}))
+      ->check(one_of({"none", "block"}))
       ->capture_default_str();
   cmd->add_option("--virtual-stages", ta.opts.layout.virtual_stages,
                   "model chunks per pipeline rank (--schedule interleaved)");
@@ -145,7 +174,7 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
                   "host copies of the gradient and parameter shard off the CPU (the same bits); "
                   "with master, the fp32 master weights in host memory too and only their 16-bit "
                   "copy on the device (bf16 and fp16)")
-      ->check(CLI::IsMember({"none", "optimizer", "optimizer,master"}))
+      ->check(one_of({"none", "optimizer", "optimizer,master"}))
       ->capture_default_str();
   cmd->add_option("--lm-head-chunk", ta.opts.lm_head_chunk,
                   "the LM head and its loss over this many token rows at a time, the logits "
@@ -193,8 +222,7 @@ int main(int argc, char** argv) {
                                     "and gradients), or validation loss on --data (classifiers: "
                                     "accuracy; question answering: exact match)");
     cli::EvalArgs ea;
-    eval->add_option("ckpt,--ckpt", ea.ckpt, "checkpoint, or a run folder (its latest)")
-        ->required();
+    add_checkpoint_argument(eval, ea.ckpt, "ckpt", "checkpoint, or a run folder (its latest)");
     eval->add_option("--tokens", ea.tokens,
                      "HDF5 file with /tokens (B, T+1) int32; for classifiers /images (B, pixels) "
                      "0-255 and /labels (B)");
@@ -215,7 +243,7 @@ int main(int argc, char** argv) {
     // ---- generate
     auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
     cli::GenerateArgs ga;
-    gen->add_option("ckpt,--ckpt", ga.ckpt, "checkpoint, or a run folder (its latest)")->required();
+    add_checkpoint_argument(gen, ga.ckpt, "ckpt", "checkpoint, or a run folder (its latest)");
     gen->add_option("--prompt", ga.prompt,
                     "text to continue; only its last block_size bytes condition the model (empty: "
                     "start from a line break)");
@@ -261,8 +289,7 @@ int main(int argc, char** argv) {
     auto* trn = app.add_subcommand(
         "translate", "translate the lines of a file with a translation checkpoint (gpt task 1)");
     cli::TranslateArgs tra;
-    trn->add_option("ckpt,--ckpt", tra.ckpt, "ckpt_<step>.h5, or a run folder (its latest)")
-        ->required();
+    add_checkpoint_argument(trn, tra.ckpt, "ckpt", "ckpt_<step>.h5, or a run folder (its latest)");
     trn->add_option("--in", tra.in, "source text, one sentence a line")->required();
     trn->add_option("--out", tra.out, "where to write the translations, line k for line k")
         ->required();
@@ -303,9 +330,8 @@ int main(int argc, char** argv) {
     // ---- info
     auto* info = app.add_subcommand("info", "what a trace or checkpoint holds");
     std::string info_path;
-    info->add_option("file,--ckpt", info_path,
-                     "trace.h5, ckpt_<step>.h5, or a run folder (its latest checkpoint)")
-        ->required();
+    add_checkpoint_argument(info, info_path, "file",
+                            "trace.h5, ckpt_<step>.h5, or a run folder (its latest checkpoint)");
     bool info_all = false, info_verify = false;
     info->add_flag("--all", info_all, "every attribute and dataset, not a summary");
     info->add_flag(
@@ -369,8 +395,8 @@ int main(int argc, char** argv) {
         "an mpitron GPT or bert checkpoint as Hugging Face GPT-2 or BERT (model.safetensors, "
         "config.json)");
     std::string exp_ckpt, exp_out;
-    exp->add_option("ckpt,--ckpt", exp_ckpt, "checkpoint (.h5), or a run folder (its latest)")
-        ->required();
+    add_checkpoint_argument(exp, exp_ckpt, "ckpt",
+                            "checkpoint (.h5), or a run folder (its latest)");
     exp->add_option("--out", exp_out, "folder to write model.safetensors and config.json into")
         ->required();
 
@@ -420,9 +446,11 @@ int main(int argc, char** argv) {
     } else if (plan->parsed()) {
       rc = cli::cmd_plan(std::move(pa));
     } else if (eval->parsed()) {
+      require_argument(ea.ckpt, "eval", "a checkpoint");
       ea.ckpt = cli::checkpoint_of(ea.ckpt);
       rc = cli::cmd_eval(ea);
     } else if (gen->parsed()) {
+      require_argument(ga.ckpt, "generate", "a checkpoint");
       ga.ckpt = cli::checkpoint_of(ga.ckpt);
       rc = cli::cmd_generate(ga);
     } else if (tokz->parsed()) {
@@ -444,11 +472,13 @@ int main(int argc, char** argv) {
     } else if (cmp->parsed()) {
       rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
     } else if (trn->parsed()) {
+      require_argument(tra.ckpt, "translate", "a checkpoint");
       tra.ckpt = cli::checkpoint_of(tra.ckpt);
       if (rank == 0) rc = cli::cmd_translate(tra);  // one writer
     } else if (bleu->parsed()) {
       rc = cli::cmd_bleu(bleu_hyp, bleu_ref, bleu_width);
     } else if (info->parsed()) {
+      require_argument(info_path, "info", "a trace or checkpoint");
       rc = cli::cmd_info(cli::checkpoint_of(info_path), info_all, info_verify);
     } else if (sched->parsed()) {
       sched_spec.kind = pipeline::parse_schedule(sched_kind);
@@ -456,6 +486,7 @@ int main(int argc, char** argv) {
     } else if (imp->parsed()) {
       rc = cli::cmd_import(imp_from, imp_out, imp_plan);
     } else if (exp->parsed()) {
+      require_argument(exp_ckpt, "export", "a checkpoint");
       rc = cli::cmd_export(cli::checkpoint_of(exp_ckpt), exp_out);
     } else if (bat->parsed()) {
       rc = cli::cmd_batch(ba);

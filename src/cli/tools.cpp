@@ -182,6 +182,18 @@ int cmd_import(const std::string& from, const std::string& out, bool plan) {
     if (out.empty()) throw UsageError("import needs --out CKPT.h5 (or --plan)");
     import_hf(from, out);
     fmt::print("imported {} into {}\n", from, out);
+    // What later commands know from the checkpoint, and what they must still be given.
+    const CheckpointRecord rec = read_checkpoint_record(out);
+    const bool bert = rec.model.type == "bert";
+    if (!rec.tokenizer.empty())
+      fmt::print("tokenizer: {} (recorded: {} use it without --tokenizer)\n", rec.tokenizer,
+                 bert ? "eval and train" : "generate and eval");
+    else
+      fmt::print(
+          "tokenizer: none beside the weights ({}): give --tokenizer DIR to {}{}\n",
+          bert ? "vocab.txt" : "vocab.json and merges.txt, or encoder.json and vocab.bpe",
+          bert ? "eval and train (verse data)" : "generate and eval, and tokenize the data with it",
+          bert ? "" : "; io/get_gpt2_tokenizer.sh DIR fetches GPT-2's");
   }
   return 0;
 }

@@ -81,9 +81,8 @@ TrainOptions train_options(TrainArgs& a, bool check_data) {
   std::string& data_path = a.data_path;
   TrainOptions& opts = a.opts;
   if (config_path.empty()) throw UsageError(fmt::format("--config is required: {}", preset_list()));
-  if (!std::filesystem::is_regular_file(config_path))
-    throw UsageError(
-        fmt::format("config file '{}' does not exist; {}", config_path, preset_list()));
+  if (const std::string why = wrong_kind_of_path(config_path, false); !why.empty())
+    throw UsageError(fmt::format("config file '{}' {}; {}", config_path, why, preset_list()));
   opts.cfg = load_run_config(config_path, a.overrides);
   TrainConfig& t = opts.cfg.train;
   if (a.steps) t.steps = *a.steps;

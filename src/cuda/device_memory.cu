@@ -6,6 +6,7 @@
 #include "base/check.hpp"
 #include "base/cuda_check.hpp"
 #include "src/cuda/device_memory.cuh"
+#include "src/cuda/device_query.hpp"
 
 namespace mpitron::cuda {
 
@@ -39,8 +40,10 @@ int select_device(int local_rank) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)
-    throw UsageError(fmt::format("--device cuda: no CUDA device (cudaGetDeviceCount: {})",
-                                 cudaGetErrorString(err)));
+    throw UsageError(
+        fmt::format("--device cuda: {} (cudaGetDeviceCount: {}); use --device cpu, "
+                    "or --device cpu-staged to run the device's code paths on the CPU",
+                    no_device_reason(err), cudaGetErrorString(err)));
   if (count == 0) throw UsageError("--device cuda: no CUDA device (cudaGetDeviceCount found 0)");
   const int device = local_rank % count;
   // Creates the context (CUDA 12+): fails when the GPU is taken (exclusive-process mode).

@@ -20,4 +20,8 @@ struct DeviceQuery {
 
 DeviceQuery query_devices();
 
+// Why cudaGetDeviceCount failed, in a user's words: no NVIDIA GPU or driver on this machine, a
+// driver older than the build's CUDA runtime, else the runtime's own message.
+std::string no_device_reason(int cuda_error);
+
 }  // namespace mpitron::cuda

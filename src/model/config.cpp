@@ -19,13 +19,44 @@ namespace mpitron {
 
 namespace {
 
+// A key's value of another TOML type than its field's: what was expected and what was given.
+struct WrongType {
+  std::string expected, got;
+};
+
+std::string toml_kind(const toml::value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean:
+      return "a boolean";
+    case toml::value_t::integer:
+      return "an integer";
+    case toml::value_t::floating:
+      return "a number";
+    case toml::value_t::string:
+      return "a string";
+    case toml::value_t::array:
+      return "an array";
+    case toml::value_t::table:
+      return "a table";
+    default:
+      return "a date or time";
+  }
+}
+
 template <class T>
 std::function<void(const toml::value&)> setter(T& field) {
   return [&field](const toml::value& v) {
-    if constexpr (std::is_same_v<T, double>) {
-      field = v.is_integer() ? double(v.as_integer()) : toml::get<double>(v);
-    } else {
-      field = toml::get<T>(v);
+    try {
+      if constexpr (std::is_same_v<T, double>) {
+        field = v.is_integer() ? double(v.as_integer()) : toml::get<double>(v);
+      } else {
+        field = toml::get<T>(v);
+      }
+    } catch (const toml::type_error&) {
+      const char* expected = std::is_same_v<T, std::string> ? "a string"
+                             : std::is_floating_point_v<T>  ? "a number"
+                                                            : "an integer";
+      throw WrongType{expected, toml_kind(v)};
     }
   };
 }
@@ -46,8 +77,10 @@ void read_table(const toml::value& root, const std::string& table,
     }
     try {
       it->second(value);
-    } catch (const toml::type_error&) {
-      throw UsageError(fmt::format("{}: '{}.{}' has the wrong type", path, table, key));
+    } catch (const WrongType& w) {
+      throw UsageError(fmt::format(
+          "{}: '{}.{}' has the wrong type: {} is expected, not {}{}", path, table, key, w.expected,
+          w.got, w.expected == std::string("a string") && !value.is_string() ? " (quote it)" : ""));
     }
   }
 }
@@ -114,8 +147,8 @@ void apply_override(toml::value& root, const std::string& assignment) {
 }  // namespace
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (!std::filesystem::is_regular_file(path))
-    throw UsageError(fmt::format("config file '{}' does not exist", path));
+  if (const std::string why = wrong_kind_of_path(path, false); !why.empty())
+    throw UsageError(fmt::format("config file '{}' {}", path, why));
   std::ifstream file(path, std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
   if (const std::ptrdiff_t at = invalid_utf8_at(text); at >= 0)
@@ -220,7 +253,8 @@ std::string config_keys_help() {
       {"eps", fmt::format("{}", d.eps), "AdamW epsilon"},
       {"grad_clip", fmt::format("{}", d.grad_clip), "clip the global gradient norm (0: never)"},
       {"loss_scale", fmt::format("{}", d.loss_scale),
-       "initial dynamic loss scale, a power of two (fp16; 0: no scaling)"},
+       "initial dynamic loss scale, a power of two; 0: 2^16 under --precision fp16, no "
+       "scaling in fp32 and bf16"},
       {"loss_scale_window", fmt::format("{}", d.loss_scale_window),
        "clean steps before the loss scale doubles"},
       {"dropout", fmt::format("{}", d.dropout), "dropout probability"},
@@ -341,7 +375,8 @@ void validate_config(const RunConfig& cfg) {
           std::frexp(t.loss_scale, &exponent) == 0.5 && exponent - 1 >= -126 &&
           exponent - 1 <= 127))
       throw UsageError(fmt::format(
-          "loss_scale must be 0 (no scaling) or a power of two from 2^-126 to 2^127 (got {})",
+          "loss_scale must be 0 (fp16: 2^16; fp32, bf16: no scaling) or a power of two from "
+          "2^-126 to 2^127 (got {})",
           t.loss_scale));
   }
   if (t.loss_scale_window < 1)

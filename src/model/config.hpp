@@ -34,7 +34,8 @@ struct TrainConfig {
   double grad_clip = 1.0;  // clip by global norm; 0 disables
   // Dynamic loss scaling (for fp16): the loss's gradient is multiplied by the scale, a power of
   // two, and the gradients divided by it again; a step whose gradients overflow is skipped and
-  // halves the scale, loss_scale_window clean steps double it. 0: no scaling.
+  // halves the scale, loss_scale_window clean steps double it. 0: 2^16 under fp16, else no
+  // scaling (Trainer::initial_loss_scale).
   double loss_scale = 0;
   int loss_scale_window = 2000;
   double dropout = 0.1;

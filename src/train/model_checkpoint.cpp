@@ -138,6 +138,9 @@ CheckpointRecord read_checkpoint_record(const std::string& path) {
   if (auto it = h.root.find("optim8bit.flat_sizes");
       it != h.root.end() && std::holds_alternative<std::string>(it->second))
     r.adamw8bit_flat_sizes = std::get<std::string>(it->second);
+  if (auto it = h.root.find("tokenizer");
+      it != h.root.end() && std::holds_alternative<std::string>(it->second))
+    r.tokenizer = std::get<std::string>(it->second);
   if (auto d = h.groups.find("data"); d != h.groups.end()) r.data = d->second;
   if (auto g = h.groups.find("loss_scale"); g != h.groups.end()) {
     auto c = g->second.find("current");

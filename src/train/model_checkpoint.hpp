@@ -29,6 +29,8 @@ struct CheckpointRecord {
   int64_t eval_batches = 0;  // global batches per validation (0: not recorded)
   io::Attributes data;       // the /data group: path, size, checksum, next_step
   std::string data_path;     // data.path, "" when not recorded
+  // An imported checkpoint's tokenizer folder (the files beside its weights); "" when none known.
+  std::string tokenizer;
   // What gives the run its meaning (run_settings): root attributes, compared on resume.
   io::Attributes settings;
   // Dynamic loss scaling's state after `step` (0: the run does not scale).

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "base/check.hpp"
+#include "io/bpe_tokenizer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/h5.hpp"
 #include "io/safetensors.hpp"
@@ -439,6 +440,11 @@ void write_imported_checkpoint(const std::string& out_checkpoint, const ModelCon
   r.settings = {{"config", std::string("imported")}};
   io::Attributes root = checkpoint_root_attributes(r);
   root["imported_from"] = file.path();
+  // Tokenizer files beside the weights (Hugging Face's layout): recorded, so that generate and
+  // eval need no --tokenizer.
+  const fs::path folder = fs::absolute(fs::path(file.path())).parent_path();
+  if (io::has_tokenizer_files(folder.string()) || fs::is_regular_file(folder / "vocab.txt"))
+    root["tokenizer"] = folder.lexically_normal().string();
   io::write_checkpoint(out_checkpoint, root, checkpoint_groups(r), pieces, MPI_COMM_SELF);
 }
 

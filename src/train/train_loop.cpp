@@ -153,7 +153,7 @@ io::Attributes Trainer::run_attributes() const {
   a["layout.virtual_stages"] = int64_t(L.virtual_stages);
   a["layout.stage_layers"] = stage_layers_text();
   a["layout.recompute"] = std::string(L.recompute ? "block" : "none");
-  a["gemm"] = std::string(dev.on_host ? cpu::gemm_library() : "cublas");
+  a["gemm"] = std::string(opts.device != Device::cuda ? cpu::gemm_library() : "cublas");
   if (!opts.init_from.empty()) a["init_from"] = opts.init_from;
   a["parameters"] = total_parameters();
   return a;
@@ -172,6 +172,20 @@ int Trainer::run() {
   std::string trace_error;
   if (is_root()) {
     try {
+      const std::string trace_path = (std::filesystem::path(opts.out) / "trace.h5").string();
+      // A fresh start must not overwrite the steps of a run that stopped before its first
+      // checkpoint: they cannot be continued, and nothing may silently lose a trace.
+      if (resume_from.empty() && std::filesystem::exists(trace_path)) {
+        const io::Trace old = io::read_trace(trace_path);
+        if (!old.step.empty())
+          throw UsageError(fmt::format(
+              "{} holds the trace of steps {}-{}, but {} holds no checkpoint to continue them "
+              "from (the run stopped before its first one): starting again would replace that "
+              "trace. Keep it: move it away (mv {} {}/trace-steps-{}-{}.h5) and run again, or "
+              "choose another --out",
+              trace_path, old.step.front(), old.step.back(), opts.out, trace_path, opts.out,
+              old.step.front(), old.step.back()));
+      }
       trace = std::make_unique<io::TraceWriter>(
           (std::filesystem::path(opts.out) / "trace.h5").string(), run_attributes(),
           resume_from.empty() ? -1 : step, opts.trace_flush_every);
@@ -201,14 +215,20 @@ int Trainer::run() {
                           loss_scale.enabled()
                               ? fmt::format(" (loss scale from 2^{})", std::ilogb(loss_scale.scale))
                               : ""),
-        dev.on_host ? cpu::gemm_library() : "cublas",
-        dev.on_host ? fmt::format(" on {} thread{} per rank ({})", opts.threads,
-                                  opts.threads == 1 ? "" : "s", opts.threads_why)
-                    : "",
+        // cpu-staged keeps a device's memory and copies but runs the CPU's products.
+        opts.device != Device::cuda ? cpu::gemm_library() : "cublas",
+        opts.device != Device::cuda ? fmt::format(" on {} thread{} per rank ({})", opts.threads,
+                                                  opts.threads == 1 ? "" : "s", opts.threads_why)
+                                    : "",
         data.describe());
     if (opts.optimizer == Optimizer::adamw8bit)
       spdlog::info("optimizer adamw8bit: moments as 8-bit codes, {} of state on rank 0",
                    human_bytes(double(adamw8bit_state_bytes(shard.size()))));
+    // The interval in effect (after a resume with --allow-changes, the new one).
+    spdlog::info("checkpoints in {}: {}{}", opts.out,
+                 tc.ckpt_every > 0 ? fmt::format("every {} steps and at the end", tc.ckpt_every)
+                                   : std::string("at the end"),
+                 opts.keep_last > 0 ? fmt::format(", the newest {} kept", opts.keep_last) : "");
   }
   std::signal(SIGUSR1, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

@@ -23,6 +23,18 @@ if grep -q "no CUDA devices" devices.txt; then
   fi
   cat plan_cnn.txt
   grep -q "plan where the job runs" plan_cnn.txt || fail "no clear refusal of the ResNet's plan"
+  # Training on the missing GPU says so in a user's words and what to use instead.
+  if "$MPITRON" train --config "$REPO/configs/gpt-tiny.toml" --data "$(corpus)" --steps 1 \
+    --device cuda --out nogpu >train_cuda.txt 2>&1; then
+    fail "train --device cuda without a GPU succeeded"
+  fi
+  cat train_cuda.txt
+  if [[ ! -e /proc/driver/nvidia/version && ! -e /dev/nvidiactl ]]; then
+    grep -q "^error: --device cuda: no NVIDIA GPU or driver was found on this machine" train_cuda.txt ||
+      fail "train --device cuda without a driver does not say that no GPU or driver was found"
+  fi
+  grep -q "use --device cpu, or --device cpu-staged" train_cuda.txt ||
+    fail "train --device cuda without a GPU does not say what to use instead"
   echo "SKIP: no GPU on this machine (the GPU-less plan checks passed)"
   exit 77
 fi

@@ -37,7 +37,7 @@ mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 1 --out dp_plain >/de
 mpiexec -n 2 "$MPITRON" train "${common[@]}" --dp 2 --zero 1 "${scaled[@]}" --out dp_scaled >/dev/null
 "$MPITRON" compare dp_plain/trace.h5 dp_scaled/trace.h5 --rtol 0 ||
   fail "loss scaling changed the losses at dp 2 with ZeRO 1"
-expect_error "loss_scale must be 0 (no scaling) or a power of two" \
+expect_error "loss_scale must be 0 (fp16: 2^16; fp32, bf16: no scaling) or a power of two" \
   "$MPITRON" train "${common[@]}" --set train.loss_scale=3 --out bad
 expect_error "loss_scale_window must be at least 1" \
   "$MPITRON" train "${common[@]}" --set train.loss_scale=1024 --set train.loss_scale_window=0 --out bad

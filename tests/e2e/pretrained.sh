@@ -42,7 +42,19 @@ PYEOF
 grep -q "total: .* parameters" plan.txt || fail "--plan printed no total: $(cat plan.txt)"
 "$MPITRON" import hf --plan >plan_positional.txt  # the source may be positional, as export's is
 cmp plan.txt plan_positional.txt || fail "import with a positional source differs from --from"
-"$MPITRON" import --from hf --out imported.h5
+"$MPITRON" import --from hf --out imported.h5 >import.txt
+grep -q "^tokenizer: none beside the weights .*give --tokenizer DIR" import.txt ||
+  fail "import without tokenizer files does not say what later commands need: $(cat import.txt)"
+# Tokenizer files beside the weights are recorded, and a recorded folder that is gone is named.
+cp -r hf hf_tok
+echo '{}' >hf_tok/encoder.json
+echo '#version: 0.2' >hf_tok/vocab.bpe
+"$MPITRON" import --from hf_tok --out imported_tok.h5 >import_tok.txt
+grep -q "^tokenizer: $PWD/hf_tok (recorded: generate and eval use it" import_tok.txt ||
+  fail "import did not record the tokenizer beside the weights: $(cat import_tok.txt)"
+rm hf_tok/encoder.json hf_tok/vocab.bpe
+expect_error "records the tokenizer in '$PWD/hf_tok', which is gone: give --tokenizer DIR" \
+  "$MPITRON" generate imported_tok.h5 --prompt x --new-tokens 2
 "$MPITRON" export imported.h5 --out exported
 $PY - "$REPO/validate" <<'PYEOF' || fail "exported tensors differ from the imported file's"
 import sys
