@@ -14,7 +14,16 @@ import os
 import re
 import sys
 
-import torch
+# Threads are set before torch loads: without OMP_NUM_THREADS in the environment, torch's first
+# matrix product spun for ever (its OpenMP pool beside OpenBLAS's), and set_num_threads after
+# the import did not help. One thread unless the caller asks for more: the probe is small.
+if not os.environ.get("OMP_NUM_THREADS"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import load_model  # noqa: E402
