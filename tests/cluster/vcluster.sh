@@ -181,7 +181,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock,cred_expire=10
+AuthInfo=socket=$sock,cred_expire=5
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -196,10 +196,11 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=2,bf_interval=1
 ReturnToService=2
-SlurmdTimeout=10
-MessageTimeout=5
+SlurmdTimeout=6
+MessageTimeout=3
 KillWait=2
-# mpitron's watchdog code (a rank stopped making progress: a peer is lost): back into the queue.
+# mpitron's watchdog code (a rank stopped making progress: a peer lost) requeues, where Slurm has not yet
+# noticed the dead node (SlurmdTimeout: down in 7-13 s).
 RequeueExit=4
 MinJobAge=600
 InactiveLimit=0
