@@ -48,3 +48,12 @@ if(MPITRON_TORCH_PYTHON)
 else()
   set(MPITRON_ORACLE_PYTHON ${MPITRON_PYTHON})
 endif()
+
+# Tests of the validate/ scripts (label unit): tests/<script> WORKDIR under MPITRON_PYTHON; each
+# exits 77 (CTest's skip) where a module it needs, such as matplotlib, is missing.
+function(mpitron_python_test name script timeout)
+  add_test(NAME ${name} COMMAND ${MPITRON_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/${script}
+                                ${CMAKE_BINARY_DIR}/python_tests/${name})
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT ${timeout} SKIP_RETURN_CODE 77)
+endfunction()
+mpitron_python_test(plot_loss_layout plot_loss_test.py 120)

@@ -1,12 +1,15 @@
 """Plots the loss curves of mpitron traces (trace.h5) into one PNG.
 
 One line per trace (/trace/loss against /trace/step), its validation losses (/trace/val_loss,
-NaN where not evaluated) as markers of the same colour, the legend naming each trace by its run
-folder and layout attributes. With --diff a second panel shows each trace's relative
-difference to the first one at their common steps, |loss - ref| / |ref| on a log axis (steps
-that are bitwise equal sit on a dotted floor line): the picture of ARCHITECTURE.md's layout-invariance
-claim. Traces with validation BLEU (/trace/val_bleu, translation) get a BLEU panel, with epochs
-on the top axis where the trace knows its training pairs.
+NaN where not evaluated) as markers of the same colour drawn above every line, each trace its own
+marker, so that points that coincide stay visible. Classifiers' validation accuracy
+(/trace/val_accuracy) gets a panel of its own, as does validation BLEU (/trace/val_bleu,
+translation, with epochs on the top axis where the trace knows its training pairs). With --diff
+a last panel shows each trace's relative difference to the first one at their common steps,
+|loss - ref| / |ref| on a log axis (steps that are bitwise equal sit on a dotted floor line): the
+picture of ARCHITECTURE.md's layout-invariance claim. One legend below the panels names each
+trace (run folder, layout attributes, last validation figures, steps equal to the reference);
+the title names every trace's configuration.
 Usage: plot_loss.py -o out.png a/trace.h5 b/trace.h5 ... [--diff] [--title T] [--logy]
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 import h5py
@@ -24,6 +28,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ZERO_FLOOR = 1e-12
+WIDTH = 10.0  # inches
+MARKERS = "osD^vP*X"
 
 
 def attr(attrs, key, default=None):
@@ -43,6 +49,8 @@ def read_trace(path: str) -> dict:
         n = len(t["step"])
         t["val_loss"] = f["trace/val_loss"][()] if "trace/val_loss" in f else np.full(n, np.nan)
         t["val_bleu"] = f["trace/val_bleu"][()] if "trace/val_bleu" in f else np.full(n, np.nan)
+        t["val_accuracy"] = (f["trace/val_accuracy"][()] if "trace/val_accuracy" in f
+                             else np.full(n, np.nan))
         t["attrs"] = {k: attr(f.attrs, k) for k in f.attrs}
     t["path"] = path
     return t
@@ -68,54 +76,66 @@ def label(t: dict, paths: list[str], seeds: set) -> str:
     return f"{run} ({', '.join(bits)})" if bits else run
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("traces", nargs="+",
-                    help="trace.h5 files; the first is the reference for --diff")
-    ap.add_argument("-o", "--output", required=True, help="PNG to write")
-    ap.add_argument("--diff", action="store_true", help="add a panel of relative differences")
-    ap.add_argument("--title", default=None)
-    ap.add_argument("--logy", action="store_true", help="logarithmic loss axis")
-    args = ap.parse_args()
+def describe(a: dict) -> str:
+    """One trace's configuration: preset (model), batch, learning rate, seed."""
+    # Language models read batch x tokens; classifiers batch samples (their seq_len is unused).
+    batch = f"{a.get('train.batch_size', '?')}"
+    if str(a.get("model.type", "gpt")) in ("gpt",) or (
+            str(a.get("model.type")) == "bert" and int(a.get("model.task", 0)) == 0):
+        batch += f"x{a.get('train.seq_len', '?')}"
+    return (f"{a.get('config', 'mpitron')} ({a.get('model.type', '?')}): batch {batch}, "
+            f"lr {a.get('train.lr', '?')}, seed {a.get('seed', '?')}")
 
-    traces = [read_trace(p) for p in args.traces]
-    seeds = {t["attrs"].get("seed") for t in traces}
-    labels = [label(t, args.traces, seeds) for t in traces]
+
+def last_finite(x: np.ndarray):
+    v = x[np.isfinite(x)]
+    return float(v[-1]) if len(v) else None
+
+
+def build_figure(traces: list[dict], labels: list[str], diff: bool = False,
+                 title: str | None = None, logy: bool = False):
+    """The figure: loss panel, then accuracy, BLEU and --diff panels where they apply, one
+    legend entry per trace below them all (never over a curve), the title above."""
     bleu = any(np.isfinite(t["val_bleu"]).any() for t in traces)
-    ratios = [3] + ([2] if bleu else []) + ([2] if args.diff else [])
-    rows = len(ratios)
-    fig, axes = plt.subplots(rows, 1, figsize=(9, 4.2 * rows + 0.6), sharex=True, squeeze=False,
-                             gridspec_kw={"height_ratios": ratios})
-    ax = axes[0, 0]
+    acc = any(np.isfinite(t["val_accuracy"]).any() for t in traces)
+    kinds = ["loss"] + (["accuracy"] if acc else []) + (["bleu"] if bleu else []) + \
+        (["diff"] if diff else [])
+    ratios = [3 if k == "loss" else 2 for k in kinds]
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(WIDTH, 1.6 * sum(ratios) + 1.5),
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": ratios})
+    panel = {k: axes[i, 0] for i, k in enumerate(kinds)}
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    any_val = False
-    for i, (t, lab) in enumerate(zip(traces, labels)):
+    n = len(traces)
+    stats = [[] for _ in traces]
+    handles = []
+
+    # Markers over every line (zorder), each trace its own shape and a size that shrinks with its
+    # index, hollow: validation points that coincide across traces, or sit on a training curve,
+    # show as nested rings.
+    def val_style(i: int) -> dict:
+        return dict(linestyle="none", marker=MARKERS[i % len(MARKERS)],
+                    markersize=max(4.0, 11.0 - 7.0 * i / max(n - 1, 1)),
+                    markerfacecolor="none", markeredgewidth=1.6, color=colors[i % len(colors)],
+                    zorder=3 + 0.01 * i)
+
+    ax = panel["loss"]
+    for i, t in enumerate(traces):
         c = colors[i % len(colors)]
         style = "-" if i == 0 else (0, (4, 2 + i % 3))
-        ax.plot(t["step"], t["loss"], color=c, linestyle=style, linewidth=1.4, label=lab)
+        (line,) = ax.plot(t["step"], t["loss"], color=c, linestyle=style, linewidth=1.3,
+                          zorder=2)
         v = np.isfinite(t["val_loss"])
         if v.any():
-            ax.plot(t["step"][v], t["val_loss"][v], "o", color=c, markersize=6 + 2 * (i == 0),
-                    markerfacecolor="none", markeredgewidth=1.5)
-            any_val = True
-    if any_val:
-        ax.plot([], [], "o", color="gray", markerfacecolor="none", markeredgewidth=1.5,
-                label="val_loss (colour of its trace)")
-    ax.set_ylabel("loss")
-    if args.logy:
+            (mark,) = ax.plot(t["step"][v], t["val_loss"][v], **val_style(i))
+            handles.append((line, mark))
+            stats[i].append(f"val loss {t['val_loss'][v][-1]:.3f}")
+        else:
+            handles.append(line)
+    ax.set_ylabel("loss (lines: training,\nmarkers: validation)")
+    if logy:
         ax.set_yscale("log")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
     a0 = traces[0]["attrs"]
-    # Language models read batch x tokens; classifiers batch samples (their seq_len is unused).
-    batch = f"{a0.get('train.batch_size', '?')}"
-    if str(a0.get("model.type", "gpt")) in ("gpt",) or (
-            str(a0.get("model.type")) == "bert" and int(a0.get("model.task", 0)) == 0):
-        batch += f"x{a0.get('train.seq_len', '?')}"
-    title = args.title or (
-        f"{a0.get('config', 'mpitron')} ({a0.get('model.type', '?')}): batch {batch}, "
-        f"lr {a0.get('train.lr', '?')}, seed {a0.get('seed', '?')}")
-    ax.set_title(title)
     pairs = a0.get("data.train_pairs")
     if pairs:  # epochs on top: steps x batch / training pairs
         per_epoch = float(pairs) / float(a0.get("train.batch_size", 1))
@@ -123,51 +143,97 @@ def main() -> int:
                                                    lambda e: e * per_epoch))
         top.set_xlabel("epoch")
 
+    if acc:
+        ax = panel["accuracy"]
+        for i, t in enumerate(traces):
+            v = np.isfinite(t["val_accuracy"])
+            if v.any():
+                ax.plot(t["step"][v], 100 * t["val_accuracy"][v], color=colors[i % len(colors)],
+                        linewidth=1, alpha=0.6, zorder=2)
+                ax.plot(t["step"][v], 100 * t["val_accuracy"][v], **val_style(i))
+                stats[i].append(f"val acc {100 * t['val_accuracy'][v][-1]:.1f}%")
+        ax.set_ylabel("validation accuracy (%)")
+        ax.grid(True, alpha=0.3)
+
     if bleu:
-        bx = axes[1, 0]
-        for i, (t, lab) in enumerate(zip(traces, labels)):
+        ax = panel["bleu"]
+        for i, t in enumerate(traces):
             v = np.isfinite(t["val_bleu"])
             if v.any():
-                bx.plot(t["step"][v], t["val_bleu"][v], "o-", color=colors[i % len(colors)],
-                        label=f"{lab}: last {t['val_bleu'][v][-1]:.2f}")
-        bx.set_ylabel("validation BLEU")
-        bx.grid(True, alpha=0.3)
-        bx.legend(fontsize=8, loc="lower right")
+                ax.plot(t["step"][v], t["val_bleu"][v], color=colors[i % len(colors)],
+                        linewidth=1, alpha=0.6, zorder=2)
+                ax.plot(t["step"][v], t["val_bleu"][v], **val_style(i))
+                stats[i].append(f"BLEU {t['val_bleu'][v][-1]:.2f}")
+        ax.set_ylabel("validation BLEU")
+        ax.grid(True, alpha=0.3)
 
-    if args.diff:
-        dx = axes[-1, 0]
+    if diff:
+        dx = panel["diff"]
         ref = traces[0]
         ref_loss = dict(zip(ref["step"].tolist(), ref["loss"].tolist()))
         worst, any_zero = 0.0, False
-        for i, (t, lab) in enumerate(zip(traces, labels)):
+        stats[0].append("the reference")
+        for i, t in enumerate(traces):
             if i == 0:
                 continue
-            pairs = zip(t["step"].tolist(), t["loss"].tolist())
-            common = [(s, l) for s, l in pairs if s in ref_loss]
+            common = [(s, l) for s, l in zip(t["step"].tolist(), t["loss"].tolist())
+                      if s in ref_loss]
             if not common:
                 print(f"warning: {t['path']} has no step in common with {ref['path']}",
                       file=sys.stderr)
+                stats[i].append("no step in common with the reference")
                 continue
             s = np.array([c[0] for c in common])
             r = np.array([abs(c[1] - ref_loss[c[0]]) / abs(ref_loss[c[0]]) for c in common])
             worst = max(worst, float(np.max(r)))
-            c = colors[i % len(colors)]
-            dx.plot(s, np.maximum(r, ZERO_FLOOR), color=c, marker=".", markersize=3,
-                    linewidth=1, label=f"{lab}: {int(np.sum(r == 0))}/{len(r)} steps equal")
+            dx.plot(s, np.maximum(r, ZERO_FLOOR), color=colors[i % len(colors)], marker=".",
+                    markersize=3, linewidth=1)
+            stats[i].append(f"{int(np.sum(r == 0))}/{len(r)} steps equal to the reference, "
+                            f"max {float(np.max(r)):.1e}")
             any_zero |= bool(np.any(r == 0))
         dx.set_yscale("log")
         if any_zero:
             dx.axhline(ZERO_FLOOR, color="black", linewidth=0.6, linestyle=":")
             dx.annotate("bitwise equal", (0.005, ZERO_FLOOR), xycoords=("axes fraction", "data"),
                         xytext=(2, 3), textcoords="offset points", fontsize=7)
-        dx.set_ylabel(f"|loss - ref| / |ref|\nref: {labels[0]}", fontsize=8)
-        dx.set_title(f"relative difference to the first trace (max |.| = {worst:.2e})", fontsize=9)
+        dx.set_ylabel("|loss - ref| / |ref|")
+        dx.set_title(f"relative difference to the first trace (max {worst:.2e})", fontsize=9)
         dx.grid(True, alpha=0.3)
-        if len(traces) > 1:  # beside the axes, not over the curves
-            dx.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(args.output, dpi=120, bbox_inches="tight")  # keeps a legend beside the axes
+
+    # The title: every distinct configuration, in the traces' order.
+    if title is None:
+        seen = list(dict.fromkeys(describe(t["attrs"]) for t in traces))
+        title = "; ".join(seen)
+    fig.suptitle("\n".join(textwrap.wrap(title, 95)), fontsize=11)
+
+    # Below the panels, one entry per trace; wide enough labels get a column each.
+    texts = [lab + (f"  [{', '.join(st)}]" if st else "") for lab, st in zip(labels, stats)]
+    ncol = 1 if n == 1 or max(len(x) for x in texts) > 60 else 2
+    legend = fig.legend(handles, texts, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+                        ncol=ncol, fontsize=8, frameon=False, handlelength=3.0)
+    fig.canvas.draw()
+    below = legend.get_window_extent().height / fig.bbox.height
+    fig.tight_layout(rect=(0, below + 0.01, 1, 1))
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("traces", nargs="+",
+                    help="trace.h5 files; the first is the reference for --diff")
+    ap.add_argument("-o", "--output", required=True, help="PNG to write")
+    ap.add_argument("--diff", action="store_true", help="add a panel of relative differences")
+    ap.add_argument("--title", default=None)
+    ap.add_argument("--logy", action="store_true", help="logarithmic loss axis")
+    args = ap.parse_args(argv)
+
+    traces = [read_trace(p) for p in args.traces]
+    seeds = {t["attrs"].get("seed") for t in traces}
+    labels = [label(t, args.traces, seeds) for t in traces]
+    fig = build_figure(traces, labels, diff=args.diff, title=args.title, logy=args.logy)
+    fig.savefig(args.output, dpi=120)  # the figure as laid out: the legend is inside it
+    plt.close(fig)
     print(f"wrote {args.output}")
     return 0
 
