@@ -40,8 +40,14 @@ int cmd_train(TrainArgs a);
 TrainOptions train_options(TrainArgs& a, bool check_data);
 
 // ---- plan (plan.cpp)
-// The memory plan of `train`'s settings on one process (--dp defaults to 1 there).
-int cmd_plan(TrainArgs a);
+// The memory plan of `train`'s settings on one process (--dp defaults to 1 there); with --nodes,
+// the step time the alpha-beta model predicts (src/train/step_time.hpp).
+struct PlanNetworkArgs {
+  int nodes = 0, ranks_per_node = 0;  // 0: no step-time prediction
+  std::string network, compute_trace;
+  double compute_step_s = 0, cores_per_node = 0;
+};
+int cmd_plan(TrainArgs a, const PlanNetworkArgs& net = {});
 // The data a preset trains on without --data (its [data] path, else the family's default): one
 // line, for job scripts and data preparation.
 int cmd_data_path(TrainArgs a);

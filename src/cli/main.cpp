@@ -215,6 +215,24 @@ int main(int argc, char** argv) {
         "train), by kind, and what would fit --max-device-memory");
     cli::TrainArgs pa;
     add_train_options(plan, pa);
+    cli::PlanNetworkArgs pn;
+    plan->add_option("--nodes", pn.nodes,
+                     "predict the step time on this many nodes (needs --ranks-per-node, "
+                     "--network and the compute time)")
+        ->check(CLI::PositiveNumber);
+    plan->add_option("--ranks-per-node", pn.ranks_per_node,
+                     "ranks on each node, consecutive ranks together (the job scripts' placement)")
+        ->check(CLI::PositiveNumber);
+    plan->add_option("--network", pn.network,
+                     "TOML alpha-beta model of the links: [intra_node] and [inter_node], each "
+                     "alpha_s and beta_s_per_byte (bench/network_model.sh measures one)");
+    plan->add_option("--compute-step-s", pn.compute_step_s,
+                     "seconds of one step of the global batch on one rank");
+    plan->add_option("--compute-trace", pn.compute_trace,
+                     "a one-rank run's trace.h5 (or its folder): its median step_s is the compute");
+    plan->add_option("--cores-per-node", pn.cores_per_node,
+                     "cores a node gives its ranks: compute slows by ranks per node / cores where "
+                     "that is above 1 (default: a core per rank)");
 
     // ---- eval
     auto* eval = app.add_subcommand("eval",
@@ -444,7 +462,7 @@ int main(int argc, char** argv) {
     if (train->parsed()) {
       rc = cli::cmd_train(std::move(ta));
     } else if (plan->parsed()) {
-      rc = cli::cmd_plan(std::move(pa));
+      rc = cli::cmd_plan(std::move(pa), pn);
     } else if (eval->parsed()) {
       require_argument(ea.ckpt, "eval", "a checkpoint");
       ea.ckpt = cli::checkpoint_of(ea.ckpt);
