@@ -20,7 +20,7 @@
 #include "src/model/family.hpp"
 #include "src/model/gpt.hpp"
 #include "src/model/gpt_decoder.hpp"
-#include "src/train/translation.hpp"
+#include "src/task/translation.hpp"
 
 using namespace mpitron;
 using namespace mpitron::io;
@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const PairTokens kTok{256, 257, 258};
+const TranslationTokens kSpecials{kTok.sep, kTok.end, kTok.pad};
 
 // The row as the format states it: the sequence source' [SEP] target' [END], cut to T + 1 tokens
 // by keeping at least min(source, (T - 1) / 2) source tokens, [END] only when the whole target
@@ -489,15 +490,15 @@ TEST(KvCacheDecoder, GreedyWithAndWithoutTheCacheAndBeamOneAgree) {
   beam1.batch = 2;
   beam1.beam_search = true;
   TranslateStats st;
-  const auto a = translate_ids(gpt, kTok, sources, cached, &st);
-  const auto b = translate_ids(gpt, kTok, sources, full, nullptr);
-  const auto c = translate_ids(gpt, kTok, sources, beam1, nullptr);
+  const auto a = translate_ids(gpt, kSpecials, sources, cached, &st);
+  const auto b = translate_ids(gpt, kSpecials, sources, full, nullptr);
+  const auto c = translate_ids(gpt, kSpecials, sources, beam1, nullptr);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a, c);
   EXPECT_GT(st.new_tokens, 0);
   EXPECT_GT(st.cut_sources, 0);  // sources longer than (T - 1) / 2 = 11 tokens
   TranslateOptions beam3;
   beam3.beam = 3;
-  const auto d = translate_ids(gpt, kTok, sources, beam3, nullptr);
+  const auto d = translate_ids(gpt, kSpecials, sources, beam3, nullptr);
   ASSERT_EQ(d.size(), sources.size());
 }

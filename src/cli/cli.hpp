@@ -11,9 +11,9 @@
 #include "io/dataset.hpp"
 #include "src/model/config.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/task/translation.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
-#include "src/train/translation.hpp"
 
 namespace mpitron::cli {
 

@@ -13,10 +13,10 @@
 #include "io/checkpoint.hpp"
 #include "src/cli/cli.hpp"
 #include "src/model/family.hpp"
+#include "src/task/translation.hpp"
 #include "src/train/batch_source.hpp"
 #include "src/train/eval_data.hpp"
 #include "src/train/grad_sync.hpp"
-#include "src/train/translation.hpp"
 
 namespace mpitron::cli {
 

@@ -9,8 +9,8 @@
 #include "io/text_lines.hpp"
 #include "src/cli/cli.hpp"
 #include "src/model/family.hpp"
+#include "src/task/translation.hpp"
 #include "src/train/eval_data.hpp"
-#include "src/train/translation.hpp"
 
 namespace mpitron::cli {
 

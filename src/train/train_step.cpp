@@ -6,11 +6,9 @@
 
 #include "comm/mpi_check.hpp"
 #include "comm/world.hpp"
-#include "io/bleu.hpp"
-#include "src/model/gpt.hpp"
+#include "src/task/translation.hpp"
 #include "src/train/adamw.hpp"
 #include "src/train/trainer_state.hpp"
-#include "src/train/translation.hpp"
 
 namespace mpitron {
 
@@ -191,30 +189,15 @@ EvalResult Trainer::evaluate() {
 }
 
 double Trainer::evaluate_bleu() {
-  progress.mark("validation BLEU (rank 0 translates, the others wait in a broadcast)");
+  const char* what = "validation BLEU (rank 0 translates, the others wait in a broadcast)";
+  progress.mark(what);
   double score = 0;
   std::string error;
   if (is_root()) {
     try {  // a failure here must reach the other ranks, which wait in the broadcasts below
-      auto* gpt = dynamic_cast<GptModel*>(model.get());
-      MPITRON_REQUIRE(gpt != nullptr && bleu_codec, "BLEU evaluation needs the fp32 GPT");
-      const io::PairSplit& v = data.pairs.val;
-      const int64_t n = tc.bleu_lines > 0 ? std::min<int64_t>(tc.bleu_lines, v.pairs()) : v.pairs();
-      std::vector<std::vector<int32_t>> sources(static_cast<size_t>(n));
-      for (int64_t k = 0; k < n; ++k)
-        sources[size_t(k)].assign(v.ids.begin() + v.begin[size_t(2 * k)],
-                                  v.ids.begin() + v.begin[size_t(2 * k + 1)]);
-      TranslateOptions o;
-      o.window = tc.seq_len;                // what training's sequences held
-      o.progress = [&](int64_t, int64_t) {  // a beat per batch of lines for the watchdog
-        progress.mark("validation BLEU (rank 0 translates, the others wait in a broadcast)");
-      };
-      const std::vector<std::vector<int32_t>> got =
-          translate_ids(*gpt, bleu_codec->tokens, sources, o, nullptr);
-      std::vector<std::string> hyps,
-          refs(data.pairs.val_references.begin(), data.pairs.val_references.begin() + n);
-      for (const auto& g : got) hyps.push_back(bleu_codec->decode(g));
-      score = io::corpus_bleu(hyps, refs).score;
+      MPITRON_REQUIRE(bleu_codec.has_value(), "BLEU evaluation without the pairs' codec");
+      score = validation_bleu(*model, *bleu_codec, data.pairs, tc.bleu_lines, tc.seq_len,
+                              [&] { progress.mark(what); });
     } catch (const std::exception& e) {
       error = std::string("validation BLEU: ") + e.what();
     }

@@ -14,6 +14,7 @@
 #include "src/model/family.hpp"
 #include "src/pipeline/executor.hpp"
 #include "src/pipeline/schedule.hpp"
+#include "src/task/translation.hpp"
 #include "src/train/adamw.hpp"
 #include "src/train/batch_slice.hpp"
 #include "src/train/batch_source.hpp"
@@ -22,7 +23,6 @@
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/train_device.hpp"
 #include "src/train/trainer.hpp"
-#include "src/train/translation.hpp"
 #include "src/train/watchdog.hpp"
 
 namespace mpitron {

@@ -1,5 +1,5 @@
-// Translating lines with a pair-trained GPT (src/train/translation.hpp).
-#include "src/train/translation.hpp"
+// Translation decoding with a pair-trained GPT (src/model/gpt_translate.hpp).
+#include "src/model/gpt_translate.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <optional>
 
 #include "base/check.hpp"
 #include "src/model/gpt_decoder.hpp"
@@ -31,7 +31,7 @@ void log_softmax(const float* x, int V, std::vector<double>& out) {
 }
 
 // Greedy over one batch of prompts (each source [SEP]) with the KV cache.
-void greedy_cached(GptDecoder& dec, const io::PairTokens& tok, int V,
+void greedy_cached(GptDecoder& dec, const TranslationTokens& tok, int V,
                    const std::vector<std::vector<int32_t>>& prompts,
                    std::vector<std::vector<int32_t>>& out, TranslateStats& st, int T) {
   const int R = dec.rows(), B = int(prompts.size());
@@ -76,7 +76,7 @@ void greedy_cached(GptDecoder& dec, const io::PairTokens& tok, int V,
 }
 
 // Greedy over one batch recomputing the whole prefix each step (the cache's reference).
-void greedy_full(GptModel& model, const io::PairTokens& tok, int V,
+void greedy_full(GptModel& model, const TranslationTokens& tok, int V,
                  const std::vector<std::vector<int32_t>>& prompts,
                  std::vector<std::vector<int32_t>>& out, TranslateStats& st, int T) {
   const int B = int(prompts.size());
@@ -118,7 +118,7 @@ void greedy_full(GptModel& model, const io::PairTokens& tok, int V,
 }
 
 // Beam search of width k over one batch with the KV cache: rows b*k .. b*k + k-1 are line b's.
-void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
+void beam_cached(GptDecoder& dec, const TranslationTokens& tok, int V, int k,
                  const std::vector<std::vector<int32_t>>& prompts,
                  std::vector<std::vector<int32_t>>& out, TranslateStats& st, int T) {
   const int R = dec.rows(), B = int(prompts.size());
@@ -232,28 +232,7 @@ void beam_cached(GptDecoder& dec, const io::PairTokens& tok, int V, int k,
 
 }  // namespace
 
-std::vector<int32_t> PairCodec::encode(const std::string& text) const {
-  if (spm) return spm->encode(text);
-  std::vector<int32_t> ids;
-  for (unsigned char c : text) ids.push_back(int32_t(c));
-  return ids;
-}
-
-std::string PairCodec::decode(const std::vector<int32_t>& ids) const {
-  if (spm) {
-    std::vector<int32_t> kept;
-    for (int32_t t : ids)
-      if (t >= 0 && t < spm->vocab_size() && t != tokens.sep && t != tokens.end && t != tokens.pad)
-        kept.push_back(t);
-    return spm->decode(kept);
-  }
-  std::string text;  // a line break would split the line: a space instead
-  for (int32_t t : ids)
-    if (t >= 0 && t < 256) text.push_back(t == '\n' || t == '\r' ? ' ' : char(t));
-  return text;
-}
-
-std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairTokens& tokens,
+std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const TranslationTokens& tokens,
                                                 const std::vector<std::vector<int32_t>>& sources,
                                                 const TranslateOptions& o, TranslateStats* stats) {
   if (o.batch < 1) throw UsageError("--batch-size must be at least 1");
@@ -296,43 +275,6 @@ std::vector<std::vector<int32_t>> translate_ids(GptModel& model, const io::PairT
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (stats) *stats = st;
   return out;
-}
-
-std::vector<std::string> translate_lines(GptModel& model, const PairCodec& codec,
-                                         const std::vector<std::string>& sources,
-                                         const TranslateOptions& options, TranslateStats* stats) {
-  std::vector<std::vector<int32_t>> ids;
-  ids.reserve(sources.size());
-  for (const std::string& s : sources) ids.push_back(codec.encode(s));
-  const std::vector<std::vector<int32_t>> got =
-      translate_ids(model, codec.tokens, ids, options, stats);
-  std::vector<std::string> text;
-  text.reserve(got.size());
-  for (const auto& g : got) text.push_back(codec.decode(g));
-  return text;
-}
-
-ExactMatch exact_match(const std::vector<std::string>& predictions,
-                       const std::vector<std::string>& answers,
-                       const std::vector<std::string>& train_answers) {
-  MPITRON_REQUIRE(predictions.size() == answers.size(), "one prediction per answer");
-  auto trim = [](const std::string& s) {
-    const size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
-    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-  };
-  ExactMatch m;
-  std::map<std::string, int64_t> counts;
-  for (const std::string& a : train_answers) ++counts[trim(a)];
-  int64_t most = 0;
-  for (const auto& [answer, n] : counts)
-    if (n > most) most = n, m.majority = answer;
-  for (size_t k = 0; k < answers.size(); ++k) {
-    const std::string want = trim(answers[k]);
-    m.correct += trim(predictions[k]) == want;
-    m.majority_correct += !m.majority.empty() && m.majority == want;
-  }
-  m.total = int64_t(answers.size());
-  return m;
 }
 
 }  // namespace mpitron
