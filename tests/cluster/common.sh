@@ -19,6 +19,9 @@ cluster_test_setup() {
   VCLUSTER_DIR=$(realpath "$vdir")
   eval "$("$VC" env "$VCLUSTER_DIR")"
   export SITE_ENV=$VCLUSTER_SITE_ENV
+  # Open MPI's session folders of the clients here (mpirun in salloc) go with the cluster.
+  export TMPDIR=$VCLUSTER_DIR/tmp/clients
+  mkdir -p "$TMPDIR"
   sinfo -h >/dev/null 2>&1 || fail "the virtual cluster in $VCLUSTER_DIR does not answer: $(sinfo 2>&1)"
   trap cluster_test_done EXIT
   trap 'exit 143' TERM
