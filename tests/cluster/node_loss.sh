@@ -25,7 +25,7 @@ export EXTRA_ARGS="--hang-timeout $hang"
 flags=(--config "$REPO/configs/gpt-tiny.toml" --data "$CORPUS" --steps "$steps" --batch-size 8
   --seq-len 32 --ckpt-every 4 --eval-every 0 --log-every 4 --threads 1 --dp 4)
 
-[[ $(sinfo -h -N -o '%N %T' | grep -c ' idle$') -ge 3 ]] ||
+[[ $(sinfo -h -N -p debug -o '%N %T' | grep -c ' idle$') -ge 3 ]] ||
   fail "node loss needs 3 idle nodes (a 2-node job and one to take over): $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
 t_submit=$(date +%s.%N)
 id=$(submit lost generic.sbatch -N 2 --ntasks-per-node=2 --ntasks=4)
