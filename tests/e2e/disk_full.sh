@@ -4,7 +4,7 @@
 # EFBIG, as on a full disk (the free-space check before a write cannot see it coming). The run
 # must stop with one line naming the checkpoint and the last complete one, leave no partial file,
 # keep ckpt_10 intact, and `--resume auto` must continue from it with the uninterrupted run's
-# losses. Skips (77) without prlimit (util-linux).
+# losses. Skips (77) without prlimit (util-linux). disk_full_tmpfs.sh: a real full disk (tmpfs).
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 command -v prlimit >/dev/null || { echo "SKIP: no prlimit"; exit 77; }
