@@ -53,7 +53,7 @@ PACKAGES := build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-
   python3-matplotlib python3-torch slurm-wlm slurmctld slurmd slurm-client munge bible-kjv \
   shellcheck zlib1g-dev libpng-dev dataset-fashion-mnist nlohmann-json3-dev libpcre2-dev libdnnl-dev \
   clang libclang-rt-14-dev libomp-dev libutf8proc-dev librandom123-dev libsentencepiece-dev \
-  python3-nltk sword-text-sparv diatheke
+  python3-nltk sword-text-sparv diatheke iproute2
 
 # Open MPI on a small machine: root allowed, more ranks than cores, ranks that yield when idle.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
