@@ -31,7 +31,8 @@ mpitron_cluster_test(mpi mpi.sh vcluster)
 mpitron_cluster_test(generic_job generic_job.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
 mpitron_cluster_test(rm_job rm_job.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
 mpitron_cluster_test(interactive interactive.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
+mpitron_cluster_test(placement placement.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
 # Last: it kills a node (and brings it back).
 mpitron_cluster_test(node_loss node_loss.sh vcluster)
 set_tests_properties(cluster_node_loss PROPERTIES
-                     DEPENDS "cluster_mpi;cluster_generic_job;cluster_rm_job;cluster_interactive")
+                     DEPENDS "cluster_mpi;cluster_generic_job;cluster_rm_job;cluster_interactive;cluster_placement")

@@ -15,8 +15,8 @@ baseline_env
 export DP=2 TP=2 PP=2
 
 t=$(date +%s.%N)
-# --ntasks=8: the script's own `#SBATCH --ntasks` must not cap the ranks at fewer than 2 x 4.
-id=$(submit generic generic.sbatch -N 2 --ntasks-per-node=4 --ntasks=8)
+# As a user types it: the script asks for ranks per node, which -N 2 --ntasks-per-node=4 makes 8.
+id=$(submit generic generic.sbatch -N 2 --ntasks-per-node=4)
 finished generic "$id" 150
 log "generic.sbatch -N 2 --ntasks-per-node=4: $(elapsed "$t") s from submission to the end"
 run=$WORK/generic

@@ -17,7 +17,7 @@ if ! command -v shellcheck >/dev/null; then
   exit 77
 fi
 shopt -s nullglob
-files=(jobs/*.sbatch jobs/*.sh jobs/*.env tests/slurm/*.sh tests/e2e/*.sh io/*.sh bench/*.sh)
+files=(jobs/*.sbatch jobs/*.sh jobs/*.env tests/slurm/*.sh tests/cluster/*.sh tests/e2e/*.sh tests/*.sh io/*.sh bench/*.sh)
 [[ ${#files[@]} -ge 10 ]] || fail "expected the job scripts and tests, found: ${files[*]}"
 shellcheck --external-sources "${files[@]}" || fail "shellcheck found problems (above)"
 echo "shellcheck: clean on ${#files[@]} files"
