@@ -83,14 +83,14 @@ for rate in $rates; do
   timeout 300 salloc -N 2 --ntasks-per-node=1 mpirun "$work/pingpong" "$reps" "${sizes[@]}" >"$work/inter_$rate.txt"
   cat "$work/inter_$rate.txt"
   "$python" "$here/network_model.py" fit --intra "$work/intra.txt" --inter "$work/inter_$rate.txt" \
-    --note "measured on the virtual cluster (tests/cluster/vcluster.sh, one machine of $(nproc) cores), inter-node links shaped to $rate by tc tbf, $date" \
+    --note "measured on the virtual cluster (tests/cluster/vcluster.sh, one machine of $(getconf _NPROCESSORS_ONLN) cores), inter-node links shaped to $rate by tc tbf, $date" \
     -o "$out/network_$rate.toml"
 done
 
 rate=${rates%% *}
 shape "$rate"
 net=$out/network_$rate.toml
-cores=$(nproc)
+cores=$(getconf _NPROCESSORS_ONLN)  # nproc would count OMP_NUM_THREADS
 common=(--config "$repo/configs/gpt-tiny.toml" --batch-size "$batch" --seq-len "$seq")
 train=("${common[@]}" --steps "$steps" --eval-every 0 --log-every 100 --data "$data")
 echo "== one rank (the compute)"
@@ -125,7 +125,7 @@ for l in "${layouts[@]}"; do
   printf '%-22s %6s %10.4f %10.4f %7.2f %10.4f\n' "$name (${per}/node)" "$nodes" "$predicted" \
     "$measured" "$(awk -v p="$predicted" -v m="$measured" 'BEGIN { print p / m }')" "$comm"
 done
-echo "(one rank, batch $batch: median step $("$python" "$here/network_model.py" median "$work/runs/one/trace.h5") s; links at $rate; $cores cores shared by all nodes)"
+echo "(one rank, batch $batch: median step $("$python" "$here/network_model.py" median "$work/runs/one/trace.h5") s; links at $rate; $cores cores shared by all nodes; load average now $(cut -d' ' -f1-3 /proc/loadavg))"
 
 echo "== scaling prediction for Bridges-2"
 "$python" "$here/network_model.py" scaling --mpitron "$bin" --repo "$repo" -o "$out/network_scaling.png"

@@ -1,5 +1,5 @@
 /* Point-to-point transfer time between ranks 0 and 1 by message size (ping-pong, half the round
- * trip, median of the repetitions): "bytes seconds" lines for bench/network_model.sh's fit.
+ * trip): "bytes median minimum" lines (seconds over the repetitions) for bench/network_model.sh.
  * Usage: pingpong [reps] [bytes...] */
 #include <mpi.h>
 #include <stdio.h>
@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       qsort(times, (size_t)reps, sizeof(double), cmp);
-      printf("%ld %.9g\n", bytes, times[reps / 2]);
+      printf("%ld %.9g %.9g\n", bytes, times[reps / 2], times[0]);
       fflush(stdout);
     }
     free(buf);

@@ -74,7 +74,7 @@ NetworkModel load_network_model(const std::string& path) {
   if (!std::filesystem::is_regular_file(path, ec))
     throw UsageError(
         fmt::format("network file '{}' not found (bench/network_model.sh measures one; "
-                    "configs/network-vcluster.toml is an example)",
+                    "bench/network-vcluster.toml is an example)",
                     path));
   toml::value root;
   try {

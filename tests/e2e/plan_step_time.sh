@@ -76,6 +76,11 @@ print("%.6f" % (numpy.median(s) / 2))' run/trace.h5)
 [[ $(seconds trace.txt compute) == "$median" ]] ||
   fail "compute $(seconds trace.txt compute) s is not the trace's median step over 2 ranks ($median s)"
 
+# The example measured on the virtual cluster loads.
+"${plan[@]}" --nodes 2 --ranks-per-node 1 --network "$REPO/bench/network-vcluster.toml" \
+  --compute-step-s 1 >example.txt || fail "bench/network-vcluster.toml: $(cat example.txt)"
+grep -q "^  network: measured on the virtual cluster" example.txt || fail "the example's note is not shown"
+
 # Bad input: one line on stderr naming the problem, exit 1.
 bad() {
   local want=$1 rc=0
