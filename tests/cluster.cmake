@@ -11,7 +11,7 @@ add_test(NAME cluster_up COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/fixtur
                                  ${MPITRON_VCLUSTER_DIR} 3)
 add_test(NAME cluster_down COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cluster/fixture.sh down
                                    ${MPITRON_VCLUSTER_DIR})
-set_tests_properties(cluster_up PROPERTIES LABELS cluster TIMEOUT 60 SKIP_RETURN_CODE 77
+set_tests_properties(cluster_up PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77
                      FIXTURES_SETUP vcluster RESOURCE_LOCK slurm_cluster)
 set_tests_properties(cluster_down PROPERTIES LABELS cluster TIMEOUT 60 FIXTURES_CLEANUP vcluster
                      RESOURCE_LOCK slurm_cluster)
@@ -32,7 +32,8 @@ mpitron_cluster_test(generic_job generic_job.sh "vcluster;equivalence_baseline" 
 mpitron_cluster_test(rm_job rm_job.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
 mpitron_cluster_test(interactive interactive.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
 mpitron_cluster_test(placement placement.sh "vcluster;equivalence_baseline" ${MPITRON_BASELINE_DIR})
+mpitron_cluster_test(presets presets.sh vcluster)
 # Last: it kills a node (and brings it back).
 mpitron_cluster_test(node_loss node_loss.sh vcluster)
 set_tests_properties(cluster_node_loss PROPERTIES
-                     DEPENDS "cluster_mpi;cluster_generic_job;cluster_rm_job;cluster_interactive;cluster_placement")
+                     DEPENDS "cluster_mpi;cluster_generic_job;cluster_rm_job;cluster_interactive;cluster_placement;cluster_presets")

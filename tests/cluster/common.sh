@@ -127,3 +127,13 @@ finished() {
 hosts_of() {
   grep -ho 'ranks by host: .*' "$1"/slurm-*.out | tail -n 1
 }
+
+# wait_idle [SECONDS]: until no job is left in the queue (a finished job's epilog may still be
+# running, and a job started beside it on the same node has seen its shared-memory files go).
+wait_idle() {
+  local limit=${1:-60} t0=$SECONDS
+  while [[ -n $(squeue -h -o %i 2>/dev/null) ]]; do
+    ((SECONDS - t0 < limit)) || fail "jobs still queued after $limit s: $(squeue 2>&1)"
+    sleep 0.2
+  done
+}

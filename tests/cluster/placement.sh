@@ -24,6 +24,7 @@ grep -q "the TP group of dp rank 1 and pp stage 0 (ranks 2,3) spans hosts node[0
   fail "no warning naming the TP group across nodes: $(grep -i 'tp group' spread.log)"
 [[ $(grep -c "spans hosts" spread.log) == 1 ]] || fail "other TP groups than ranks 2,3 reported: $(grep 'spans hosts' spread.log)"
 
+wait_idle 60
 rc=0
 timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" --strict-placement \
   --out "$WORK/strict" >strict.log 2>&1 || rc=$?
@@ -32,6 +33,7 @@ timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" --st
   { cat strict.log >&2; fail "--strict-placement: expected one error line naming the group"; }
 [[ ! -e $WORK/strict/trace.h5 ]] || fail "--strict-placement refused after a step was traced"
 
+wait_idle 60
 rc=0
 timeout 90 srun -N 2 --ntasks-per-node=4 --mpi=pmix "$MPITRON" "${args[@]}" --batch-size 8 --strict-placement \
   --out "$WORK/whole" >whole.log 2>&1 || rc=$?
