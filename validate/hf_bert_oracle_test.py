@@ -341,8 +341,12 @@ def main() -> int:
         if vocab:  # the model's own vocab.txt beside it agrees; bert-base's order does not
             shutil.copy(pre / "vocab.txt", out / "vocab.txt")
             must([binary, "import", "--from", out, "--out", work / f"agrees_{ckpt.stem}.h5"], log)
-            check(params_of(work / f"agrees_{ckpt.stem}.h5")[1] == ba,
-                  f"{label}: with the model's vocab.txt beside the export, the same model")
+            agrees = dict(params_of(work / f"agrees_{ckpt.stem}.h5")[1])
+            tok = agrees.pop("tokenizer", None)  # the vocabulary beside the weights, recorded
+            tok = tok.decode() if isinstance(tok, bytes) else tok
+            check(agrees == ba and tok == str(out.resolve()),
+                  f"{label}: with the model's vocab.txt beside the export, the same model, the "
+                  "vocabulary's folder recorded")
             write_vocab(out / "vocab.txt", BASE_SPECIALS, int(cfg["vocab_size"]))
             expect_error(f"{label}: a vocab.txt whose specials disagree with config.json", binary,
                          out, "the ids would change meaning", log)
