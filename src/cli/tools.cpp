@@ -185,9 +185,12 @@ int cmd_import(const std::string& from, const std::string& out, bool plan) {
     // What later commands know from the checkpoint, and what they must still be given.
     const CheckpointRecord rec = read_checkpoint_record(out);
     const bool bert = rec.model.type == "bert";
-    if (!rec.tokenizer.empty())
-      fmt::print("tokenizer: {} (recorded: {} use it without --tokenizer)\n", rec.tokenizer,
-                 bert ? "eval and train" : "generate and eval");
+    if (!rec.tokenizer.empty() && bert)
+      fmt::print("tokenizer: {} (recorded; verse data needs --tokenizer {} to train and eval)\n",
+                 rec.tokenizer, rec.tokenizer);
+    else if (!rec.tokenizer.empty())
+      fmt::print("tokenizer: {} (recorded: generate and eval use it without --tokenizer)\n",
+                 rec.tokenizer);
     else
       fmt::print(
           "tokenizer: none beside the weights ({}): give --tokenizer DIR to {}{}\n",
