@@ -6,11 +6,15 @@
 # the first WINDOW) and the whole-split test accuracy of both runs, draws OUT/<family>_<layout>.png
 # (the curves, raw and windowed, and their relative difference), and exits 1 when the windowed
 # means differ by more than the bound or the accuracies by more than MAX_ACC points.
-# The bound: by default, how far one rank's curve moves with another seed (a third run, seed 1338,
-# per family): a layout must stay closer to the baseline than a different initialisation and data
-# order does. -r MAX_REL replaces it with a fixed fraction.
-# Usage: bench/cnn_layout_curves.sh [-b BUILD] [-e EPOCHS] [-w WINDOW] [-r MAX_REL] [-a MAX_ACC]
-#                                   [-o OUT] [-l "family:ranks:flags" ...]
+# The bound: by default a fraction FRACTION (0.6) of how far one rank's curve moves with another
+# seed (a third run, seed 1338, per family), for the largest windowed difference and for the mean
+# one: a layout must stay well closer to the baseline than a different initialisation and data
+# order does. Calibrated 2026-11-27 and 2026-12-06 on four (family, layout) pairs: the layouts'
+# largest difference was 0.27-0.45 of the seed's, their mean 0.21-0.49 of the seed's; the seed
+# spread itself (the bound before) let through layouts twice as far off as any seen.
+# -r MAX_REL replaces the bound with a fixed fraction for the largest difference alone.
+# Usage: bench/cnn_layout_curves.sh [-b BUILD] [-e EPOCHS] [-w WINDOW] [-r MAX_REL] [-f FRACTION]
+#                                   [-a MAX_ACC] [-o OUT] [-l "family:ranks:flags" ...]
 #   defaults: 1 epoch (937 steps of 64), window 50, the seed spread and 0.5 points,
 #   OUT runs/cnn_layout_curves,
 #   layouts "resnet:4:--pp 4 --micro-batches 8", "alexnet:4:--pp 4 --micro-batches 8" and
@@ -18,14 +22,15 @@
 # About 17 min on a 2-core machine with the defaults (each run is a full epoch; the 4-rank runs
 # share the two cores): resnet 206 + 206 + 271 s, alexnet 59 + 59 + 78 + 86 s, and evaluation.
 set -euo pipefail
-build=build epochs=1 window=50 max_rel=seed max_acc=0.5 out=runs/cnn_layout_curves
+build=build epochs=1 window=50 max_rel=seed fraction=0.6 max_acc=0.5 out=runs/cnn_layout_curves
 layouts=()
-while getopts "b:e:w:r:a:o:l:" opt; do
+while getopts "b:e:w:r:f:a:o:l:" opt; do
   case $opt in
     b) build=$OPTARG ;;
     e) epochs=$OPTARG ;;
     w) window=$OPTARG ;;
     r) max_rel=$OPTARG ;;
+    f) fraction=$OPTARG ;;
     a) max_acc=$OPTARG ;;
     o) out=$OPTARG ;;
     l) layouts+=("$OPTARG") ;;
@@ -71,13 +76,14 @@ for spec in "${layouts[@]}"; do
   [[ $max_rel != seed ]] || train "$family" one_rank_seed1338 1 --seed 1338
   train "$family" "$name" "$ranks" "${layout_flags[@]}"
   "$python" - "$out/${family}_one_rank" "$out/${family}_$name" "$window" "$max_rel" "$max_acc" \
-    "$out/${family}_$name.png" "$family" "$flags" "$out/${family}_one_rank_seed1338" <<'PY' || rc=1
+    "$out/${family}_$name.png" "$family" "$flags" "$out/${family}_one_rank_seed1338" "$fraction" \
+    <<'PY' || rc=1
 import sys, h5py, numpy as np
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-base, other, window, max_rel, max_acc, png, family, flags, seed_run = sys.argv[1:]
-window, max_acc = int(window), float(max_acc)
+base, other, window, max_rel, max_acc, png, family, flags, seed_run, fraction = sys.argv[1:]
+window, max_acc, fraction = int(window), float(max_acc), float(fraction)
 
 def run(d):
     with h5py.File(f"{d}/trace.h5", "r") as f:
@@ -97,15 +103,19 @@ def rel_to_base(m):  # after the first window: the first steps' losses move fast
 
 checked = rel_to_base(mb)
 seeded = None
+max_mean = float("inf")
 if max_rel == "seed":
     ls, as_ = run(seed_run)
     seeded = rel_to_base(windowed(ls))
-    max_rel = float(seeded.max())
+    max_rel = fraction * float(seeded.max())
+    max_mean = fraction * float(seeded.mean())
     print(f"{family}, one rank with seed 1338 vs the baseline: windowed mean loss within "
-          f"{100 * max_rel:.2f}% (the bound), test accuracy {as_:.2f}% vs {aa:.2f}%")
+          f"{100 * seeded.max():.2f}%, mean {100 * seeded.mean():.2f}%; the bounds, x {fraction:g}: "
+          f"{100 * max_rel:.2f}% and {100 * max_mean:.2f}%; test accuracy {as_:.2f}% vs {aa:.2f}%")
 max_rel = float(max_rel)
 worst = int(np.argmax(checked)) + window
-ok_curve, ok_acc = checked.max() <= max_rel, abs(ab - aa) <= max_acc
+ok_curve = checked.max() <= max_rel and checked.mean() <= max_mean
+ok_acc = abs(ab - aa) <= max_acc
 print(f"{family} {flags} vs one rank: windowed ({window}-step) mean loss within "
       f"{100 * checked.max():.2f}% (steps {worst + 1}-{worst + window}; bound "
       f"{100 * max_rel:.2f}%), mean {100 * checked.mean():.2f}%"
