@@ -154,13 +154,15 @@ cmd_up() {
     </dev/null >"$d/log/munged.out" 2>&1 || skip "munged does not start here: $(cat "$d/log/munged.out")"
   munge -n -S "$sock" | unmunge -S "$sock" >/dev/null 2>&1 || skip "munge does not work here"
 
-  # Slurm leaves TMPDIR=/tmp to jobs, and the nodes share the machine's /dev/shm: each job gets a
-  # folder per node for its temporary files and one in /dev/shm for Open MPI's shared memory, which
-  # the epilog removes (a killed run's stale segments must not meet its requeued run's, same names).
+  # Slurm leaves TMPDIR=/tmp to jobs, and the nodes share the machine's /dev/shm: each job step
+  # gets a folder per node for its temporary files and one in /dev/shm for Open MPI's shared memory,
+  # which the epilog removes (a killed run's stale segments must not meet its requeued run's, same
+  # names). Per step, not per job: a step's Open MPI, finishing, removes its session folders while
+  # the next step of the job starts in them (seen: the job body's check step, then the training).
   cat >"$d/taskprolog.sh" <<EOF
 #!/bin/sh
-t=$d/tmp/\$(hostname)/job\$SLURM_JOB_ID
-s=/dev/shm/$VC_SHM_PREFIX.\$(hostname).job\$SLURM_JOB_ID
+t=$d/tmp/\$(hostname)/job\$SLURM_JOB_ID/step\${SLURM_STEP_ID:-batch}
+s=/dev/shm/$VC_SHM_PREFIX.\$(hostname).job\$SLURM_JOB_ID/step\${SLURM_STEP_ID:-batch}
 mkdir -p "\$t" "\$s"
 echo "export TMPDIR=\$t"
 echo "export OMPI_MCA_btl_vader_backing_directory=\$s"
