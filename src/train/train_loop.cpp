@@ -234,8 +234,6 @@ int Trainer::run() {
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGHUP, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
-  // A closed stdout (`| head`) must not stop training: writes to it fail quietly instead.
-  std::signal(SIGPIPE, SIG_IGN);
   // A file grown past the process's size limit (ulimit -f) fails its write (EFBIG), which the
   // checkpoint writer reports, instead of killing the rank mid-write.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -426,6 +427,9 @@ void check_placement(const comm::Grid& grid, bool strict) {
 }  // namespace
 
 int run_training(TrainOptions opts) {
+  // A closed stdout (`| head`) must not stop training: writes to it fail quietly instead. Before
+  // the first log line (the ranks' hosts), or a reader that stops early kills the run.
+  std::signal(SIGPIPE, SIG_IGN);
   validate_config(opts.cfg);
   const bool dp_inferred = opts.layout.dp == 0;
   if (dp_inferred) {
