@@ -16,8 +16,7 @@ export DP=2 TP=2 PP=2
 
 t=$(date +%s.%N)
 # As a user types it: the script asks for ranks per node, which -N 2 --ntasks-per-node=4 makes 8.
-id=$(submit generic generic.sbatch -N 2 --ntasks-per-node=4)
-finished generic "$id" 150
+run_job generic 150 generic.sbatch -N 2 --ntasks-per-node=4
 log "generic.sbatch -N 2 --ntasks-per-node=4: $(elapsed "$t") s from submission to the end"
 run=$WORK/generic
 check_trace "$run" "$STEPS"

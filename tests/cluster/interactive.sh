@@ -22,7 +22,7 @@ session() {
   done
   shift
   t=$(date +%s.%N)
-  RUN=$WORK/$name timeout -k 10 120 salloc "${opts[@]}" "$@" >"$WORK/$name.log" 2>&1 </dev/null || rc=$?
+  RUN=$WORK/$name launch "$WORK/$name.log" timeout -k 10 120 salloc "${opts[@]}" "$@" || rc=$?
   if [[ $rc != 0 ]]; then
     cat "$WORK/$name.log" >&2
     fail "$name: exit $rc"

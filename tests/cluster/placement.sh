@@ -15,8 +15,8 @@ args=(train --config "$CONFIG" --data "$DATA" --steps 1 --batch-size 12 --seq-le
   --log-every 1 --tp 2)
 
 rc=0
-timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" --out "$WORK/spread" \
-  >spread.log 2>&1 || rc=$?
+launch spread.log timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" \
+  --out "$WORK/spread" || rc=$?
 [[ $rc == 0 ]] || { cat spread.log >&2; fail "the spread layout did not train (exit $rc)"; }
 grep -q "ranks by host: node[0-9]*: ranks 0-2; node[0-9]*: ranks 3-5" spread.log ||
   fail "no line naming each rank's host: $(grep 'ranks by host' spread.log)"
@@ -26,8 +26,8 @@ grep -q "the TP group of dp rank 1 and pp stage 0 (ranks 2,3) spans hosts node[0
 
 wait_idle 60
 rc=0
-timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" --strict-placement \
-  --out "$WORK/strict" >strict.log 2>&1 || rc=$?
+launch strict.log timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" \
+  --strict-placement --out "$WORK/strict" || rc=$?
 [[ $rc != 0 && $rc != 124 ]] || { cat strict.log >&2; fail "--strict-placement did not refuse the layout (exit $rc)"; }
 [[ $(grep -c "^error: --strict-placement: the TP group of dp rank 1 and pp stage 0 (ranks 2,3) spans hosts" strict.log) == 1 ]] ||
   { cat strict.log >&2; fail "--strict-placement: expected one error line naming the group"; }
@@ -35,8 +35,8 @@ timeout 90 srun -N 2 --ntasks-per-node=3 --mpi=pmix "$MPITRON" "${args[@]}" --st
 
 wait_idle 60
 rc=0
-timeout 90 srun -N 2 --ntasks-per-node=4 --mpi=pmix "$MPITRON" "${args[@]}" --batch-size 8 --strict-placement \
-  --out "$WORK/whole" >whole.log 2>&1 || rc=$?
+launch whole.log timeout 90 srun -N 2 --ntasks-per-node=4 --mpi=pmix "$MPITRON" "${args[@]}" \
+  --batch-size 8 --strict-placement --out "$WORK/whole" || rc=$?
 [[ $rc == 0 ]] || { cat whole.log >&2; fail "4 ranks a node at tp 2 was refused (exit $rc)"; }
 grep -q "spans hosts" whole.log && fail "a warning where every TP group is inside a node"
 log "placement: hosts logged, a TP group across nodes warned about and refused under --strict-placement"

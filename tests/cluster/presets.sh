@@ -34,13 +34,12 @@ for entry in "${presets[@]}"; do
   fi
   wait_idle 60
   t=$(date +%s.%N)
-  id=$(
+  (
     unset DATA
     # shellcheck disable=SC2086,SC2163  # the settings are NAME=value words
     export $settings CONFIG="$config" STEPS=2 EVAL_EVERY=0 LOG_EVERY=1 DP=2 MPITRON_ROOT="$REPO"
-    submit "$name" generic.sbatch -N 2 --ntasks-per-node=1
-  )
-  finished "$name" "$id" 150
+    run_job "$name" 150 generic.sbatch -N 2 --ntasks-per-node=1
+  ) || fail "$name: the job did not complete"
   run=$WORK/$name
   check_trace "$run" 2
   grep -q -- "--data" "$run/jobs.log" && fail "$name: the job passed --data without DATA: $(grep -- --data "$run/jobs.log")"
