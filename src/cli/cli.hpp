@@ -22,8 +22,9 @@ struct TrainArgs {
   std::string config_path, data_path;
   TrainOptions opts;  // the flags that map one to one (layout, out, resume, ...)
   std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
-      warmup, eval_batches;
+      warmup, eval_batches, reduction_shards;
   std::optional<double> lr, dropout;
+  bool bitwise = false;  // --bitwise: train.bitwise = 1
   std::optional<uint64_t> seed;
   std::string device = "cpu", comm = "mpi", precision = "fp32";  // parsed into opts by cmd_train
   std::string optimizer = "adamw";                               // likewise
@@ -93,6 +94,8 @@ bool is_wordpiece_vocabulary(const std::string& path);
 
 // ---- the smaller commands (tools.cpp)
 int cmd_compare(const std::string& a, const std::string& b, double rtol, bool allow_partial);
+// Exit 1 unless every bit agrees (io/compare_bits.hpp); lists the first differences.
+int cmd_compare_bits(const std::string& a, const std::string& b);
 // Prints sacreBLEU's line for hypotheses against references (files of lines).
 int cmd_bleu(const std::string& hypotheses, const std::string& references, int width);
 int cmd_info(const std::string& path, bool all, bool verify);

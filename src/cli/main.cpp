@@ -118,6 +118,13 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--seed", ta.seed, "seed of initialisation, data order and dropout");
   cmd->add_option("--dropout", ta.dropout, "dropout probability");
   cmd->add_option("--micro-batches", ta.micro_batches, "gradient accumulation steps");
+  cmd->add_flag("--bitwise", ta.bitwise,
+                "train the same bits at every layout as one process: the batch in reduction "
+                "shards, one micro-batch each, summed in one fixed tree (config key "
+                "train.bitwise)");
+  cmd->add_option("--reduction-shards", ta.reduction_shards,
+                  "with --bitwise: shards of the global batch (default gcd(batch, 24); dp x "
+                  "micro-batches must equal them)");
   cmd->add_option("--out", ta.opts.out, "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
   cmd->add_option("--ckpt-every", ta.ckpt_every, "checkpoint every N steps (0: at the end only)");
   cmd->add_option("--eval-every", ta.eval_every, "validation loss every N steps (0: at the end)");
@@ -321,14 +328,20 @@ int main(int argc, char** argv) {
                     "the SentencePiece model (default: the one kept with the checkpoint)");
 
     // ---- compare
-    auto* cmp = app.add_subcommand("compare", "compare the loss curves of two traces");
+    auto* cmp = app.add_subcommand(
+        "compare",
+        "compare the loss curves of two traces (--bitwise: two traces or two checkpoints, bit for "
+        "bit)");
     std::string cmp_a, cmp_b;
     double rtol = 1e-5;
-    bool allow_partial = false;
+    bool allow_partial = false, cmp_bitwise = false;
+    cmp->add_flag("--bitwise", cmp_bitwise,
+                  "every bit: traces' losses, norms and learning rates at every step, or "
+                  "checkpoints' parameters, optimizer state and buffers (--bitwise training)");
     cmp->add_flag("--allow-partial", allow_partial,
                   "compare the common steps even when the traces cover different ones");
-    cmp->add_option("a", cmp_a, "trace.h5")->required();
-    cmp->add_option("b", cmp_b, "trace.h5")->required();
+    cmp->add_option("a", cmp_a, "trace.h5 (or, with --bitwise, a checkpoint)")->required();
+    cmp->add_option("b", cmp_b, "trace.h5 (or, with --bitwise, a checkpoint)")->required();
     cmp->add_option("--rtol", rtol, "largest accepted relative loss difference")
         ->capture_default_str();
 
@@ -488,7 +501,8 @@ int main(int argc, char** argv) {
           rc = cli::cmd_tokenize(tokz_dir, tokz_in.front(), tokz_out);
       }
     } else if (cmp->parsed()) {
-      rc = cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
+      rc = cmp_bitwise ? cli::cmd_compare_bits(cmp_a, cmp_b)
+                       : cli::cmd_compare(cmp_a, cmp_b, rtol, allow_partial);
     } else if (trn->parsed()) {
       require_argument(tra.ckpt, "translate", "a checkpoint");
       tra.ckpt = cli::checkpoint_of(tra.ckpt);

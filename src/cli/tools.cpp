@@ -11,6 +11,7 @@
 #include "io/arrays.hpp"
 #include "io/bleu.hpp"
 #include "io/checkpoint.hpp"
+#include "io/compare_bits.hpp"
 #include "io/dataset.hpp"
 #include "io/inspect.hpp"
 #include "io/text_lines.hpp"
@@ -58,6 +59,23 @@ int cmd_compare(const std::string& a, const std::string& b, double rtol, bool al
     return 1;
   }
   fmt::print("SAME within --rtol {:.1e}\n", rtol);
+  return 0;
+}
+
+int cmd_compare_bits(const std::string& a, const std::string& b) {
+  const io::BitComparison c = io::compare_bits(a, b);
+  constexpr size_t kShown = 12;
+  for (size_t k = 0; k < std::min(c.differences.size(), kShown); ++k)
+    fmt::print("{}\n", c.differences[k]);
+  if (c.differences.size() > kShown)
+    fmt::print("... and {} more differences\n", c.differences.size() - kShown);
+  const char* unit = c.kind == "trace" ? "steps" : "datasets";
+  if (!c.differences.empty() || c.compared == 0) {
+    fmt::print("DIFFERENT: {} {} compared, {} differences\n", c.compared, unit,
+               c.differences.size());
+    return 1;
+  }
+  fmt::print("BITWISE SAME: {} {} compared, every bit equal\n", c.compared, unit);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "layers/relu.hpp"
 #include "src/model/activation_plan.hpp"
 #include "src/model/tensor_parallel.hpp"
+#include "src/train/reduction_tree.hpp"
 
 namespace mpitron {
 
@@ -416,7 +417,9 @@ CnnModelT<A>::CnnModelT(const CnnSpec& s, const ModelConfig& m, const ModelBuild
     }
     MPITRON_REQUIRE(u.running_mean && u.running_var, "batch norm without running statistics");
   });
-  stat_sums.assign(place_cnn_stat_sums<A>(trunk, chunks), 0.0);  // the last: groups counted
+  stat_stride = place_cnn_stat_sums<A>(trunk, chunks);  // the last: groups counted
+  stat_shards = how.reduction_shards_per_rank;
+  stat_sums.assign(stat_stride * size_t(std::max(1, stat_shards)), 0.0);
   stat_dev = stat_sums.data();
   if (L.device != Device::cpu) {
     stat_store_ = Buffer<double>(*how.alloc, stat_sums.size());
@@ -537,7 +540,7 @@ bool CnnModelT<A>::conv_bn_forward(ConvBn& u, int slot, const A* x, int rows, bo
                                      u.bn_b, shortcut, rows, u.C, HW, G, kBnEps);
     else
       L.batchnorm2d_forward(a.bn, a.mean, a.rstd, a.conv, u.bn_w, u.bn_b, rows, u.C, HW, G, kBnEps);
-    L.batchnorm2d_group_stats(stat_dev + u.stats, stat_dev + u.stats + u.C, a.mean, a.rstd,
+    L.batchnorm2d_group_stats(stat_now + u.stats, stat_now + u.stats + u.C, a.mean, a.rstd,
                               rows / G, u.C, HW, G, kBnEps);
   } else {
     L.batchnorm2d_forward_eval(a.bn, a.conv, u.bn_w, u.bn_b, u.running_mean, u.running_var, rows,
@@ -625,6 +628,9 @@ double CnnModelT<A>::forward(const MicroBatch& mb) {
   MPITRON_REQUIRE(!mb.training || rows % spec.group == 0,
                   "a training micro-batch must hold whole batch-norm groups");
   if (mb.training && mb.chunk == 0) stat_groups += rows / spec.group;
+  // --bitwise: the micro-batch is reduction shard first_sample / rows, this rank's in turn.
+  stat_now =
+      stat_dev + (stat_shards > 0 ? stat_stride * size_t(mb.first_sample / rows % stat_shards) : 0);
   const LayerOpsT<A>& L = *layers_;
   const A* x = ch.input[slot];
   if (ch.first) {
@@ -742,9 +748,23 @@ void CnnModelT<A>::end_step(comm::Group& dp) {
   const bool off_host = L.device != Device::cpu;
   // Off the CPU the sums and the running statistics come to the host and go back: C values each.
   if (off_host) L.download_bytes(sums.data(), stat_dev, sums.size() * sizeof(double));
-  sums.back() = double(stat_groups);
-  dp.allreduce_sum(sums.data(), sums.size());
-  const double groups = sums.back();
+  const double groups = double(dp.allreduce_sum(stat_groups));
+  std::vector<double> total;  // the step's sums, stat_stride of them
+  if (stat_shards > 0) {
+    // Every shard's set at its place (one rank's values among zeros: the all-reduce is exact),
+    // then the sets summed in the fixed tree.
+    const int shards = stat_shards * dp.size();
+    std::vector<double> all(stat_stride * size_t(shards), 0.0);
+    std::copy(sums.begin(), sums.end(),
+              all.begin() + ptrdiff_t(stat_stride * stat_shards) * dp.rank());
+    dp.allreduce_sum(all.data(), all.size());
+    total.resize(stat_stride);
+    for (size_t j = 0; j < stat_stride; ++j)
+      total[j] = tree_sum(shards, [&](int s) { return all[size_t(s) * stat_stride + j]; });
+  } else {
+    total = sums;
+    dp.allreduce_sum(total.data(), total.size());
+  }
   stat_groups = 0;
   float* running = buffers.data();
   if (off_host && groups > 0) {
@@ -757,7 +777,7 @@ void CnnModelT<A>::end_step(comm::Group& dp) {
       float* rm = running + (u.running_mean - buffers.data());
       float* rv = running + (u.running_var - buffers.data());
       for (int c = 0; c < u.C; ++c) {
-        const double mean = sums[u.stats + c] / groups, var = sums[u.stats + u.C + c] / groups;
+        const double mean = total[u.stats + c] / groups, var = total[u.stats + u.C + c] / groups;
         rm[c] = float((1 - kBnMomentum) * rm[c] + kBnMomentum * mean);
         rv[c] = float((1 - kBnMomentum) * rv[c] + kBnMomentum * var);
       }
@@ -798,7 +818,8 @@ ModelMemory cnn_memory(CnnKind kind, const ModelConfig& m, const ModelBuild& how
   carve_cnn_scratch<A>(d, scratch, workspace, z, B);
   size_t other = std::max<size_t>(z.argmax * slot_count, 1) * sizeof(int32_t);  // pool winners
   if (L.device != Device::cpu)  // the statistics' sums, and each slot's labels
-    other += place_cnn_stat_sums<A>(trunk, chunks) * sizeof(double) +
+    other += place_cnn_stat_sums<A>(trunk, chunks) * sizeof(double) *
+                 size_t(std::max(1, how.reduction_shards_per_rank)) +
              size_t(slot_count) * B * sizeof(int32_t);
   if (cnn_owns_images<A>(L.device) && chunks.front().first) {  // each slot's images
     const size_t image = size_t(B) * s.channels * s.image * s.image;

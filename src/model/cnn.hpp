@@ -143,9 +143,14 @@ class CnnModelT final : public Model {
   A *d0 = nullptr, *d1 = nullptr;                 // (B, widest) ping-pong activation gradients
   A *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;  // (B, widest) scratch
   A* workspace = nullptr;                         // convolution scratch
-  Buffer<A> weights;              // below fp32: params rounded to A (flat_size); empty in fp32
-  std::vector<double> stat_sums;  // per BN: (C) mean sums, (C) var sums; last, the groups summed
-  int64_t stat_groups = 0;        // groups counted into stat_sums this step
+  Buffer<A> weights;  // below fp32: params rounded to A (flat_size); empty in fp32
+  // Per BN: (C) mean sums, (C) var sums; last, the groups summed. --bitwise: one such set (of
+  // stat_stride values) per reduction shard of this rank.
+  std::vector<double> stat_sums;
+  size_t stat_stride = 0;
+  int stat_shards = 0;  // --bitwise: this rank's reduction shards; 0: one set for the whole step
+  double* stat_now = nullptr;  // the set the current forward adds to
+  int64_t stat_groups = 0;     // groups counted into stat_sums this step
   // Where the layers add to the sums: stat_sums itself on the CPU, else the device's copy.
   double* stat_dev = nullptr;
 

@@ -213,6 +213,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"ckpt_every", setter(t.ckpt_every)},
               {"log_every", setter(t.log_every)},
               {"micro_batches", setter(t.micro_batches)},
+              {"bitwise", setter(t.bitwise)},
+              {"reduction_shards", setter(t.reduction_shards)},
               {"augment", setter(t.augment)},
               {"fixed_batch", setter(t.fixed_batch)},
               {"bleu_every", setter(t.bleu_every)},
@@ -264,6 +266,11 @@ std::string config_keys_help() {
       {"ckpt_every", fmt::format("{}", d.ckpt_every), "checkpoint every N steps (0: at the end)"},
       {"log_every", fmt::format("{}", d.log_every), "progress line every N steps"},
       {"micro_batches", fmt::format("{}", d.micro_batches), "micro-batches per rank and step"},
+      {"bitwise", fmt::format("{}", d.bitwise),
+       "1 = every layout trains the same bits as one process (--bitwise): fixed-order sums over "
+       "reduction shards"},
+      {"reduction_shards", fmt::format("{}", d.reduction_shards),
+       "bitwise: shards of the global batch, one micro-batch each (0: gcd(batch_size, 24))"},
       {"augment", fmt::format("{}", d.augment),
        "images: 1 = random crop (2-pixel padding) and flip"},
       {"fixed_batch", fmt::format("{}", d.fixed_batch),
@@ -351,6 +358,12 @@ void validate_config(const RunConfig& cfg) {
         fmt::format("fixed_batch must be 0 (off) or 1 (every step trains on step 1's "
                     "batch) (got {})",
                     t.fixed_batch));
+  if (t.bitwise != 0 && t.bitwise != 1)
+    throw UsageError(fmt::format("bitwise must be 0 (off) or 1 (on) (got {})", t.bitwise));
+  if (t.reduction_shards < 0)
+    throw UsageError(fmt::format(
+        "reduction_shards must be 0 (gcd(batch_size, 24)) or a number of shards (got {})",
+        t.reduction_shards));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

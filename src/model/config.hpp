@@ -45,10 +45,15 @@ struct TrainConfig {
   int ckpt_every = 0;    // 0: only the final checkpoint
   int log_every = 10;
   int micro_batches = 1;  // gradient accumulation steps per global batch
-  int augment = 0;        // images: 1 = random 2-pixel shifts and horizontal flips in training
-  int fixed_batch = 0;    // 1: every step trains on step 1's batch (overfitting one batch)
-  int bleu_every = 0;     // translation pairs: validation BLEU every N steps and at the end; 0 off
-  int bleu_lines = 0;     // validation pairs the BLEU translates (0: all)
+  // 1: every layout trains the same bits (src/train/reduction_tree.hpp): the batch in
+  // reduction_shards shards of equal rows (0: gcd(batch_size, 24)), one micro-batch each, whose
+  // gradients, losses and batch-norm sums are summed in one fixed tree.
+  int bitwise = 0;
+  int reduction_shards = 0;
+  int augment = 0;      // images: 1 = random 2-pixel shifts and horizontal flips in training
+  int fixed_batch = 0;  // 1: every step trains on step 1's batch (overfitting one batch)
+  int bleu_every = 0;   // translation pairs: validation BLEU every N steps and at the end; 0 off
+  int bleu_lines = 0;   // validation pairs the BLEU translates (0: all)
   // Translation pairs: training batches drawn from one of N length buckets each, their rows as
   // long as the batch's longest pair (io::PairBuckets); 0: any pair, rows of seq_len
   int length_buckets = 0;

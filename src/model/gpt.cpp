@@ -454,8 +454,9 @@ void GptModelT<A>::backward(const MicroBatch& mb, float dloss, GradReadyHook rea
   }
   if (ch.first) {
     L.dropout_backward(scratch.dbranch, dresidual, mb.dropout, dropout_stream(mb, 0), row0, N, C);
-    tp::vocab_parallel_embedding_backward(tp, dw.wte, dw.wpe, scratch.dbranch, a.inputs, rows, Tm,
-                                          C, v0, Vl, L);
+    tp::vocab_parallel_embedding_backward(tp, embedding_wte_grad_ ? embedding_wte_grad_ : dw.wte,
+                                          dw.wpe, scratch.dbranch, a.inputs, rows, Tm, C, v0, Vl,
+                                          L);
   }
   // The embedding segment is final after the embedding (first stage) or the tied head (last).
   if (ch.first || (ch.last && !holds_first_)) ready(embedding_segment_);

@@ -90,6 +90,7 @@ class GptModelT final : public Model {
   GptModelT(const GptConfig& cfg, const ModelBuild& how);
 
   void bind_gradients(const std::function<float*(size_t)>& address) override;
+  void bind_tied_embedding_gradient(float* g) override { embedding_wte_grad_ = g; }
   double forward(const MicroBatch& mb) override;
   void backward(const MicroBatch& mb, float dloss, GradReadyHook ready) override;
   // The layers run on the CPU: the host reads parameters and logits in place (the KV-cache
@@ -148,6 +149,7 @@ class GptModelT final : public Model {
   comm::Group self_;                      // the TP group of one when the build names none
   tp::TpComm tp_;                         // over how.tp, or self_
   bool holds_first_ = false;              // this stage embeds (its first chunk is virtual stage 0)
+  float* embedding_wte_grad_ = nullptr;   // bind_tied_embedding_gradient's (nullptr: dw.wte)
   size_t embedding_segment_ = SIZE_MAX;   // wte/wpe, where held
   size_t head_segment_ = SIZE_MAX;        // ln_f, where held
   std::vector<size_t> segment_of_block;   // index into segments of global block l

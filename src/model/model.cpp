@@ -85,6 +85,10 @@ int64_t Model::count_correct(const MicroBatch& mb) const {
 
 void Model::end_step(comm::Group&) {}
 
+void Model::bind_tied_embedding_gradient(float*) {
+  MPITRON_REQUIRE(false, "this model has no tied embedding to split the gradient of");
+}
+
 std::vector<DumpTensor> Model::input_dump(int) const {
   return {};
 }

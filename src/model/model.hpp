@@ -79,6 +79,10 @@ struct ModelBuild {
   // alone, moved together before the head and back after it (the device's compact_rows); false:
   // over every row, the simple path, kept for the test that compares the two.
   bool head_on_loss_rows = true;
+  // --bitwise: this rank's reduction shards, each one micro-batch (0: not bitwise). State summed
+  // over the step's samples (batch-norm running statistics) is kept per shard and summed in the
+  // fixed tree (src/train/reduction_tree.hpp) at end_step.
+  int reduction_shards_per_rank = 0;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   // Its all-reduces on the device's own memory (NCCL, --comm nccl), or nullptr: MPI.
@@ -171,6 +175,11 @@ class Model {
   // Points the model's gradient views at their storage: address(flat offset) for every parameter.
   // Called once after building, before the first backward.
   virtual void bind_gradients(const std::function<float*(size_t)>& address) = 0;
+  // --bitwise in one stage holding both ends of a tied embedding (StageOwner::first_and_last): the
+  // token embedding's part of its gradient goes to g, apart from the LM head's part, as a pipeline
+  // holds the two on two stages (each summed over the shards, then the two added). Families with
+  // such a parameter override it; the others never get the call.
+  virtual void bind_tied_embedding_gradient(float* g);
   // Returns the sum of the micro-batch's losses (the caller normalises by the global count).
   virtual double forward(const MicroBatch& mb) = 0;
   // Backward of the slot's last forward; parameter gradients accumulate. dloss: gradient of the

@@ -20,9 +20,9 @@ struct CommTimer {
 };
 }  // namespace
 
-GradStorage GradStorage::full(Model& model, DeviceAllocator& alloc) {
+GradStorage GradStorage::full(Model& model, DeviceAllocator& alloc, size_t extra) {
   GradStorage s;
-  s.data = Buffer<float>(alloc, model.flat_size);
+  s.data = Buffer<float>(alloc, model.flat_size + extra);
   for (const GradSegment& seg : model.segments) s.segment_data.push_back(s.data.data() + seg.begin);
   float* g = s.data.data();
   model.bind_gradients([g](size_t offset) { return g + offset; });
@@ -79,36 +79,57 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
       if (info.shard.stage == StageOwner::first_and_last)
         tied_.push_back({info.offset, info.offset + info.numel});
   }
+  if (opts.reduction_shards > 0) {
+    MPITRON_REQUIRE(opts.bucket_mb == 0 && !opts.device_dp && !opts.device_embedding,
+                    "--bitwise reduces after the last shard, with MPI");
+    MPITRON_REQUIRE(opts.reduction_shards % p == 0, "dp does not divide the reduction shards");
+  }
   if (opts.device_dp)
     MPITRON_REQUIRE(opts.zero < 2 && opts.method == comm::DpReduce::allreduce,
                     "device collectives reduce with allreduce at ZeRO 0 or 1");
-  grads_ = opts.zero == 2 ? GradStorage::windowed(model, alloc) : GradStorage::full(model, alloc);
-  if (opts.zero == 0) {
+  const bool bitwise = opts.reduction_shards > 0;
+  if (bitwise) {
+    if (!pp_)  // one stage holds both ends of a tied embedding: its two parts apart
+      for (const ParamInfo& info : model.registry.params())
+        if (info.shard.stage == StageOwner::first_and_last) tied_part_ = {info.offset, info.numel};
+    leaf_size_ = (flat + tied_part_.second + size_t(p) - 1) / size_t(p) * size_t(p);
+    for (int k = 0; k <= p; ++k) tree_bounds_.push_back(leaf_size_ / size_t(p) * size_t(k));
+    const int per = opts.reduction_shards / p;
+    frontier_ =
+        std::make_unique<FrontierSums>(opts.reduction_shards, dp.rank() * per, per, leaf_size_);
+    if (ops.staged) leaf_host_.assign(leaf_size_, 0.0f);
+  }
+  grads_ = opts.zero == 2 && !bitwise
+               ? GradStorage::windowed(model, alloc)
+               : GradStorage::full(model, alloc, leaf_size_ - (bitwise ? flat : 0));
+  if (tied_part_.second > 0) model.bind_tied_embedding_gradient(grads_.data.data() + flat);
+  if (opts.zero == 0 && !bitwise) {
     shard_ = {0, flat};
   } else {
     MPITRON_REQUIRE(flat % size_t(p) == 0, "flat parameters not padded to a multiple of dp");
     const size_t chunk = flat / size_t(p);
     for (int k = 0; k <= p; ++k) shard_bounds_.push_back(chunk * size_t(k));
-    shard_ = {shard_bounds_[dp.rank()], shard_bounds_[dp.rank() + 1]};
+    shard_ = opts.zero == 0 ? ShardRange{0, flat}
+                            : ShardRange{shard_bounds_[dp.rank()], shard_bounds_[dp.rank() + 1]};
     // gather_params' source where the host holds the parameters; the ring gathers in place, and
     // a device's parameters gather in place (NCCL) or through the host's staging copy.
     const bool host_params = opts.params_alloc != nullptr || !ops.staged;
-    if (host_params && p > 1 && opts.method != comm::DpReduce::ring)
+    if (host_params && p > 1 && opts.method != comm::DpReduce::ring && opts.zero > 0)
       gather_scratch_ =
           Buffer<float>(opts.params_alloc ? *opts.params_alloc : alloc, shard_.size());
   }
-  if (opts.zero == 2) {
+  if (opts.zero == 2 && !bitwise) {
     grad_shard_ = Buffer<float>(alloc, shard_.size());
     segment_bounds_.resize(shard_bounds_.size());
   }
   // MPI's reductions over dp pass through the host; at dp 1 too ZeRO 2 sums its shard there, and
   // the tied embedding's sum over the first and last stage passes through it without NCCL.
-  if (ops.staged && ((p > 1 && !opts.device_dp) || opts.zero == 2 ||
+  if (ops.staged && ((p > 1 && !opts.device_dp) || (opts.zero == 2 && !bitwise) ||
                      (!tied_.empty() && !opts.device_embedding))) {
-    staging_.assign(flat, 0.0f);
-    if (opts.zero == 2) shard_sums_.assign(shard_.size(), 0.0f);
+    staging_.assign(std::max(flat, leaf_size_), 0.0f);
+    if (opts.zero == 2 && !bitwise) shard_sums_.assign(shard_.size(), 0.0f);
   }
-  if (opts.bucket_mb > 0 && opts.zero == 0 && p > 1) {
+  if (opts.bucket_mb > 0 && opts.zero == 0 && p > 1 && !bitwise) {
     const double wanted = opts.bucket_mb * 1024 * 1024 / sizeof(float);
     const size_t per = size_t(std::clamp(wanted, 16.0, double(flat)));
     for (size_t end = flat; end > 0;) {
@@ -129,11 +150,13 @@ void GradSync::staged(float* data, size_t b, size_t e, Collective collective) {
 
 void GradSync::begin_step() {
   ops_.zero(grads_.data.data(), grads_.data.size());
-  if (opts_.zero == 2) ops_.zero(grad_shard_.data(), grad_shard_.size());
+  if (frontier_) frontier_->reset();
+  if (grad_shard_.size() > 0) ops_.zero(grad_shard_.data(), grad_shard_.size());
   std::fill(shard_sums_.begin(), shard_sums_.end(), 0.0f);
 }
 
 GradReadyHook GradSync::hook(bool last_micro_batch) {
+  if (frontier_) return {};
   buckets_active_ = !buckets_.empty() && last_micro_batch;
   if (opts_.zero == 2 || buckets_active_) return {on_segment_ready, this};
   return {};
@@ -188,8 +211,82 @@ void GradSync::reduce_segment_sharded(size_t segment) {
   ops_.zero(data, seg.end - seg.begin);
 }
 
+void GradSync::end_shard(int shard) {
+  MPITRON_REQUIRE(frontier_ != nullptr, "end_shard without --bitwise");
+  float* g = grads_.data.data();
+  const float* leaf = g;
+  if (ops_.staged) {
+    ops_.download(leaf_host_.data(), g, leaf_size_);
+    leaf = leaf_host_.data();
+  }
+  frontier_->push(shard, leaf);
+  ops_.zero(g, leaf_size_);
+}
+
+// The frontier's chunks to the ranks that own them, the tree's top on this rank's chunk, then
+// every chunk to every rank.
+void GradSync::reduce_in_fixed_order() {
+  MPITRON_REQUIRE(frontier_->complete(), "a reduction shard of this rank has no gradient");
+  float* g = grads_.data.data();
+  const size_t flat = model_.flat_size;
+  const int p = dp_.size(), me = dp_.rank(), shards = frontier_->shards();
+  float* sum = nullptr;  // leaf_size_ values on the host: the tree's root
+  if (p == 1) {          // this rank's frontier is the root
+    MPITRON_REQUIRE(frontier_->nodes().size() == 1, "one rank's frontier is not the root");
+    sum = frontier_->sum(0);
+  } else {
+    constexpr int kTag = 7;  // the dp group's only point-to-point messages
+    const size_t b = tree_bounds_[size_t(me)], n = tree_bounds_[size_t(me) + 1] - b;
+    std::vector<std::pair<TreeNode, float*>> parts;
+    std::vector<comm::Request> requests;
+    size_t used = 0;
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      for (const TreeNode& node : tree_frontier(shards, r * (shards / p), shards / p)) {
+        if (received_.size() <= used) received_.emplace_back();
+        std::vector<float>& buf = received_[used++];
+        buf.resize(n);
+        parts.push_back({node, buf.data()});
+        requests.push_back(dp_.irecv(buf.data(), n, r, kTag));
+      }
+    }
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      const size_t rb = tree_bounds_[size_t(r)], rn = tree_bounds_[size_t(r) + 1] - rb;
+      for (size_t k = 0; k < frontier_->nodes().size(); ++k)
+        requests.push_back(dp_.isend(frontier_->sum(k) + rb, rn, r, kTag));
+    }
+    for (auto& r : requests) r.wait();
+    for (size_t k = 0; k < frontier_->nodes().size(); ++k)
+      parts.push_back({frontier_->nodes()[k], frontier_->sum(k) + b});
+    chunk_sum_.resize(n);
+    tree_top_sum(
+        shards,
+        [&](const TreeNode& node) -> float* {
+          for (const auto& [at, data] : parts)
+            if (at == node) return data;
+          return nullptr;
+        },
+        chunk_sum_.data(), n);
+    sum = ops_.staged ? staging_.data() : g;
+    dp_.all_gather(chunk_sum_.data(), sum, n);
+  }
+  // The tied embedding's two parts, each summed over the shards, added as a pipeline's first and
+  // last stage add them.
+  if (tied_part_.second > 0) add_in_place(sum + tied_part_.first, sum + flat, tied_part_.second);
+  if (sum != g) ops_.upload(g, sum, flat);
+  for (const auto& [tb, te] : tied_) {  // a pipeline's: the first and last stage's parts
+    const size_t n = te - tb;
+    if (ops_.staged)
+      staged(g + tb, tb, te, [&](float* host) { embedding_->allreduce_sum(host, n); });
+    else
+      embedding_->allreduce_sum(g + tb, n);
+  }
+}
+
 void GradSync::finish_backward() {
   CommTimer timer{&comm_s_};
+  if (frontier_) return reduce_in_fixed_order();
   float* g = grads_.data.data();
   // Megatron's embedding group: both copies of the tied embedding get the sum of their gradients.
   for (const auto& [b, e] : tied_) {
@@ -239,10 +336,37 @@ void GradSync::finish_backward() {
 }
 
 const float* GradSync::owned_grads() const {
-  return opts_.zero == 2 ? grad_shard_.data() : grads_.data.data() + shard_.begin;
+  return opts_.zero == 2 && !frontier_ ? grad_shard_.data() : grads_.data.data() + shard_.begin;
+}
+
+// Every rank holds its stage's whole summed gradient: each tensor's sum of squares (the tied
+// embedding's on the first stage only), every stage's gathered, sorted and added smallest first:
+// the same values in the same order whatever the stages and ranks.
+double GradSync::grad_norm_in_fixed_order() {
+  MPITRON_REQUIRE(!(tp_ && tp_->size() > 1), "--bitwise at tp > 1");
+  std::vector<double> sq;
+  const float* g = grads_.data.data();
+  for (const ParamInfo& p : model_.registry.params()) {
+    if (pp_ && p.shard.stage == StageOwner::first_and_last && pp_->rank() != 0) continue;
+    sq.push_back(ops_.sum_of_squares(g + p.offset, p.numel));
+  }
+  if (pp_) {
+    const int64_t most = pp_->allreduce_max(int64_t(sq.size()));
+    sq.resize(size_t(most), -1.0);  // padding: no sum of squares is negative
+    std::vector<double> all(size_t(most) * size_t(pp_->size()));
+    pp_->all_gather(sq.data(), all.data(), sq.size());
+    sq.clear();
+    for (double x : all)
+      if (x >= 0) sq.push_back(x);
+  }
+  std::sort(sq.begin(), sq.end());
+  double total = 0;
+  for (double x : sq) total += x;
+  return std::sqrt(total);
 }
 
 double GradSync::grad_norm() {
+  if (frontier_) return grad_norm_in_fixed_order();
   const bool tp_split = tp_ && tp_->size() > 1;
   double sq = 0;
   if (!tp_split && !pp_) {

@@ -7,6 +7,7 @@
 // (a GPU with --comm mpi), every collective runs on a host copy of its range.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "comm/dp_reduce.hpp"
 #include "comm/group.hpp"
 #include "src/model/model.hpp"
+#include "src/train/reduction_tree.hpp"
 #include "src/train/step_backend.hpp"
 
 namespace mpitron {
@@ -30,7 +32,8 @@ struct ShardRange {
 struct GradStorage {
   Buffer<float> data;
   std::vector<float*> segment_data;  // gradient of segment i's first parameter
-  static GradStorage full(Model& model, DeviceAllocator& alloc);
+  // extra: elements after the parameters' gradients (--bitwise's tied-embedding part).
+  static GradStorage full(Model& model, DeviceAllocator& alloc, size_t extra = 0);
   static GradStorage windowed(Model& model, DeviceAllocator& alloc);
 };
 
@@ -58,6 +61,12 @@ struct GradSyncOptions {
   // memory, --offload optimizer,master): the ZeRO all-gather's scratch is there and the gather
   // runs on the host with MPI. nullptr: the parameters live beside the gradients.
   DeviceAllocator* params_alloc = nullptr;
+  // --bitwise: the step's S reduction shards (src/train/reduction_tree.hpp), 0: off. Each shard's
+  // gradient is computed alone (end_shard after its backward) and the S summed in the fixed tree
+  // at any dp and ZeRO stage: this rank's frontier, then the nodes above it on each chunk of
+  // flat / dp values, then an all-gather, so every rank holds the whole summed gradient (the norm
+  // is summed tensor by tensor from it). No buckets (the trainer refuses them).
+  int reduction_shards = 0;
 };
 
 class GradSync {
@@ -79,6 +88,9 @@ class GradSync {
   void begin_step();
   // The hook to pass to the backward of a micro-batch (the last one launches buckets).
   GradReadyHook hook(bool last_micro_batch);
+  // --bitwise, after the backward of reduction shard `shard` (this rank's, in order): the shard's
+  // gradient joins the tree and the gradients are cleared for the next.
+  void end_shard(int shard);
   // After the last micro-batch: completes the reduction of owned().
   void finish_backward();
   // The flat range whose optimizer state this rank holds and whose parameters it updates.
@@ -103,6 +115,8 @@ class GradSync {
   void on_segment(size_t segment);
   static void on_segment_ready(void* ctx, size_t segment);
   void reduce_segment_sharded(size_t segment);
+  void reduce_in_fixed_order();
+  double grad_norm_in_fixed_order();
 
   Model& model_;
   comm::Group& dp_;
@@ -129,6 +143,17 @@ class GradSync {
   // owned shard, summed on the host over the step's segments and uploaded by finish_backward.
   // Host memory, not the device's: outside the allocator's count.
   std::vector<float> staging_, shard_sums_;
+  // --bitwise: this rank's frontier sums (host memory), a staged leaf's host copy, the nodes other
+  // ranks send for this rank's chunk, and the chunk's sum before the all-gather.
+  std::unique_ptr<FrontierSums> frontier_;
+  // The values each shard's leaf holds: the gradients, then (one stage holding both ends of the
+  // tied embedding) the embedding's part of the tied gradient [flat, flat + tied numel), padded to
+  // a multiple of dp; tree_bounds_ cuts them into the dp chunks the tree's top is summed on.
+  size_t leaf_size_ = 0;
+  std::pair<size_t, size_t> tied_part_{0, 0};  // the tied parameter's flat range, when split
+  std::vector<size_t> tree_bounds_;
+  std::vector<float> leaf_host_, chunk_sum_;
+  std::vector<std::vector<float>> received_;
   // Runs a collective on staging_[b, e) with the device's [b, e) of data around it.
   template <class Collective>
   void staged(float* data, size_t b, size_t e, Collective collective);

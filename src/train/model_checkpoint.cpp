@@ -36,6 +36,8 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.dropout", t.dropout},
           {"train.augment", int64_t(t.augment)},
           {"train.fixed_batch", int64_t(t.fixed_batch)},
+          {"train.bitwise", int64_t(t.bitwise)},
+          {"train.reduction_shards", int64_t(t.bitwise ? t.reduction_shards : 0)},
           {"train.objective", t.objective},
           {"train.span_context_words", int64_t(t.span_context_words)},
           {"train.span_loss", t.span_loss},

@@ -8,6 +8,7 @@
 #include "comm/world.hpp"
 #include "src/task/translation.hpp"
 #include "src/train/adamw.hpp"
+#include "src/train/reduction_tree.hpp"
 #include "src/train/trainer_state.hpp"
 
 namespace mpitron {
@@ -41,6 +42,8 @@ pipeline::StageWork Trainer::stage_work() {
     progress.mark("a forward, or waiting for a neighbour stage's message (pp)");
     const MicroBatch b = micro_batch_of(mb, chunk, slot);
     const double loss = model->forward(b);
+    if (!shard_losses.empty() && chunk == opts.layout.virtual_stages - 1)
+      shard_losses[size_t(mb)] = loss;
     if (walk.correct && last_stage() && chunk == opts.layout.virtual_stages - 1)
       *walk.correct += model->count_correct(b);
     dev.ops.synchronize();  // the busy time (the executor's clock) is the device's
@@ -50,6 +53,7 @@ pipeline::StageWork Trainer::stage_work() {
     progress.mark("a backward, or waiting for a neighbour stage's message (pp)");
     model->backward(micro_batch_of(mb, chunk, slot), walk.dloss,
                     sync->hook(mb == tc.micro_batches - 1));
+    if (tc.bitwise) sync->end_shard(grid.coords.dp_rank * tc.micro_batches + mb);
     dev.ops.synchronize();
   };
   w.boundary = [this](int chunk, int slot) { return model->boundary(chunk, slot); };
@@ -91,7 +95,8 @@ StepResult Trainer::train_step(int64_t s) {
   const double norm = loss_scale.unscaled(sync->grad_norm());
   const double lr = learning_rate(s, tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio);
   progress.mark("the loss all-reduce (pp, dp)");
-  const double loss = sum_over_stages_and_dp(loss_sum) / double(terms);
+  const double loss =
+      (tc.bitwise ? loss_in_fixed_order() : sum_over_stages_and_dp(loss_sum)) / double(terms);
   // The norm is the same on every rank, so every rank skips (or not) alike.
   const bool skipped = !loss_scale.step_ok(norm);
   if (!skipped) {
@@ -169,6 +174,19 @@ StepResult Trainer::train_step(int64_t s) {
           skipped};
 }
 
+double Trainer::loss_in_fixed_order() {
+  // Each shard's sum at its place, one rank's value among zeros (so the all-reduce is exact), then
+  // the tree. tp is 1 under --bitwise: the last stage of each DP rank holds its shards' losses.
+  const int per = tc.micro_batches, shards = per * opts.layout.dp;
+  std::vector<double> all(size_t(shards), 0.0);
+  if (last_stage())
+    std::copy(shard_losses.begin(), shard_losses.end(),
+              all.begin() + ptrdiff_t(grid.coords.dp_rank) * per);
+  std::fill(shard_losses.begin(), shard_losses.end(), 0.0);
+  grid.world.allreduce_sum(all.data(), all.size());
+  return tree_sum(shards, [&](int s) { return all[size_t(s)]; });
+}
+
 EvalResult Trainer::evaluate() {
   double sum = 0.0;
   int64_t correct = 0, terms = 0;
@@ -179,9 +197,10 @@ EvalResult Trainer::evaluate() {
     progress.mark("evaluation (pipeline messages over pp, TP all-reduces over tp)");
     data.fill(io::Split::val, tc.seed, e, first_row, local_rows);
     walk = {0, 0, 0.0f, 0.0f, classifier ? &correct : nullptr, false};
-    sum += executor->run(eval_actions, eval_sends, work, false);
+    const double batch_sum = executor->run(eval_actions, eval_sends, work, false);
+    sum += tc.bitwise ? loss_in_fixed_order() : batch_sum;
   }
-  sum = sum_over_stages_and_dp(sum);
+  if (!tc.bitwise) sum = sum_over_stages_and_dp(sum);
   correct = sum_over_stages_and_dp(correct);
   const double samples = double(tc.eval_batches) * tc.batch_size;
   return {sum / double(terms),

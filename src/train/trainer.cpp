@@ -239,6 +239,10 @@ void Trainer::setup() {
       model->weight_copy_bytes();
   loss_terms = int64_t(tc.batch_size) * model->loss_terms_per_sample();
   GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
+  if (tc.bitwise) {
+    sync_options.reduction_shards = tc.reduction_shards;
+    shard_losses.assign(size_t(tc.micro_batches), 0.0);
+  }
   if (opts.offload_master) sync_options.params_alloc = &dev.host_alloc;
   // --comm nccl; else MPI
   sync_options.device_embedding = dev.open_embedding_collectives(grid.embedding);
@@ -295,6 +299,7 @@ ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage,
   how.layers = &layer_ops<float>(opts.device);
   how.precision = opts.precision;
   how.head_chunk_rows = opts.lm_head_chunk;
+  how.reduction_shards_per_rank = tc.bitwise ? tc.micro_batches : 0;
   return how;
 }
 
@@ -426,6 +431,36 @@ void check_placement(const comm::Grid& grid, bool strict) {
 
 }  // namespace
 
+void resolve_bitwise(TrainOptions& opts) {
+  TrainConfig& t = opts.cfg.train;
+  if (!t.bitwise) return;
+  const Layout& L = opts.layout;
+  if (t.reduction_shards == 0) t.reduction_shards = default_reduction_shards(t.batch_size);
+  if (std::string e =
+          check_reduction_shards(t.batch_size, t.reduction_shards, L.dp, t.micro_batches);
+      !e.empty())
+    throw UsageError(e);
+  t.micro_batches = t.reduction_shards / L.dp;
+  if (L.tp > 1)
+    throw UsageError(fmt::format(
+        "--bitwise at --tp {} is not built yet: tensor parallelism's split sums (row-parallel "
+        "outputs, column-parallel input gradients, the vocabulary's softmax) add in an order that "
+        "depends on tp; use --tp 1 (dp and pp keep the bits), or drop --bitwise",
+        L.tp));
+  if (L.virtual_stages > 1)
+    throw UsageError(
+        "--bitwise with an interleaved schedule is not built yet (a shard's gradient is complete "
+        "only after every model chunk's backward): use --schedule 1f1b or gpipe");
+  if (L.bucket_mb > 0)
+    throw UsageError(
+        "--bucket-mb reduces gradients while backward runs; --bitwise sums every shard's gradient "
+        "in a fixed tree after the step's last shard: drop --bucket-mb");
+  if (opts.comm == CommKind::nccl)
+    throw UsageError(
+        "--bitwise sums the shards' gradients in a fixed tree with MPI: use --comm mpi (NCCL's "
+        "all-reduce chooses its own order)");
+}
+
 int run_training(TrainOptions opts) {
   // A closed stdout (`| head`) must not stop training: writes to it fail quietly instead. Before
   // the first log line (the ranks' hosts), or a reader that stops early kills the run.
@@ -444,6 +479,7 @@ int run_training(TrainOptions opts) {
     opts.layout.dp = int(world / model_ranks);
   }
   opts.dp_inferred = dp_inferred;
+  resolve_bitwise(opts);
   check_layout(opts);
   const Layout& L = opts.layout;
   const ModelFamily& family = model_family(opts.cfg.model.type);

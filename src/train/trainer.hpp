@@ -87,6 +87,10 @@ struct TrainOptions {
   bool strict_placement = false;
 };
 
+// --bitwise: train.reduction_shards resolved (0: gcd(batch, 24)) and micro_batches set to one
+// shard each (shards / dp); UsageError for a layout that cannot sum in the fixed order.
+void resolve_bitwise(TrainOptions& opts);
+
 // UsageError for a layout the model, schedule or batch cannot take (opts.layout.dp resolved).
 void check_layout(const TrainOptions& opts);
 

@@ -101,6 +101,10 @@ struct Trainer {
   uint64_t comm_bytes_before = 0;
   Progress progress;     // what this rank is doing, for the watchdog (--hang-timeout)
   LossScale loss_scale;  // train.loss_scale > 0 or fp16: dynamic; restored from checkpoints
+  // --bitwise: each micro-batch's (reduction shard's) loss sum on the last stage, this walk.
+  std::vector<double> shard_losses;
+  // --bitwise: the walk's loss, its shards' sums in the fixed tree, on every rank.
+  double loss_in_fixed_order();
 
   // What the current walk through the schedule computes: a training step or an evaluation batch.
   struct Walk {
