@@ -22,7 +22,7 @@ struct TrainArgs {
   std::string config_path, data_path;
   TrainOptions opts;  // the flags that map one to one (layout, out, resume, ...)
   std::optional<int> steps, batch_size, seq_len, ckpt_every, eval_every, micro_batches, log_every,
-      warmup, eval_batches, reduction_shards;
+      warmup, eval_batches, reduction_shards, tp_shards;
   std::optional<double> lr, dropout;
   bool bitwise = false;  // --bitwise: train.bitwise = 1
   std::optional<uint64_t> seed;

@@ -125,6 +125,9 @@ void add_train_options(CLI::App* cmd, cli::TrainArgs& ta) {
   cmd->add_option("--reduction-shards", ta.reduction_shards,
                   "with --bitwise: shards of the global batch (default gcd(batch, 24); dp x "
                   "micro-batches must equal them)");
+  cmd->add_option("--tp-shards", ta.tp_shards,
+                  "with --bitwise: TP shards every split sum runs over, at any --tp (default 4; "
+                  "a power of two that --tp divides)");
   cmd->add_option("--out", ta.opts.out, "run folder (default runs/<config>_DP.._TP.._PP.._zero..)");
   cmd->add_option("--ckpt-every", ta.ckpt_every, "checkpoint every N steps (0: at the end only)");
   cmd->add_option("--eval-every", ta.eval_every, "validation loss every N steps (0: at the end)");

@@ -95,6 +95,7 @@ TrainOptions train_options(TrainArgs& a, bool check_data) {
   if (a.micro_batches) t.micro_batches = *a.micro_batches;
   if (a.bitwise) t.bitwise = 1;
   if (a.reduction_shards) t.reduction_shards = *a.reduction_shards;
+  if (a.tp_shards) t.tp_shards = *a.tp_shards;
   if (a.ckpt_every) t.ckpt_every = *a.ckpt_every;
   if (a.eval_every) t.eval_every = *a.eval_every;
   if (a.eval_batches) t.eval_batches = *a.eval_batches;

@@ -77,11 +77,11 @@ void validate_bert(const ModelConfig& m, const TrainConfig& t) {
         "vocab_size {} is smaller than the byte vocabulary (256) of the verse data", c.vocab_size));
 }
 
-ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice) {
+ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice, int vocab_align) {
   const int64_t C = cfg.n_embd, V = cfg.vocab_size;
   const float std = 0.02f;
   ParamRegistry r(slice);
-  const ShardSpec vocab_rows{0, 1, StageOwner::every, -1, true};
+  const ShardSpec vocab_rows{0, 1, StageOwner::every, -1, true, vocab_align};
   const ShardSpec replicated{};
   r.add("embeddings.word_embeddings.weight", {V, C}, InitKind::normal, std, false, vocab_rows);
   r.add("embeddings.position_embeddings.weight", {cfg.block_size, C}, InitKind::normal, std, false);
@@ -267,6 +267,8 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
   require_attention_head_size(*layers_, c.n_embd, c.n_head);
   tp_.group = tp::model_tp_group(how, self_);
   tp_.device = how.tp_device;
+  tp_.shards = how.tp_shards;
+  tp::require_tp_shards(how.tp_shards, c.n_embd);
   if (how.slice.stages != 1)
     throw UsageError("the bert family runs as one pipeline stage (--pp 1)");
   config = {"bert",
@@ -283,12 +285,13 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
              {"sep_id", c.sep_id},
              {"mask_id", c.mask_id}}};
   validate_bert_layout(config, how.slice.tp);
-  Vl = (cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
+  const int vocab_align = tp::vocab_align_for(cfg.vocab_size, how.tp_shards, 1);
+  Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   v0 = how.slice.tp_rank * Vl;
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
   MPITRON_REQUIRE(T >= 3 && T <= c.block_size, "sequence length outside [3, block_size]");
   m = bert_masked_per_sample(T);
-  registry = bert_registry(cfg, how.slice);
+  registry = bert_registry(cfg, how.slice, vocab_align);
   allocate_tensors(how);
   A* read = nullptr;
   if constexpr (std::is_same_v<A, float>) {
@@ -571,8 +574,9 @@ ModelMemory bert_memory(const BertConfig& cfg, const ModelBuild& how) {
   const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
   const int B = how.micro_rows, T = how.seq_len > 0 ? how.seq_len : cfg.block_size;
   const size_t M = size_t(B) * bert_masked_per_sample(T);
-  const size_t Vl = size_t(cfg.vocab_size + how.slice.tp - 1) / how.slice.tp;
-  const ParamRegistry registry = bert_registry(cfg, how.slice);
+  const int vocab_align = tp::vocab_align_for(cfg.vocab_size, how.tp_shards, 1);
+  const size_t Vl = size_t(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
+  const ParamRegistry registry = bert_registry(cfg, how.slice, vocab_align);
   ModelMemory out;
   out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
   out.buffer_elements = registry.buffer_size();

@@ -44,7 +44,8 @@ void validate_bert(const ModelConfig& m, const TrainConfig& t);
 
 // BERT's parameter names (embeddings.word_embeddings.weight, encoder.layer.0.attention.self.query
 // .weight, ...); the MLM head (cls.predictions.*) for task 0, pooler and classifier otherwise.
-ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice = {});
+// vocab_align: each TP rank's vocabulary rows a multiple of it (tp::vocab_align_for).
+ParamRegistry bert_registry(const BertConfig& cfg, RegistrySlice slice = {}, int vocab_align = 1);
 
 // Pointers to the parameters this rank holds inside one flat buffer (parameters, their rounded
 // copy, or gradients); null for the ones the task does not have. W: the storage type.

@@ -215,6 +215,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
               {"micro_batches", setter(t.micro_batches)},
               {"bitwise", setter(t.bitwise)},
               {"reduction_shards", setter(t.reduction_shards)},
+              {"tp_shards", setter(t.tp_shards)},
               {"augment", setter(t.augment)},
               {"fixed_batch", setter(t.fixed_batch)},
               {"bleu_every", setter(t.bleu_every)},
@@ -271,6 +272,8 @@ std::string config_keys_help() {
        "reduction shards"},
       {"reduction_shards", fmt::format("{}", d.reduction_shards),
        "bitwise: shards of the global batch, one micro-batch each (0: gcd(batch_size, 24))"},
+      {"tp_shards", fmt::format("{}", d.tp_shards),
+       "bitwise: TP shards of every split sum (a power of two that --tp divides)"},
       {"augment", fmt::format("{}", d.augment),
        "images: 1 = random crop (2-pixel padding) and flip"},
       {"fixed_batch", fmt::format("{}", d.fixed_batch),
@@ -364,6 +367,9 @@ void validate_config(const RunConfig& cfg) {
     throw UsageError(fmt::format(
         "reduction_shards must be 0 (gcd(batch_size, 24)) or a number of shards (got {})",
         t.reduction_shards));
+  if (t.tp_shards < 1 || (t.tp_shards & (t.tp_shards - 1)) != 0)
+    throw UsageError(
+        fmt::format("tp_shards must be a power of two (1, 2, 4, 8, ...) (got {})", t.tp_shards));
   if (t.augment != 0 && t.augment != 1)
     throw UsageError(
         fmt::format("augment must be 0 (off) or 1 (crop and flip) (got {})", t.augment));

@@ -50,6 +50,9 @@ struct TrainConfig {
   // gradients, losses and batch-norm sums are summed in one fixed tree.
   int bitwise = 0;
   int reduction_shards = 0;
+  // bitwise: the TP shards of every split sum (a power of two; tp must divide it): at tp 1 too
+  // the row-parallel products are summed over its K-slices.
+  int tp_shards = 4;
   int augment = 0;      // images: 1 = random 2-pixel shifts and horizontal flips in training
   int fixed_batch = 0;  // 1: every step trains on step 1's batch (overfitting one batch)
   int bleu_every = 0;   // translation pairs: validation BLEU every N steps and at the end; 0 off

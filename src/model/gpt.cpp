@@ -221,6 +221,8 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   MPITRON_REQUIRE(how.precision == dtype_of<A>(), "a GPT built for another precision");
   tp_.group = how.tp ? how.tp : &self_;
   tp_.device = how.tp_device;
+  tp_.shards = how.tp_shards;
+  tp::require_tp_shards(how.tp_shards, c.n_embd);
   MPITRON_REQUIRE(tp_.size() == how.slice.tp && tp_.rank() == how.slice.tp_rank,
                   "the TP group does not match the registry slice");
   validate_gpt_layout(to_model_config(c), how.slice.tp);
@@ -230,7 +232,8 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
   else
     layers_ = &layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
   require_attention_head_size(*layers_, c.n_embd, c.n_head);
-  const int vocab_align = layers_->lm_head_align;
+  const int vocab_align =
+      tp::vocab_align_for(cfg.vocab_size, how.tp_shards, layers_->lm_head_align);
   Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   v0 = how.slice.tp_rank * Vl;
   T = how.seq_len > 0 ? how.seq_len : c.block_size;
@@ -525,9 +528,10 @@ namespace {
 template <class A>
 ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   const LayerOpsT<A>& L = layer_ops<A>(how.layers ? how.layers->device : Device::cpu);
-  const int Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, L.lm_head_align));
+  const int vocab_align = tp::vocab_align_for(cfg.vocab_size, how.tp_shards, L.lm_head_align);
+  const int Vl = int(padded_rows(cfg.vocab_size, how.slice.tp, vocab_align));
   const int T = how.seq_len > 0 ? how.seq_len : cfg.block_size;
-  const ParamRegistry registry = gpt_registry(cfg, how.slice, L.lm_head_align);
+  const ParamRegistry registry = gpt_registry(cfg, how.slice, vocab_align);
   ModelMemory out;
   out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;
   out.buffer_elements = registry.buffer_size();

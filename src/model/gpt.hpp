@@ -140,9 +140,11 @@ class GptModelT final : public Model {
   // The activations block k of a slot forwards into and backward reads.
   BlockActsT<A> block_acts(const GptActsT<A>& a, int k) const;
   // tp 1 with logits rows of Vl > V (the device's alignment): the padded cross-entropy.
-  bool device_padded() const { return tp_.size() == 1 && Vl != cfg.vocab_size; }
+  bool device_padded() const { return tp_.size() == 1 && tp_.shards == 0 && Vl != cfg.vocab_size; }
   // The device has a fused classifier (tp 1): a training forward writes dlogits over the logits.
-  bool fused_classifier() const { return tp_.size() == 1 && layers_->crossentropy_fused; }
+  bool fused_classifier() const {
+    return tp_.size() == 1 && tp_.shards == 0 && layers_->crossentropy_fused;
+  }
   const LayerOpsT<A>* layers_ = nullptr;  // the device's layers
   std::vector<int32_t> host_tokens_;      // (2,B,T) inputs and targets, before their upload
   std::vector<float> host_losses_;        // (B,T) the losses, downloaded

@@ -83,6 +83,8 @@ struct ModelBuild {
   // over the step's samples (batch-norm running statistics) is kept per shard and summed in the
   // fixed tree (src/train/reduction_tree.hpp) at end_step.
   int reduction_shards_per_rank = 0;
+  // --bitwise: the TP shards (tp::TpComm::shards) every split sum runs over (0: not bitwise).
+  int tp_shards = 0;
   RegistrySlice slice;        // TP slice and pipeline stage
   comm::Group* tp = nullptr;  // the tensor-parallel group of slice.tp ranks (nullptr: tp 1)
   // Its all-reduces on the device's own memory (NCCL, --comm nccl), or nullptr: MPI.

@@ -8,15 +8,241 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstddef>
 #include <string>
 #include <type_traits>
 
 #include "base/check.hpp"
+#include "src/train/reduction_tree.hpp"
 
 namespace mpitron::tp {
 
 namespace {
+
+// ---- --bitwise (TpComm::shards): split sums in one tree over fixed TP shards ----
+
+constexpr int kTreeTag = 11;  // the TP group's only point-to-point messages
+
+int local_shards(const TpComm& tp) {
+  MPITRON_REQUIRE(tp.shards % tp.size() == 0 && (tp.size() & (tp.size() - 1)) == 0,
+                  "--bitwise: tp must be a power of two dividing the TP shards");
+  return tp.shards / tp.size();
+}
+
+// Scratch of the given sizes, carved from tp.fixed_scratch (grown once, then reused).
+template <size_t K>
+std::array<float*, K> fixed_scratch(TpComm& tp, const std::array<size_t, K>& sizes) {
+  size_t total = 0;
+  for (size_t n : sizes) total += n;
+  if (tp.fixed_scratch.size() < total) tp.fixed_scratch.resize(total);
+  std::array<float*, K> out{};
+  size_t at = 0;
+  for (size_t k = 0; k < K; ++k) {
+    out[k] = tp.fixed_scratch.data() + at;
+    at += sizes[k];
+  }
+  return out;
+}
+
+// The tree over parts [lo, hi) (each n floats, part j at parts + j n): left + right, into left.
+float* local_tree(float* parts, int lo, int hi, size_t n) {
+  if (hi - lo == 1) return parts + size_t(lo) * n;
+  const int mid = lo + (hi - lo) / 2;
+  float* left = local_tree(parts, lo, mid, n);
+  add_in_place(left, local_tree(parts, mid, hi, n), n);
+  return left;
+}
+
+// The tree's top over the ranks, each holding its shards' sum in x: recursive doubling, where at
+// distance d ranks r and r ^ d add their nodes, which are siblings (tp a power of two).
+void tree_allreduce(TpComm& tp, float* x, float* partner_sum, size_t n) {
+  for (int d = 1; d < tp.size(); d <<= 1) {
+    const int partner = tp.rank() ^ d;
+    comm::Request in = tp.group->irecv(partner_sum, n, partner, kTreeTag);
+    comm::Request out = tp.group->isend(x, n, partner, kTreeTag);
+    in.wait();
+    out.wait();
+    add_in_place(x, partner_sum, n);
+  }
+}
+
+// Columns of TP shard j (of v on this rank) of a (rows, width) block with row stride `stride`,
+// whose columns are `groups` equal blocks split over TP each: its part of every block, in order.
+void gather_shard_columns(const LayerOpsT<float>& ops, float* dst, const float* src, int stride,
+                          int rows, int width, int groups, int j, int v) {
+  const int piece = width / groups / v;
+  for (int g = 0; g < groups; ++g)
+    ops.copy_strided(dst + g * piece, groups * piece, src + g * (width / groups) + j * piece,
+                     stride, rows, piece);
+}
+
+// Rows of TP shard j of a (height, cols) matrix whose rows are `groups` blocks split over TP each.
+void gather_shard_rows(const LayerOpsT<float>& ops, float* dst, const float* src, int height,
+                       int cols, int groups, int j, int v) {
+  const int piece = height / groups / v;
+  for (int g = 0; g < groups; ++g)
+    ops.copy(dst + size_t(g) * piece * cols,
+             src + (size_t(g) * (height / groups) + size_t(j) * piece) * cols,
+             size_t(piece) * cols);
+}
+
+// The inverses: a shard's columns (rows) back to their places.
+void scatter_shard_columns(const LayerOpsT<float>& ops, float* dst, int stride, const float* src,
+                           int rows, int width, int groups, int j, int v) {
+  const int piece = width / groups / v;
+  for (int g = 0; g < groups; ++g)
+    ops.copy_strided(dst + g * (width / groups) + j * piece, stride, src + g * piece,
+                     groups * piece, rows, piece);
+}
+void scatter_shard_rows(const LayerOpsT<float>& ops, float* dst, const float* src, int height,
+                        int cols, int groups, int j, int v) {
+  const int piece = height / groups / v;
+  for (int g = 0; g < groups; ++g)
+    ops.copy(dst + (size_t(g) * (height / groups) + size_t(j) * piece) * cols,
+             src + size_t(g) * piece * cols, size_t(piece) * cols);
+}
+
+// Every product a split layer makes has the shape of one TP shard's at any tp (a library's
+// kernel, so its sums, may change with the shape): at tp below the shards, one product per shard
+// on gathered copies, its results put back in place.
+
+// out (N,OCl) = inp w^T + b per shard of the output columns (pre: with GPT-2's GELU after it).
+void column_parallel_forward_fixed(TpComm& tp, float* pre, float* out, const float* inp,
+                                   const float* w, const float* b, int N, int IC, int OCl,
+                                   int groups, const LayerOpsT<float>& ops) {
+  const int v = local_shards(tp), k = OCl / v;
+  MPITRON_REQUIRE(OCl % (v * groups) == 0, "--bitwise: the TP shards do not split an output");
+  if (v == 1) {
+    if (pre) return ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
+    return ops.linear_forward(out, inp, w, b, N, IC, OCl);
+  }
+  const auto [wk, bk, ok, pk] =
+      fixed_scratch<4>(tp, {size_t(k) * IC, size_t(k), size_t(N) * k, pre ? size_t(N) * k : 0});
+  for (int j = 0; j < v; ++j) {
+    gather_shard_rows(ops, wk, w, OCl, IC, groups, j, v);
+    if (b) gather_shard_rows(ops, bk, b, OCl, 1, groups, j, v);
+    if (pre) {
+      ops.linear_gelu_forward(pk, ok, inp, wk, b ? bk : nullptr, N, IC, k);
+      scatter_shard_columns(ops, pre, OCl, pk, N, OCl, groups, j, v);
+    } else {
+      ops.linear_forward(ok, inp, wk, b ? bk : nullptr, N, IC, k);
+    }
+    scatter_shard_columns(ops, out, OCl, ok, N, OCl, groups, j, v);
+  }
+}
+
+// dw (OCl,IC) += dout^T inp, db += column sums of dout, per shard of the output rows.
+void column_parallel_weights_fixed(TpComm& tp, float* dw, float* db, const float* dout,
+                                   const float* inp, int N, int IC, int OCl, int groups,
+                                   const LayerOpsT<float>& ops) {
+  const int v = local_shards(tp), k = OCl / v;
+  if (v == 1) return ops.linear_backward(nullptr, dw, db, dout, inp, nullptr, N, IC, OCl);
+  const auto [dk, dwk, dbk] = fixed_scratch<3>(tp, {size_t(N) * k, size_t(k) * IC, size_t(k)});
+  for (int j = 0; j < v; ++j) {
+    gather_shard_columns(ops, dk, dout, OCl, N, OCl, groups, j, v);
+    gather_shard_rows(ops, dwk, dw, OCl, IC, groups, j, v);  // += onto what dw holds
+    if (db) gather_shard_rows(ops, dbk, db, OCl, 1, groups, j, v);
+    ops.linear_backward(nullptr, dwk, db ? dbk : nullptr, dk, inp, nullptr, N, IC, k);
+    scatter_shard_rows(ops, dw, dwk, OCl, IC, groups, j, v);
+    if (db) scatter_shard_rows(ops, db, dbk, OCl, 1, groups, j, v);
+  }
+}
+
+// dinp (N,ICl) = dout w per shard of its columns; dw (OC,ICl) += dout^T inp per shard of its
+// columns; db += the column sums of dout (replicated, whole).
+void row_parallel_backward_fixed(TpComm& tp, float* dinp, float* dw, float* db, const float* dout,
+                                 const float* inp, const float* w, int N, int ICl, int OC,
+                                 const LayerOpsT<float>& ops) {
+  const int v = local_shards(tp), k = ICl / v;
+  if (v == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
+  const auto [wk, xk, dk, dwk] =
+      fixed_scratch<4>(tp, {size_t(OC) * k, size_t(N) * k, size_t(N) * k, size_t(OC) * k});
+  for (int j = 0; j < v; ++j) {
+    if (dinp) {
+      ops.copy_strided(wk, k, w + j * k, ICl, OC, k);
+      ops.linear_backward(dk, nullptr, nullptr, dout, nullptr, wk, N, k, OC);
+      ops.copy_strided(dinp + j * k, ICl, dk, k, N, k);
+    }
+    ops.copy_strided(xk, k, inp + j * k, ICl, N, k);
+    ops.copy_strided(dwk, k, dw + j * k, ICl, OC, k);  // += onto what dw holds
+    ops.linear_backward(nullptr, dwk, j == 0 ? db : nullptr, dout, xk, nullptr, N, k, OC);
+    ops.copy_strided(dw + j * k, ICl, dwk, k, OC, k);
+  }
+}
+
+// out (N,OC) = the tree over TP shards of inp's K-slices times w's.
+void row_parallel_forward_fixed(TpComm& tp, float* out, const float* inp, const float* w,
+                                const float* b, int N, int ICl, int OC,
+                                const LayerOpsT<float>& ops) {
+  const int v = local_shards(tp), k = ICl / v;
+  MPITRON_REQUIRE(ICl % v == 0, "--bitwise: the TP shards do not split a row-parallel input");
+  const size_t n = size_t(N) * OC;
+  const auto [parts, xk, wk, other] = fixed_scratch<4>(
+      tp, {v > 1 ? n * v : 0, v > 1 ? size_t(N) * k : 0, v > 1 ? size_t(OC) * k : 0, n});
+  if (v == 1) {
+    ops.linear_forward(out, inp, w, nullptr, N, ICl, OC);
+  } else {
+    for (int j = 0; j < v; ++j) {
+      ops.copy_strided(xk, k, inp + j * k, ICl, N, k);
+      ops.copy_strided(wk, k, w + j * k, ICl, OC, k);
+      ops.linear_forward(parts + size_t(j) * n, xk, wk, nullptr, N, k, OC);
+    }
+    ops.copy(out, local_tree(parts, 0, v, n), n);
+  }
+  tree_allreduce(tp, out, other, n);
+  if (b) ops.add_bias_rows(out, b, N, OC);
+}
+
+// The region's input gradient gets the tree over TP shards of dout's K-slices times w's, summed
+// over the ranks (the region is per layer: base on every rank, each product whole before it adds).
+void column_parallel_input_fixed(TpRegionT<float>& r, const float* dout, const float* w, int OCl,
+                                 int groups) {
+  TpComm& tp = *r.tp;
+  const LayerOpsT<float>& ops = *r.ops;
+  const int v = local_shards(tp), k = OCl / v;
+  MPITRON_REQUIRE(OCl % (v * groups) == 0,
+                  "--bitwise: the TP shards do not split a column-parallel output");
+  const size_t n = size_t(r.N) * r.IC;
+  const auto [parts, dk, wk, other] =
+      fixed_scratch<4>(tp, {n * v, v > 1 ? size_t(r.N) * k : 0, v > 1 ? size_t(k) * r.IC : 0, n});
+  for (int j = 0; j < v; ++j) {
+    const float *d = dout, *wj = w;
+    if (v > 1) {
+      gather_shard_columns(ops, dk, dout, OCl, r.N, OCl, groups, j, v);
+      gather_shard_rows(ops, wk, w, OCl, r.IC, groups, j, v);
+      d = dk;
+      wj = wk;
+    }
+    ops.linear_backward(parts + size_t(j) * n, nullptr, nullptr, d, nullptr, wj, r.N, r.IC, k);
+  }
+  float* sum = local_tree(parts, 0, v, n);
+  tree_allreduce(tp, sum, other, n);
+  if (r.holds)
+    ops.residual_forward(r.dinp, r.dinp, sum, n);
+  else
+    ops.copy(r.dinp, sum, n);
+  r.holds = true;
+}
+
+// The sum of exponentials per row as the tree over the vocabulary's TP shards.
+void crossentropy_sumexp_fixed(TpComm& tp, float* sum, const float* logits, const float* mx, int N,
+                               int Vl, int v0, int V, const LayerOpsT<float>& ops) {
+  const int v = local_shards(tp), k = Vl / v;
+  MPITRON_REQUIRE(Vl % v == 0, "--bitwise: the TP shards do not split the vocabulary");
+  const auto [parts, lk, other] =
+      fixed_scratch<3>(tp, {size_t(N) * v, v > 1 ? size_t(N) * k : 0, size_t(N)});
+  for (int j = 0; j < v; ++j) {
+    const float* l = logits;
+    if (v > 1) {
+      ops.copy_strided(lk, k, logits + j * k, Vl, N, k);
+      l = lk;
+    }
+    ops.crossentropy_shard_sumexp(parts + size_t(j) * N, l, mx, N, k, v0 + j * k, V);
+  }
+  ops.copy(sum, local_tree(parts, 0, v, size_t(N)), size_t(N));
+  tree_allreduce(tp, sum, other, size_t(N));
+}
 
 // Whether MPI reads and writes the layers' fp32 memory in place (else host copies).
 bool host_memory(Device d) {
@@ -107,6 +333,14 @@ void require_tp_splits(int tp, std::initializer_list<TpSplit> splits) {
   }
 }
 
+void require_tp_shards(int shards, int64_t n_embd) {
+  if (shards > 0 && n_embd % shards != 0)
+    throw UsageError(fmt::format(
+        "--bitwise: n_embd ({}) does not split into the {} TP shards whose K-slices every "
+        "row-parallel product sums (at every tp, tp 1 included): choose --tp-shards dividing it",
+        n_embd, shards));
+}
+
 comm::Group* model_tp_group(const ModelBuild& how, comm::Group& self) {
   comm::Group* tp = how.tp ? how.tp : &self;
   MPITRON_REQUIRE(tp->size() == how.slice.tp && tp->rank() == how.slice.tp_rank,
@@ -151,10 +385,10 @@ TpRegionT<A> copy_to_tp_backward_begin(TpComm& tp, A* dinp, std::type_identity_t
   r.partial = partial;
   r.N = N;
   r.IC = IC;
-  r.per_layer = per_layer;
+  r.per_layer = per_layer || tp.shards > 0;  // --bitwise: each product summed in the tree alone
   if (base && dinp) {
     const size_t n = size_t(N) * IC;
-    if (per_layer || tp.rank() == 0) {
+    if (r.per_layer || tp.rank() == 0) {
       if (base != dinp) ops.copy(dinp, base, n);
     } else {
       ops.zero(dinp, n);
@@ -195,8 +429,13 @@ void copy_to_tp_backward_wait(TpRegionT<A>& r) {
 template <class A>
 void column_parallel_linear_forward(TpComm& tp, A* out, const A* inp, const A* w,
                                     const std::type_identity_t<A>* b, int N, int IC, int OCl,
-                                    const LayerOpsT<A>& ops) {
+                                    const LayerOpsT<A>& ops, int groups) {
   require_tp_layers(tp, ops);
+  if (tp.shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return column_parallel_forward_fixed(tp, nullptr, out, inp, w, b, N, IC, OCl, groups, ops);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   ops.linear_forward(out, inp, w, b, N, IC, OCl);
 }
 
@@ -205,6 +444,11 @@ void column_parallel_linear_gelu_forward(TpComm& tp, A* pre, A* out, const A* in
                                          const std::type_identity_t<A>* b, int N, int IC, int OCl,
                                          const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
+  if (tp.shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return column_parallel_forward_fixed(tp, pre, out, inp, w, b, N, IC, OCl, 1, ops);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
 }
 
@@ -212,9 +456,14 @@ void column_parallel_linear_gelu_forward(TpComm& tp, A* pre, A* out, const A* in
 // (ops.residual_forward: dinp = dinp + partial), consumers in call order.
 template <class A>
 void column_parallel_linear_backward_input(TpRegionT<A>& r, const std::type_identity_t<A>* dout,
-                                           const std::type_identity_t<A>* w, int OCl) {
+                                           const std::type_identity_t<A>* w, int OCl, int groups) {
   MPITRON_REQUIRE(r.dinp, "column_parallel_linear_backward_input: the region has no dinp");
   MPITRON_REQUIRE(!r.pending.pending(), "column_parallel_linear_backward_input after start");
+  if (r.tp->shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return column_parallel_input_fixed(r, dout, w, OCl, groups);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   const size_t n = size_t(r.N) * r.IC;
   A* const product = r.holds ? r.partial : r.dinp;
   MPITRON_REQUIRE(product, "a region's second product (or one after a base) needs partial");
@@ -227,22 +476,30 @@ void column_parallel_linear_backward_input(TpRegionT<A>& r, const std::type_iden
 template <class A>
 void column_parallel_linear_backward_weights(TpRegionT<A>& r, float* dw, float* db,
                                              const std::type_identity_t<A>* dout,
-                                             const std::type_identity_t<A>* inp, int OCl) {
+                                             const std::type_identity_t<A>* inp, int OCl,
+                                             int groups) {
   // A poke at the all-reduce in flight: MPI progresses a non-blocking collective inside its calls.
   if (r.pending.pending()) r.pending.test();
+  if (r.tp->shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return column_parallel_weights_fixed(*r.tp, dw, db, dout, inp, r.N, r.IC, OCl, groups,
+                                           *r.ops);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   r.ops->linear_backward(nullptr, dw, db, dout, inp, nullptr, r.N, r.IC, OCl);
 }
 
 template <class A>
 void column_parallel_linear_backward(TpComm& tp, std::type_identity_t<A>* dinp, float* dw,
                                      float* db, const A* dout, const A* inp, const A* w, int N,
-                                     int IC, int OCl, const LayerOpsT<A>& ops) {
-  if (tp.size() == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
+                                     int IC, int OCl, const LayerOpsT<A>& ops, int groups) {
+  if (tp.size() == 1 && tp.shards == 0)
+    return ops.linear_backward(dinp, dw, db, dout, inp, w, N, IC, OCl);
   require_tp_layers(tp, ops);
   TpRegionT<A> r = copy_to_tp_backward_begin<A>(tp, dinp, nullptr, nullptr, N, IC, false, ops);
-  if (dinp) column_parallel_linear_backward_input(r, dout, w, OCl);
+  if (dinp) column_parallel_linear_backward_input(r, dout, w, OCl, groups);
   copy_to_tp_backward_start(r);
-  column_parallel_linear_backward_weights(r, dw, db, dout, inp, OCl);
+  column_parallel_linear_backward_weights(r, dw, db, dout, inp, OCl, groups);
   copy_to_tp_backward_wait(r);
 }
 
@@ -252,6 +509,11 @@ template <class A>
 void row_parallel_linear_forward(TpComm& tp, A* out, const A* inp, const A* w,
                                  const std::type_identity_t<A>* b, int N, int ICl, int OC,
                                  const LayerOpsT<A>& ops) {
+  if (tp.shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return row_parallel_forward_fixed(tp, out, inp, w, b, N, ICl, OC, ops);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   if (tp.size() == 1) return ops.linear_forward(out, inp, w, b, N, ICl, OC);
   require_tp_layers(tp, ops);
   ops.linear_forward(out, inp, w, nullptr, N, ICl, OC);
@@ -265,6 +527,11 @@ void row_parallel_linear_backward(TpComm& tp, std::type_identity_t<A>* dinp, flo
                                   const LayerOpsT<A>& ops) {
   require_tp_layers(tp, ops);
   reduce_from_tp_backward(tp, dout, size_t(N) * OC);
+  if (tp.shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      return row_parallel_backward_fixed(tp, dinp, dw, db, dout, inp, w, N, ICl, OC, ops);
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  }
   ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
 }
 
@@ -305,7 +572,7 @@ template <class A>
 void vocab_parallel_crossentropy_forward(TpComm& tp, float* losses, float* lse, float* scratch,
                                          const A* logits, const int32_t* targets, int N, int Vl,
                                          int v0, int V, const LayerOpsT<A>& ops) {
-  if (tp.size() == 1) {
+  if (tp.size() == 1 && tp.shards == 0) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_forward at tp 1 needs v0 = 0 and Vl = V");
     return ops.crossentropy_forward(losses, lse, logits, targets, N, V);
@@ -315,10 +582,18 @@ void vocab_parallel_crossentropy_forward(TpComm& tp, float* losses, float* lse, 
   float* sum = scratch + N;         // (N) sum of exp(x - global max)
   float* target = scratch + 2 * N;  // (N) the target's logit, from the rank that holds it
   ops.crossentropy_shard_stats(mx, target, logits, targets, N, Vl, v0, V);
-  allreduce_floats(tp, ops, mx, size_t(N), true);
-  ops.crossentropy_shard_sumexp(sum, logits, mx, N, Vl, v0, V);
-  allreduce_floats(tp, ops, sum, size_t(N), false);
-  allreduce_floats(tp, ops, target, size_t(N), false);
+  // The max, and the target's logit (one rank's among zeros), come out exact in any order.
+  if (tp.size() > 1) allreduce_floats(tp, ops, mx, size_t(N), true);
+  if (tp.shards > 0) {
+    if constexpr (std::is_same_v<A, float>)
+      crossentropy_sumexp_fixed(tp, sum, logits, mx, N, Vl, v0, V, ops);
+    else
+      MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  } else {
+    ops.crossentropy_shard_sumexp(sum, logits, mx, N, Vl, v0, V);
+    allreduce_floats(tp, ops, sum, size_t(N), false);
+  }
+  if (tp.size() > 1) allreduce_floats(tp, ops, target, size_t(N), false);
   ops.crossentropy_shard_loss(losses, lse, mx, sum, target, targets, N);
 }
 
@@ -327,7 +602,7 @@ template <class A>
 void vocab_parallel_crossentropy_backward(TpComm& tp, A* dlogits, const A* logits, const float* lse,
                                           const int32_t* targets, float dloss, int N, int Vl,
                                           int v0, int V, const LayerOpsT<A>& ops) {
-  if (tp.size() == 1) {
+  if (tp.size() == 1 && tp.shards == 0) {
     MPITRON_REQUIRE(v0 == 0 && Vl == V,
                     "vocab_parallel_crossentropy_backward at tp 1 needs v0 = 0 and Vl = V");
     return ops.crossentropy_backward(dlogits, logits, lse, targets, dloss, N, V);
@@ -345,15 +620,16 @@ void vocab_parallel_crossentropy_backward(TpComm& tp, A* dlogits, const A* logit
   template void copy_to_tp_backward_start<A>(TpRegionT<A>&);                                       \
   template void copy_to_tp_backward_wait<A>(TpRegionT<A>&);                                        \
   template void column_parallel_linear_forward<A>(TpComm&, A*, const A*, const A*, const A*, int,  \
-                                                  int, int, const LayerOpsT<A>&);                  \
+                                                  int, int, const LayerOpsT<A>&, int);             \
   template void column_parallel_linear_gelu_forward<A>(                                            \
       TpComm&, A*, A*, const A*, const A*, const A*, int, int, int, const LayerOpsT<A>&);          \
-  template void column_parallel_linear_backward_input<A>(TpRegionT<A>&, const A*, const A*, int);  \
+  template void column_parallel_linear_backward_input<A>(TpRegionT<A>&, const A*, const A*, int,   \
+                                                         int);                                     \
   template void column_parallel_linear_backward_weights<A>(TpRegionT<A>&, float*, float*,          \
-                                                           const A*, const A*, int);               \
+                                                           const A*, const A*, int, int);          \
   template void column_parallel_linear_backward<A>(TpComm&, A*, float*, float*, const A*,          \
                                                    const A*, const A*, int, int, int,              \
-                                                   const LayerOpsT<A>&);                           \
+                                                   const LayerOpsT<A>&, int);                      \
   template void row_parallel_linear_forward<A>(TpComm&, A*, const A*, const A*, const A*, int,     \
                                                int, int, const LayerOpsT<A>&);                     \
   template void row_parallel_linear_backward<A>(TpComm&, A*, float*, float*, const A*, const A*,   \

@@ -44,9 +44,27 @@ struct TpComm {
   std::vector<float> staging;                   // host fp32 copies (unused for the CPU's fp32)
   const TpDeviceCollectives* device = nullptr;  // NCCL over the group, or nullptr: MPI
   std::vector<unsigned char> staging_16;        // a device's 16-bit tensor as downloaded
+  // --bitwise: the TP shards every split sum is taken over, the same at every tp (a power of two
+  // that tp divides; 0: off). A split sum (row-parallel outputs, column-parallel input gradients,
+  // the vocabulary's sum of exponentials) is then the same pairwise tree over the shards' products
+  // at any tp: each rank computes its shards / tp K-slices apart (at tp 1 all of them), adds them
+  // in the tree, and the ranks add theirs by recursive doubling (the tree's top). fp32 on the CPU.
+  int shards = 0;
+  std::vector<float> fixed_scratch;  // the K-slices, their products and a partner's sum
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }
 };
+
+// --bitwise: each TP rank's vocabulary rows are a multiple of this, so that every tp pads the
+// vocabulary to the same shards x ceil(V / shards) rows (rounded to the device's align): the
+// sum of exponentials runs over the same shards at any tp. align itself otherwise.
+inline int vocab_align_for(int64_t V, int shards, int align) {
+  if (shards == 0) return align;
+  const int64_t rows = (V + shards - 1) / shards;
+  return int((rows + align - 1) / align * align);
+}
+// --bitwise: UsageError unless n_embd splits into the TP shards' K-slices.
+void require_tp_shards(int shards, int64_t n_embd);
 
 // ---- the layout: what tensor parallelism needs of a model, checked in one place ----
 
@@ -154,7 +172,8 @@ void column_parallel_linear_forward(TpComm& tp,
                                     const A* w,                        // (OCl,IC)
                                     const std::type_identity_t<A>* b,  // (OCl) or nullptr
                                     int N, int IC, int OCl,
-                                    const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
+                                    const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu),
+                                    int groups = 1);
 
 // The same with GPT-2's tanh GELU after it: pre = the product, out = gelu(pre) (this rank's
 // columns; ops.linear_gelu_forward, which a device may fuse).
@@ -171,11 +190,13 @@ void column_parallel_linear_gelu_forward(TpComm& tp,
 // A consumer's input product in region r: r.dinp += dout W, this rank's partial (the first
 // product of a region without base assigns). No communication unless r.per_layer. r.dinp must
 // not be nullptr.
+// groups: the output columns are that many equal blocks split over TP each (the GPT's fused
+// q, k, v): a TP shard's K-slice takes its part of every block (--bitwise).
 template <class A>
 void column_parallel_linear_backward_input(TpRegionT<A>& r,
                                            const std::type_identity_t<A>* dout,  // (N,OCl)
                                            const std::type_identity_t<A>* w,     // (OCl,IC)
-                                           int OCl);
+                                           int OCl, int groups = 1);
 // A consumer's weight products: dw += dout^T inp, db += the column sums of dout. No
 // communication; between start and wait they overlap the region's all-reduce.
 template <class A>
@@ -184,7 +205,7 @@ void column_parallel_linear_backward_weights(TpRegionT<A>& r,
                                              float* db,                            // (OCl) +=
                                              const std::type_identity_t<A>* dout,  // (N,OCl)
                                              const std::type_identity_t<A>* inp,   // (N,IC)
-                                             int OCl);
+                                             int OCl, int groups = 1);
 
 // A column-parallel linear that is a region of its own (the GPT's c_attn, c_fc and LM head):
 // begin, input product, start, weight products, wait. dinp is the full input gradient, summed
@@ -199,7 +220,8 @@ void column_parallel_linear_backward(TpComm& tp,
                                      const A* inp,                   // (N,IC)
                                      const A* w,                     // (OCl,IC)
                                      int N, int IC, int OCl,
-                                     const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu));
+                                     const LayerOpsT<A>& ops = layer_ops<A>(Device::cpu),
+                                     int groups = 1);
 
 // ---- row-parallel linear: W split by input columns, this rank holds ICl of them ----
 

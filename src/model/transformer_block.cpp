@@ -53,7 +53,8 @@ void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT
   const LayerOpsT<A>& L = s.layers();
   L.layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, x, w.ln_1_w, w.ln_1_b, N, C, s.ln_eps);
   tp::copy_to_tp_forward(group, a.ln_1, size_t(N) * C);  // the attention region
-  tp::column_parallel_linear_forward(group, a.qkv, a.ln_1, w.c_attn_w, w.c_attn_b, N, C, 3 * Cl, L);
+  tp::column_parallel_linear_forward(group, a.qkv, a.ln_1, w.c_attn_w, w.c_attn_b, N, C, 3 * Cl, L,
+                                     3);
   L.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, s.causal, s.lengths);
   tp::row_parallel_linear_forward(group, a.attn_out, a.atty, w.attn_proj_w, w.attn_proj_b, N, Cl, C,
                                   L);
@@ -93,7 +94,7 @@ void transformer_block_backward(A* dresidual, const BlockWeights& dw, const Bloc
   L.attention_backward(d.dqkv, d.datt, d.datty, a.atty, a.qkv, a.att, B, T, Cl, NHl, s.causal,
                        s.lengths);
   tp::column_parallel_linear_backward(group, d.dln, dw.c_attn_w, dw.c_attn_b, d.dqkv, a.ln_1,
-                                      w.c_attn_w, N, C, 3 * Cl, L);
+                                      w.c_attn_w, N, C, 3 * Cl, L, 3);
   L.layernorm_backward(dresidual, dw.ln_1_w, dw.ln_1_b, d.dln, x, w.ln_1_w, a.ln_1_mean,
                        a.ln_1_rstd, N, C);
 }

@@ -339,26 +339,56 @@ const float* GradSync::owned_grads() const {
   return opts_.zero == 2 && !frontier_ ? grad_shard_.data() : grads_.data.data() + shard_.begin;
 }
 
-// Every rank holds its stage's whole summed gradient: each tensor's sum of squares (the tied
-// embedding's on the first stage only), every stage's gathered, sorted and added smallest first:
-// the same values in the same order whatever the stages and ranks.
+namespace {
+
+// Every rank's values, on every rank of the group (padded with -1, which no sum of squares is).
+void gather_values(comm::Group& group, std::vector<double>& values) {
+  const int64_t most = group.allreduce_max(int64_t(values.size()));
+  values.resize(size_t(most), -1.0);
+  std::vector<double> all(size_t(most) * size_t(group.size()));
+  group.all_gather(values.data(), all.data(), values.size());
+  values.clear();
+  for (double x : all)
+    if (x >= 0) values.push_back(x);
+}
+
+}  // namespace
+
+// Every rank holds its stage's whole summed gradient. Its values: the sum of squares of each row
+// (a row-parallel weight's rows cut into its TP shards' segments), a vector's squares one by one:
+// the same values at any tp and stage split. TP-replicated tensors count on TP rank 0, the tied
+// embedding on the first stage. Every rank's values gathered, sorted and added smallest first.
 double GradSync::grad_norm_in_fixed_order() {
-  MPITRON_REQUIRE(!(tp_ && tp_->size() > 1), "--bitwise at tp > 1");
-  std::vector<double> sq;
+  const bool tp_split = tp_ && tp_->size() > 1;
+  const int tp_size = tp_ ? tp_->size() : 1;
   const float* g = grads_.data.data();
+  if (ops_.staged) {
+    ops_.download(leaf_host_.data(), g, model_.flat_size);
+    g = leaf_host_.data();
+  }
+  std::vector<double> sq;
   for (const ParamInfo& p : model_.registry.params()) {
     if (pp_ && p.shard.stage == StageOwner::first_and_last && pp_->rank() != 0) continue;
-    sq.push_back(ops_.sum_of_squares(g + p.offset, p.numel));
+    if (tp_split && p.shard.tp_dim < 0 && tp_->rank() != 0) continue;
+    const float* x = g + p.offset;
+    if (p.local_shape.size() <= 1) {
+      for (size_t i = 0; i < p.numel; ++i) sq.push_back(double(x[i]) * double(x[i]));
+      continue;
+    }
+    const size_t rows = size_t(p.local_shape[0]), cols = p.numel / rows;
+    const size_t per_rank = opts_.tp_shards > 0 ? size_t(opts_.tp_shards / tp_size) : 1;
+    const size_t segments = p.shard.tp_dim == 1 && cols % per_rank == 0 ? per_rank : 1;
+    const size_t at = sq.size(), n = rows * segments, w = cols / segments;
+    sq.resize(at + n);
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < n; ++r) {  // row r / segments, its segment r % segments
+      double s = 0;
+      for (size_t c = 0; c < w; ++c) s += double(x[r * w + c]) * double(x[r * w + c]);
+      sq[at + r] = s;
+    }
   }
-  if (pp_) {
-    const int64_t most = pp_->allreduce_max(int64_t(sq.size()));
-    sq.resize(size_t(most), -1.0);  // padding: no sum of squares is negative
-    std::vector<double> all(size_t(most) * size_t(pp_->size()));
-    pp_->all_gather(sq.data(), all.data(), sq.size());
-    sq.clear();
-    for (double x : all)
-      if (x >= 0) sq.push_back(x);
-  }
+  if (tp_split) gather_values(*tp_, sq);
+  if (pp_) gather_values(*pp_, sq);
   std::sort(sq.begin(), sq.end());
   double total = 0;
   for (double x : sq) total += x;

@@ -67,6 +67,7 @@ struct GradSyncOptions {
   // flat / dp values, then an all-gather, so every rank holds the whole summed gradient (the norm
   // is summed tensor by tensor from it). No buckets (the trainer refuses them).
   int reduction_shards = 0;
+  int tp_shards = 0;  // --bitwise: the model's TP shards (a row-parallel weight's norm segments)
 };
 
 class GradSync {

@@ -38,6 +38,7 @@ io::Attributes run_settings(const RunConfig& cfg) {
           {"train.fixed_batch", int64_t(t.fixed_batch)},
           {"train.bitwise", int64_t(t.bitwise)},
           {"train.reduction_shards", int64_t(t.bitwise ? t.reduction_shards : 0)},
+          {"train.tp_shards", int64_t(t.bitwise ? t.tp_shards : 0)},
           {"train.objective", t.objective},
           {"train.span_context_words", int64_t(t.span_context_words)},
           {"train.span_loss", t.span_loss},

@@ -176,10 +176,10 @@ StepResult Trainer::train_step(int64_t s) {
 
 double Trainer::loss_in_fixed_order() {
   // Each shard's sum at its place, one rank's value among zeros (so the all-reduce is exact), then
-  // the tree. tp is 1 under --bitwise: the last stage of each DP rank holds its shards' losses.
+  // the tree: the last stage of each DP rank holds its shards' losses (on every TP rank).
   const int per = tc.micro_batches, shards = per * opts.layout.dp;
   std::vector<double> all(size_t(shards), 0.0);
-  if (last_stage())
+  if (last_stage() && grid.coords.tp_rank == 0)  // TP ranks hold the same losses
     std::copy(shard_losses.begin(), shard_losses.end(),
               all.begin() + ptrdiff_t(grid.coords.dp_rank) * per);
   std::fill(shard_losses.begin(), shard_losses.end(), 0.0);

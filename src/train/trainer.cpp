@@ -241,6 +241,7 @@ void Trainer::setup() {
   GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
   if (tc.bitwise) {
     sync_options.reduction_shards = tc.reduction_shards;
+    sync_options.tp_shards = opts.device == Device::cpu ? tc.tp_shards : 0;
     shard_losses.assign(size_t(tc.micro_batches), 0.0);
   }
   if (opts.offload_master) sync_options.params_alloc = &dev.host_alloc;
@@ -300,6 +301,8 @@ ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage,
   how.precision = opts.precision;
   how.head_chunk_rows = opts.lm_head_chunk;
   how.reduction_shards_per_rank = tc.bitwise ? tc.micro_batches : 0;
+  // On the CPU: its split sums then run over the TP shards at every tp (elsewhere tp is 1).
+  how.tp_shards = tc.bitwise && opts.device == Device::cpu ? tc.tp_shards : 0;
   return how;
 }
 
@@ -441,12 +444,22 @@ void resolve_bitwise(TrainOptions& opts) {
       !e.empty())
     throw UsageError(e);
   t.micro_batches = t.reduction_shards / L.dp;
-  if (L.tp > 1)
+  if (L.tp > 1 && opts.cfg.model.type != "gpt" && opts.cfg.model.type != "bert")
     throw UsageError(fmt::format(
-        "--bitwise at --tp {} is not built yet: tensor parallelism's split sums (row-parallel "
-        "outputs, column-parallel input gradients, the vocabulary's softmax) add in an order that "
-        "depends on tp; use --tp 1 (dp and pp keep the bits), or drop --bitwise",
+        "--bitwise at --tp {} is built for the transformers (gpt, bert), not yet for the {} "
+        "family (its channel-split convolutions sum over input channels in an order that depends "
+        "on tp): use --tp 1, or drop --bitwise",
+        L.tp, opts.cfg.model.type));
+  if (L.tp > 1 && (opts.device != Device::cpu || opts.precision != DType::f32))
+    throw UsageError(fmt::format(
+        "--bitwise at --tp {} sums its TP shards on the CPU in fp32: use --device cpu --precision "
+        "fp32, or --tp 1",
         L.tp));
+  if (t.tp_shards % L.tp != 0)
+    throw UsageError(fmt::format(
+        "--bitwise: --tp {} does not divide the {} TP shards (train.tp_shards): use --tp {}, or "
+        "--tp-shards a power of two that {} divides",
+        L.tp, t.tp_shards, t.tp_shards < L.tp ? t.tp_shards : 1, L.tp));
   if (L.virtual_stages > 1)
     throw UsageError(
         "--bitwise with an interleaved schedule is not built yet (a shard's gradient is complete "
