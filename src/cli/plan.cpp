@@ -66,6 +66,7 @@ int cmd_plan(TrainArgs a, const PlanNetworkArgs& n) {
                              n.nodes * n.ranks_per_node % (opts.layout.tp * opts.layout.pp) == 0
                          ? n.nodes * n.ranks_per_node / (opts.layout.tp * opts.layout.pp)
                          : 1;
+  resolve_bitwise(opts);
   check_layout(opts);
   const StepTimePlan st = step_time_plan(n);
   StepTimeInputs inputs;

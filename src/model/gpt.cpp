@@ -538,7 +538,10 @@ ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
   out.segments = gpt_segments(registry, cfg.n_layer, out.flat_size).segments;
   for (const ParamInfo& p : registry.params())
-    out.first_and_last |= p.shard.stage == StageOwner::first_and_last;
+    if (p.shard.stage == StageOwner::first_and_last) {
+      out.first_and_last = true;
+      out.first_and_last_elements += p.numel;
+    }
   std::vector<GptChunkT<A>> chunks = gpt_chunks<A>(cfg, how.slice);
   const int slot_count = std::max(1, how.slots);
   bool any_last = false;

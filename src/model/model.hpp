@@ -126,6 +126,7 @@ struct ModelMemory {
   // A parameter the first and the last pipeline stage both hold (the tied embedding), whose
   // gradients are summed over them.
   bool first_and_last = false;
+  size_t first_and_last_elements = 0;  // its elements on this rank
 };
 
 // Called by backward with the index of each segment whose gradients are final for this

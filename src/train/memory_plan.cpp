@@ -1,4 +1,5 @@
 #include "src/train/memory_plan.hpp"
+#include "src/train/reduction_tree.hpp"
 
 #include <fmt/format.h>
 
@@ -53,8 +54,13 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   const ModelMemory m = family.memory(opts.cfg.model, how);
   const size_t f = sizeof(float), flat = m.flat_size;
   const size_t shard = L.zero > 0 ? flat / size_t(L.dp) : flat;
-  size_t grads = flat;
-  if (L.zero == 2) {  // GradStorage::windowed: the window segments share the largest one's place
+  const TrainConfig& tc = opts.cfg.train;
+  // --bitwise: the whole gradient at any ZeRO stage, and one stage's tied embedding's two parts
+  // apart (GradSync::leaf_size_), padded to a multiple of dp.
+  const size_t leaf = (flat + (L.pp == 1 ? m.first_and_last_elements : 0) + size_t(L.dp) - 1) /
+                      size_t(L.dp) * size_t(L.dp);
+  size_t grads = tc.bitwise ? leaf : flat;
+  if (L.zero == 2 && !tc.bitwise) {  // GradStorage::windowed: the window segments share the largest one's place
     size_t window = 0, others = 0;
     for (const GradSegment& g : m.segments)
       g.window ? window = std::max(window, g.end - g.begin) : others += g.end - g.begin;
@@ -78,8 +84,17 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
   // master weights; not the ring's, which gathers in place), and ZeRO 2's summed shard.
   const bool gather_scratch =
       L.zero >= 1 && L.dp > 1 && (master || !off_cpu) && L.dp_reduce != DpReduce::ring;
-  add("ZeRO shard scratch",
-      (gather_scratch && !master ? shard : 0) * f + (L.zero == 2 ? shard : 0) * f);
+  add("ZeRO shard scratch", (gather_scratch && !master ? shard : 0) * f +
+                                (L.zero == 2 && !tc.bitwise ? shard : 0) * f);
+  if (tc.bitwise) {  // GradSync's frontier sums and the tree's top, in the host's memory
+    const int per = tc.reduction_shards / L.dp;
+    size_t received = 0;
+    for (int r = 1; r < L.dp; ++r) received += tree_frontier(tc.reduction_shards, r * per, per).size();
+    add("frontier sums (host)",
+        (size_t(frontier_peak_buffers(tc.reduction_shards, 0, per)) * leaf +
+         (L.dp > 1 ? (received + 1) * (leaf / size_t(L.dp)) : 0) + (off_cpu ? leaf : 0)) * f,
+        true);
+  }
   add("ZeRO gather scratch (host)", (gather_scratch && master ? shard : 0) * f, true);
   const size_t state =
       opts.optimizer == Optimizer::adamw8bit ? adamw8bit_state_bytes(shard) : 2 * shard * f;

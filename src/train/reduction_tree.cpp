@@ -138,6 +138,16 @@ void FrontierSums::push(int leaf, const float* values) {
   buffers_.push_back(std::move(own));
 }
 
+int frontier_peak_buffers(int shards, int first, int count) {
+  FrontierSums f(shards, first, count, 0);
+  int peak = 0;
+  for (int s = first; s < first + count; ++s) {
+    f.push(s, nullptr);
+    peak = std::max(peak, int(f.nodes().size()));
+  }
+  return peak;
+}
+
 void tree_top_sum(int shards, const std::function<float*(const TreeNode&)>& part, float* out,
                   size_t n) {
   const float* root = top_sum_of({0, shards}, part, n);

@@ -66,6 +66,9 @@ class FrontierSums {
   std::vector<std::vector<float>> spare_;
 };
 
+// The most buffers a FrontierSums over [first, first + count) holds at once.
+int frontier_peak_buffers(int shards, int first, int count);
+
 // The tree's nodes above the frontiers, on one chunk of n values: parts holds a sum for each node
 // of every rank's frontier (they cover [0, S) exactly); part(node) returns it. Writes the root's
 // sum to out. Adds in place into the parts' buffers (each is read once).
