@@ -214,7 +214,7 @@ void for_each_unit(std::vector<ConvBnT<A>>& trunk,
 template <class A>
 void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const LayerOpsT<A>& L,
                     std::vector<ConvBnT<A>>& trunk,
-                    std::vector<typename CnnModelT<A>::Chunk>& chunks) {
+                    std::vector<typename CnnModelT<A>::Chunk>& chunks, int tp_shards) {
   using Chunk = typename CnnModelT<A>::Chunk;
   using Block = typename CnnModelT<A>::Block;
   const int tp = slice.tp, nblocks = int(s.blocks.size());
@@ -234,6 +234,16 @@ void make_cnn_units(const CnnSpec& s, const RegistrySlice& slice, int B, const L
     const int oc = u.split == ChannelSplit::column ? u.OC / tp : u.OC;
     c.shape = {B, ic, u.H, u.W, oc, u.K, u.K, u.stride, u.pad};
     c.plan = L.conv2d_plan(c.shape);
+    if (tp_shards > 0 && u.split != ChannelSplit::none) {
+      cpu::Conv2dShape one = c.shape;
+      (u.split == ChannelSplit::row ? one.IC : one.OC) =
+          (u.split == ChannelSplit::row ? u.IC : u.OC) / tp_shards;
+      if ((u.split == ChannelSplit::row ? u.IC : u.OC) % tp_shards != 0)
+        throw UsageError(fmt::format(
+            "--bitwise: {} channels of {} do not split into the {} TP shards (train.tp_shards)",
+            u.split == ChannelSplit::row ? u.IC : u.OC, u.conv, tp_shards));
+      c.shard_plan = L.conv2d_plan(one);
+    }
     c.C = oc;
     return c;
   };
@@ -314,6 +324,7 @@ CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBnT<A>>& trunk,
     z.widest = std::max({z.widest, size_t(u.shape.IC) * u.shape.H * u.shape.W, conv_out,
                          size_t(u.spec.OC) * u.shape.OH() * u.shape.OW()});
     z.work = std::max(z.work, L.conv2d_workspace(u.plan.get()));
+    if (u.shard_plan) z.work = std::max(z.work, L.conv2d_workspace(u.shard_plan.get()));
     if (u.spec.pool) z.argmax += pooled(u);
   });
   z.widest = std::max({z.widest, size_t(s.features), size_t(s.classes), size_t(Hl)});
@@ -395,8 +406,9 @@ CnnModelT<A>::CnnModelT(const CnnSpec& s, const ModelConfig& m, const ModelBuild
   require_convolutions(L, m.type);
   tp_.group = tp::model_tp_group(how, self_);
   tp_.device = how.tp_device;
+  tp_.shards = how.tp_shards;
   config = m;
-  make_cnn_units(s, how.slice, B, L, trunk, chunks);
+  make_cnn_units(s, how.slice, B, L, trunk, chunks, how.tp_shards);
   registry = cnn_registry(s, how.slice);
   allocate_tensors(how);
 
@@ -528,8 +540,12 @@ bool CnnModelT<A>::conv_bn_forward(ConvBn& u, int slot, const A* x, int rows, bo
   const int HW = shape.OH() * shape.OW();
   const size_t n = size_t(rows) * u.C * HW;
   const LayerOpsT<A>& L = *layers_;
-  L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
-  if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(tp_, a.conv, n, L);
+  if (u.shard_plan) {
+    conv_forward_fixed(u, a.conv, x, rows);
+  } else {
+    L.conv2d_forward(a.conv, workspace, x, u.w, u.plan.get(), rows);
+    if (u.spec.split == ChannelSplit::row) tp::reduce_from_tp_forward(tp_, a.conv, n, L);
+  }
   // Training writes batch norm and what follows it in one pass where the device can.
   const bool fused =
       training && L.batchnorm2d_add_relu_forward && (u.spec.relu || shortcut != nullptr);
@@ -571,10 +587,92 @@ void CnnModelT<A>::conv_bn_backward(ConvBn& u, int slot, A* dy, A* dx, const A* 
   if (u.spec.relu) L.relu_backward(g, g, a.relu, n);
   L.batchnorm2d_backward(t1, u.dbn_w, u.dbn_b, g, a.conv, u.bn_w, a.mean, a.rstd, rows, u.C, HW,
                          spec.group);
+  if (u.shard_plan) return conv_backward_fixed(u, dx, t1, x, rows);
   L.conv2d_backward(dx, u.dw, workspace, t1, x, u.w, u.plan.get(), rows);
   // A column split's input is replicated: its gradient is the sum of every rank's part.
   if (dx && u.spec.split == ChannelSplit::column)
     tp::copy_to_tp_backward(tp_, dx, size_t(rows) * shape.IC * shape.H * shape.W, L);
+}
+
+template <class A>
+void CnnModelT<A>::conv_forward_fixed(ConvBn& u, A* out, const A* x, int rows) {
+  if constexpr (!std::is_same_v<A, float>) {
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  } else {
+    const LayerOpsT<A>& L = *layers_;
+    const cpu::Conv2dShape& s = u.shape;
+    const int v = tp::fixed_local_shards(tp_), KK = s.KH * s.KW;
+    const size_t HW = size_t(s.H) * s.W, OHW = size_t(s.OH()) * s.OW();
+    if (u.spec.split == ChannelSplit::column) {  // out's channels, shard by shard
+      const int k = s.OC / v;
+      if (v == 1) return L.conv2d_forward(out, workspace, x, u.w, u.shard_plan.get(), rows);
+      fixed_.resize(size_t(rows) * k * OHW);
+      for (int j = 0; j < v; ++j) {
+        L.conv2d_forward(fixed_.data(), workspace, x, u.w + size_t(j) * k * s.IC * KK,
+                         u.shard_plan.get(), rows);
+        L.copy_strided(out + j * k * OHW, int(s.OC * OHW), fixed_.data(), int(k * OHW), rows,
+                       int(k * OHW));
+      }
+      return;
+    }
+    const int k = s.IC / v;  // a row split: the tree over the input channels' shards
+    const size_t n = size_t(rows) * s.OC * OHW, xn = size_t(rows) * k * HW,
+                 wn = size_t(s.OC) * k * KK;
+    fixed_.resize(n * v + xn + wn);
+    float *parts = fixed_.data(), *xk = parts + n * v, *wk = xk + xn;
+    for (int j = 0; j < v; ++j) {
+      L.copy_strided(xk, int(k * HW), x + j * k * HW, int(s.IC * HW), rows, int(k * HW));
+      L.copy_strided(wk, k * KK, u.w + j * k * KK, s.IC * KK, s.OC, k * KK);
+      L.conv2d_forward(parts + j * n, workspace, xk, wk, u.shard_plan.get(), rows);
+    }
+    L.copy(out, tp::fixed_local_sum(parts, v, n), n);
+    tp::fixed_allreduce_sum(tp_, out, n);
+  }
+}
+
+template <class A>
+void CnnModelT<A>::conv_backward_fixed(ConvBn& u, A* dx, const A* dout, const A* x, int rows) {
+  if constexpr (!std::is_same_v<A, float>) {
+    MPITRON_REQUIRE(false, "--bitwise tensor parallelism is fp32 only");
+  } else {
+    const LayerOpsT<A>& L = *layers_;
+    const cpu::Conv2dShape& s = u.shape;
+    const int v = tp::fixed_local_shards(tp_), KK = s.KH * s.KW;
+    const size_t HW = size_t(s.H) * s.W, OHW = size_t(s.OH()) * s.OW();
+    if (u.spec.split == ChannelSplit::column) {  // dx: the tree over the output channels' shards
+      const int k = s.OC / v;
+      const size_t n = size_t(rows) * s.IC * HW, dn = size_t(rows) * k * OHW;
+      fixed_.resize(n * v + dn);
+      float *parts = fixed_.data(), *dk = parts + n * v;
+      for (int j = 0; j < v; ++j) {
+        const float* d = dout;
+        if (v > 1) {
+          L.copy_strided(dk, int(k * OHW), dout + j * k * OHW, int(s.OC * OHW), rows, int(k * OHW));
+          d = dk;
+        }
+        L.conv2d_backward(dx ? parts + j * n : nullptr, u.dw + size_t(j) * k * s.IC * KK, workspace,
+                          d, x, u.w + size_t(j) * k * s.IC * KK, u.shard_plan.get(), rows);
+      }
+      if (!dx) return;
+      L.copy(dx, tp::fixed_local_sum(parts, v, n), n);
+      tp::fixed_allreduce_sum(tp_, dx, n);
+      return;
+    }
+    const int k = s.IC / v;  // a row split: each input-channel shard's gradients in place
+    if (v == 1)
+      return L.conv2d_backward(dx, u.dw, workspace, dout, x, u.w, u.shard_plan.get(), rows);
+    const size_t xn = size_t(rows) * k * HW, wn = size_t(s.OC) * k * KK;
+    fixed_.resize(2 * xn + 2 * wn);
+    float *xk = fixed_.data(), *dxk = xk + xn, *wk = dxk + xn, *dwk = wk + wn;
+    for (int j = 0; j < v; ++j) {
+      L.copy_strided(xk, int(k * HW), x + j * k * HW, int(s.IC * HW), rows, int(k * HW));
+      L.copy_strided(wk, k * KK, u.w + j * k * KK, s.IC * KK, s.OC, k * KK);
+      L.copy_strided(dwk, k * KK, u.dw + j * k * KK, s.IC * KK, s.OC, k * KK);  // += onto dw
+      L.conv2d_backward(dx ? dxk : nullptr, dwk, workspace, dout, xk, wk, u.shard_plan.get(), rows);
+      L.copy_strided(u.dw + j * k * KK, s.IC * KK, dwk, k * KK, s.OC, k * KK);
+      if (dx) L.copy_strided(dx + j * k * HW, int(s.IC * HW), dxk, int(k * HW), rows, int(k * HW));
+    }
+  }
 }
 
 template <class A>
@@ -802,7 +900,7 @@ ModelMemory cnn_memory(CnnKind kind, const ModelConfig& m, const ModelBuild& how
   const int B = how.micro_rows, slot_count = std::max(1, how.slots), Hl = s.hidden / how.slice.tp;
   std::vector<ConvBnT<A>> trunk;
   std::vector<typename CnnModelT<A>::Chunk> chunks;
-  make_cnn_units(s, how.slice, B, L, trunk, chunks);
+  make_cnn_units(s, how.slice, B, L, trunk, chunks, how.tp_shards);
   const ParamRegistry registry = cnn_registry(s, how.slice);
   ModelMemory out;
   out.flat_size = (registry.size() + how.flat_align - 1) / how.flat_align * how.flat_align;

@@ -80,6 +80,9 @@ struct ConvBnT {
   ConvBnSpec spec;
   cpu::Conv2dShape shape;            // N = planned rows; IC/OC this rank's
   std::shared_ptr<const void> plan;  // its kernels on the model's device (LayerOps::conv2d_plan)
+  // --bitwise with a channel split: the kernels of one TP shard's convolution (the split channels
+  // / tp::TpComm::shards), which every tp runs, shard by shard.
+  std::shared_ptr<const void> shard_plan;
   int C = 0;  // batch-norm channels held here (OC, or OC/tp after a column split)
   A *w = nullptr, *bn_w = nullptr, *bn_b = nullptr;         // (OC,IC,K,K), (C), (C)
   float *dw = nullptr, *dbn_w = nullptr, *dbn_b = nullptr;  // their gradients
@@ -161,6 +164,11 @@ class CnnModelT final : public Model {
                        const A* shortcut = nullptr, A* block_out = nullptr);
   // dy is overwritten (ReLU's backward runs in place); dx may be nullptr (the image).
   void conv_bn_backward(ConvBn& u, int slot, A* dy, A* dx, const A* x, int rows);
+  // --bitwise: a split convolution shard by shard (row split: the tree over its input channels'
+  // shards, summed over TP; column split: the input gradient so).
+  void conv_forward_fixed(ConvBn& u, A* out, const A* x, int rows);
+  void conv_backward_fixed(ConvBn& u, A* dx, const A* dout, const A* x, int rows);
+  std::vector<float> fixed_;  // their gathered shards and products (host memory: the CPU's)
   const A* trunk_forward(int slot, const A* x, int rows, bool training);
   void block_forward(Block& b, int slot, const A* x, int rows, bool training);
   void block_backward(Block& b, int slot, A* dout, A* dx, const A* x, int rows);

@@ -333,6 +333,19 @@ void require_tp_splits(int tp, std::initializer_list<TpSplit> splits) {
   }
 }
 
+int fixed_local_shards(const TpComm& tp) {
+  return local_shards(tp);
+}
+
+float* fixed_local_sum(float* parts, int v, size_t n) {
+  return local_tree(parts, 0, v, n);
+}
+
+void fixed_allreduce_sum(TpComm& tp, float* x, size_t n) {
+  if (tp.partner_sum.size() < n) tp.partner_sum.resize(n);
+  tree_allreduce(tp, x, tp.partner_sum.data(), n);
+}
+
 void require_tp_shards(int shards, int64_t n_embd) {
   if (shards > 0 && n_embd % shards != 0)
     throw UsageError(fmt::format(

@@ -51,6 +51,7 @@ struct TpComm {
   // in the tree, and the ranks add theirs by recursive doubling (the tree's top). fp32 on the CPU.
   int shards = 0;
   std::vector<float> fixed_scratch;  // the K-slices, their products and a partner's sum
+  std::vector<float> partner_sum;    // fixed_allreduce_sum's
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }
 };
@@ -63,6 +64,14 @@ inline int vocab_align_for(int64_t V, int shards, int align) {
   const int64_t rows = (V + shards - 1) / shards;
   return int((rows + align - 1) / align * align);
 }
+// --bitwise pieces for layers that split their own way (the CNNs' channel-split convolutions):
+// this rank's TP shards (shards / tp); the tree over v consecutive arrays of n floats at parts
+// (returns the array holding the sum); x, this rank's shards' sum, becomes the sum over every
+// rank's in the tree's order (recursive doubling). fp32 in host memory.
+int fixed_local_shards(const TpComm& tp);
+float* fixed_local_sum(float* parts, int v, size_t n);
+void fixed_allreduce_sum(TpComm& tp, float* x, size_t n);
+
 // --bitwise: UsageError unless n_embd splits into the TP shards' K-slices.
 void require_tp_shards(int shards, int64_t n_embd);
 

@@ -444,12 +444,6 @@ void resolve_bitwise(TrainOptions& opts) {
       !e.empty())
     throw UsageError(e);
   t.micro_batches = t.reduction_shards / L.dp;
-  if (L.tp > 1 && opts.cfg.model.type != "gpt" && opts.cfg.model.type != "bert")
-    throw UsageError(fmt::format(
-        "--bitwise at --tp {} is built for the transformers (gpt, bert), not yet for the {} "
-        "family (its channel-split convolutions sum over input channels in an order that depends "
-        "on tp): use --tp 1, or drop --bitwise",
-        L.tp, opts.cfg.model.type));
   if (L.tp > 1 && (opts.device != Device::cpu || opts.precision != DType::f32))
     throw UsageError(fmt::format(
         "--bitwise at --tp {} sums its TP shards on the CPU in fp32: use --device cpu --precision "

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# --bitwise refuses what it cannot keep bit for bit, before any step, with one message that says
+# why and what would work: a dp that does not divide the reduction shards, micro-batches other
+# than shards / dp, shards that do not divide the batch, a tp that does not divide the TP shards,
+# gradient buckets, the interleaved schedule.
+# shellcheck source=tests/e2e/common.sh
+source "$(dirname "$0")/common.sh"
+common=(--config "$TINY" --data "$(corpus)" --steps 2 --seq-len 16 --batch-size 24 --bitwise --out run)
+
+# refused WANT RANKS [flags...]: expect_error on RANKS ranks (1: the binary alone, where stderr must
+# be that one line), and no step ran (no line of one, no trace).
+refused() {
+  local want=$1 ranks=$2 launch=()
+  shift 2
+  [[ $ranks == 1 ]] || launch=(mpiexec -n "$ranks")
+  rm -rf run
+  expect_error "$want" "${launch[@]}" "$MPITRON" train "${common[@]}" "$@"
+  ! grep -q "step " out.txt || fail "$*: refused after a step ran: $(cat out.txt)"
+  [[ ! -e run/trace.h5 ]] || fail "$*: refused after writing a trace"
+}
+
+# 24 shards (gcd(24, 24)): dp 5 does not divide them; 4 and 6 are the nearest that do.
+refused "dp 5 does not divide the 24 reduction shards.*use --dp 4 or 6" 5 --dp 5
+# Every micro-batch is one shard: dp 2 needs 12.
+refused "dp x micro-batches must be the 24 shards.*use --micro-batches 12" 2 --dp 2 --micro-batches 4
+refused "7 reduction shards do not split the batch of 24.*1, 2, 3, 4, 6, 8, 12, 24 (the divisors of the batch)" \
+  1 --reduction-shards 7
+# Buckets reduce while backward runs; --bitwise sums after the step's last shard.
+refused "--bucket-mb .*--bitwise.*drop --bucket-mb" 2 --dp 2 --bucket-mb 0.1
+# tp must divide the TP shards (4 by default); the shards must be a power of two.
+refused "--tp 8 does not divide the 4 TP shards.*use --tp 4" 8 --tp 8
+refused "tp_shards must be a power of two" 1 --tp-shards 3
+refused "--bitwise with an interleaved schedule is not built yet.*use --schedule 1f1b or gpipe" \
+  2 --pp 2 --schedule interleaved --virtual-stages 2
+echo "--bitwise refusals ok"
