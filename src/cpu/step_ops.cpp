@@ -5,12 +5,20 @@
 
 namespace mpitron::cpu {
 
+// Large ones in fixed pieces over the threads (--bitwise clears and copies the whole gradient
+// once per reduction shard): the same bytes either way.
+constexpr size_t kPiece = size_t(1) << 18;
+
 void zero(float* p, size_t n) {
-  std::memset(p, 0, n * sizeof(float));
+#pragma omp parallel for schedule(static) if (n >= 2 * kPiece)
+  for (size_t b = 0; b < n; b += kPiece)
+    std::memset(p + b, 0, std::min(kPiece, n - b) * sizeof(float));
 }
 
 void copy(float* dst, const float* src, size_t n) {
-  std::memcpy(dst, src, n * sizeof(float));
+#pragma omp parallel for schedule(static) if (n >= 2 * kPiece)
+  for (size_t b = 0; b < n; b += kPiece)
+    std::memcpy(dst + b, src + b, std::min(kPiece, n - b) * sizeof(float));
 }
 
 double sum_of_squares(const float* g, size_t n) {

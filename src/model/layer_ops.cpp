@@ -65,6 +65,7 @@ void linear_gelu_forward(float* pre, float* out, const float* inp, const float* 
 
 template <class A>
 void copy_strided(A* dst, int dst_stride, const A* src, int src_stride, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * size_t(cols) >= (size_t(1) << 16))
   for (int r = 0; r < rows; ++r)
     std::memcpy(static_cast<void*>(dst + size_t(r) * dst_stride), src + size_t(r) * src_stride,
                 sizeof(A) * size_t(cols));

@@ -117,16 +117,25 @@ void column_parallel_forward_fixed(TpComm& tp, float* pre, float* out, const flo
     if (pre) return ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
     return ops.linear_forward(out, inp, w, b, N, IC, OCl);
   }
+  // One block of rows (groups 1): a shard's weight rows and bias are in place, no copies.
+  const bool in_place_rows = groups == 1;
   const auto [wk, bk, ok, pk] =
-      fixed_scratch<4>(tp, {size_t(k) * IC, size_t(k), size_t(N) * k, pre ? size_t(N) * k : 0});
+      fixed_scratch<4>(tp, {in_place_rows ? 0 : size_t(k) * IC, in_place_rows ? 0 : size_t(k),
+                            size_t(N) * k, pre ? size_t(N) * k : 0});
   for (int j = 0; j < v; ++j) {
-    gather_shard_rows(ops, wk, w, OCl, IC, groups, j, v);
-    if (b) gather_shard_rows(ops, bk, b, OCl, 1, groups, j, v);
+    const float* wj = w + size_t(j) * k * IC;
+    const float* bj = b ? b + size_t(j) * k : nullptr;
+    if (!in_place_rows) {
+      gather_shard_rows(ops, wk, w, OCl, IC, groups, j, v);
+      wj = wk;
+      if (b) gather_shard_rows(ops, bk, b, OCl, 1, groups, j, v);
+      bj = b ? bk : nullptr;
+    }
     if (pre) {
-      ops.linear_gelu_forward(pk, ok, inp, wk, b ? bk : nullptr, N, IC, k);
+      ops.linear_gelu_forward(pk, ok, inp, wj, bj, N, IC, k);
       scatter_shard_columns(ops, pre, OCl, pk, N, OCl, groups, j, v);
     } else {
-      ops.linear_forward(ok, inp, wk, b ? bk : nullptr, N, IC, k);
+      ops.linear_forward(ok, inp, wj, bj, N, IC, k);
     }
     scatter_shard_columns(ops, out, OCl, ok, N, OCl, groups, j, v);
   }
@@ -138,9 +147,16 @@ void column_parallel_weights_fixed(TpComm& tp, float* dw, float* db, const float
                                    const LayerOpsT<float>& ops) {
   const int v = local_shards(tp), k = OCl / v;
   if (v == 1) return ops.linear_backward(nullptr, dw, db, dout, inp, nullptr, N, IC, OCl);
-  const auto [dk, dwk, dbk] = fixed_scratch<3>(tp, {size_t(N) * k, size_t(k) * IC, size_t(k)});
+  const bool in_place_rows = groups == 1;  // a shard's gradient rows in place, no copies
+  const auto [dk, dwk, dbk] = fixed_scratch<3>(
+      tp, {size_t(N) * k, in_place_rows ? 0 : size_t(k) * IC, in_place_rows ? 0 : size_t(k)});
   for (int j = 0; j < v; ++j) {
     gather_shard_columns(ops, dk, dout, OCl, N, OCl, groups, j, v);
+    if (in_place_rows) {
+      ops.linear_backward(nullptr, dw + size_t(j) * k * IC, db ? db + size_t(j) * k : nullptr, dk,
+                          inp, nullptr, N, IC, k);
+      continue;
+    }
     gather_shard_rows(ops, dwk, dw, OCl, IC, groups, j, v);  // += onto what dw holds
     if (db) gather_shard_rows(ops, dbk, db, OCl, 1, groups, j, v);
     ops.linear_backward(nullptr, dwk, db ? dbk : nullptr, dk, inp, nullptr, N, IC, k);
@@ -204,15 +220,18 @@ void column_parallel_input_fixed(TpRegionT<float>& r, const float* dout, const f
   MPITRON_REQUIRE(OCl % (v * groups) == 0,
                   "--bitwise: the TP shards do not split a column-parallel output");
   const size_t n = size_t(r.N) * r.IC;
-  const auto [parts, dk, wk, other] =
-      fixed_scratch<4>(tp, {n * v, v > 1 ? size_t(r.N) * k : 0, v > 1 ? size_t(k) * r.IC : 0, n});
+  const bool in_place_rows = groups == 1;  // a shard's weight rows in place, no copies
+  const auto [parts, dk, wk, other] = fixed_scratch<4>(
+      tp, {n * v, v > 1 ? size_t(r.N) * k : 0, v > 1 && !in_place_rows ? size_t(k) * r.IC : 0, n});
   for (int j = 0; j < v; ++j) {
-    const float *d = dout, *wj = w;
+    const float *d = dout, *wj = w + size_t(j) * k * r.IC;
     if (v > 1) {
       gather_shard_columns(ops, dk, dout, OCl, r.N, OCl, groups, j, v);
-      gather_shard_rows(ops, wk, w, OCl, r.IC, groups, j, v);
       d = dk;
-      wj = wk;
+      if (!in_place_rows) {
+        gather_shard_rows(ops, wk, w, OCl, r.IC, groups, j, v);
+        wj = wk;
+      }
     }
     ops.linear_backward(parts + size_t(j) * n, nullptr, nullptr, d, nullptr, wj, r.N, r.IC, k);
   }

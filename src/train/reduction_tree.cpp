@@ -133,7 +133,9 @@ void FrontierSums::push(int leaf, const float* values) {
     spare_.pop_back();
   }
   own.resize(n_);
-  std::copy_n(values, n_, own.data());
+  float* to = own.data();
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n_; ++i) to[i] = values[i];
   nodes_.push_back(node);
   buffers_.push_back(std::move(own));
 }

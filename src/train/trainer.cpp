@@ -241,7 +241,7 @@ void Trainer::setup() {
   GradSyncOptions sync_options{L.zero, L.dp_reduce, L.bucket_mb};
   if (tc.bitwise) {
     sync_options.reduction_shards = tc.reduction_shards;
-    sync_options.tp_shards = opts.device == Device::cpu ? tc.tp_shards : 0;
+    sync_options.tp_shards = bitwise_tp_shards(opts);
     shard_losses.assign(size_t(tc.micro_batches), 0.0);
   }
   if (opts.offload_master) sync_options.params_alloc = &dev.host_alloc;
@@ -301,8 +301,7 @@ ModelBuild stage_model_build(const TrainOptions& opts, DataKind data, int stage,
   how.precision = opts.precision;
   how.head_chunk_rows = opts.lm_head_chunk;
   how.reduction_shards_per_rank = tc.bitwise ? tc.micro_batches : 0;
-  // On the CPU: its split sums then run over the TP shards at every tp (elsewhere tp is 1).
-  how.tp_shards = tc.bitwise && opts.device == Device::cpu ? tc.tp_shards : 0;
+  how.tp_shards = bitwise_tp_shards(opts);
   return how;
 }
 
@@ -433,6 +432,11 @@ void check_placement(const comm::Grid& grid, bool strict) {
 }
 
 }  // namespace
+
+int bitwise_tp_shards(const TrainOptions& opts) {
+  const bool host_fp32 = opts.device == Device::cpu && opts.precision == DType::f32;
+  return opts.cfg.train.bitwise && host_fp32 ? opts.cfg.train.tp_shards : 0;
+}
 
 void resolve_bitwise(TrainOptions& opts) {
   TrainConfig& t = opts.cfg.train;

@@ -90,6 +90,8 @@ struct TrainOptions {
 // --bitwise: train.reduction_shards resolved (0: gcd(batch, 24)) and micro_batches set to one
 // shard each (shards / dp); UsageError for a layout that cannot sum in the fixed order.
 void resolve_bitwise(TrainOptions& opts);
+// --bitwise: the TP shards the split sums run over, on the CPU in fp32 (elsewhere 0: tp stays 1).
+int bitwise_tp_shards(const TrainOptions& opts);
 
 // UsageError for a layout the model, schedule or batch cannot take (opts.layout.dp resolved).
 void check_layout(const TrainOptions& opts);

@@ -5,7 +5,7 @@
 # trains once at 1 rank, then at each layout; `mpitron compare --bitwise` must find every step's
 # trace row and the final checkpoint (parameters, optimizer moments, buffers) equal bit for bit.
 # Usage: bitwise_layouts.sh MPITRON REPO WORK FAMILY
-#   FAMILY: gpt, bert_mlm, bert_testament, mlp, alexnet or resnet
+#   FAMILY: gpt, gpt_staged (--device cpu-staged), bert_mlm, bert_testament, mlp, alexnet or resnet
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 family=$4
@@ -36,6 +36,11 @@ case $family in
       "tp2 2 --tp 2" "tp4 4 --tp 4" "dp2_tp2_zero2 4 --dp 2 --tp 2 --zero 2"
       "tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe"
       "dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1") ;;
+  gpt_staged)  # the GPU's path on the CPU: the tree over host copies of device memory, tp 1
+    model=(--config "$TINY" --data "$(corpus)" --device cpu-staged)
+    flags=(--steps 10 --batch-size 24 --seq-len 32 --dropout 0.1 --eval-every 5 --log-every 5
+      --warmup-steps 3 --lr 1e-3)
+    layouts=("dp2 2 --dp 2" "dp3_zero2 3 --dp 3 --zero 2" "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1") ;;
   bert_mlm)
     model=(--config "$REPO/configs/bert-mlm.toml" --data "$(corpus)" "${bert_shape[@]}" --seq-len 32)
     flags=("${bert_flags[@]}")
