@@ -1,5 +1,7 @@
-# The loss-equivalence matrix: every data-parallel layout reproduces the 1x1x1 baseline's loss
-# trace to 1e-5 relative on every step (ARCHITECTURE.md, "Invariants"). The baseline is a CTest fixture.
+# The loss-equivalence matrix of the default mode: every data-parallel layout reproduces the 1x1x1
+# baseline's loss trace to 1e-5 relative on every step (ARCHITECTURE.md, "Invariants"). A
+# tolerance, because without --bitwise each layout sums in its own order (the arithmetic differs);
+# tests/bitwise.cmake holds --bitwise's bits over the same layouts. The baseline is a CTest fixture.
 set(MPITRON_BASELINE_DIR ${CMAKE_BINARY_DIR}/e2e/equivalence_baseline)
 add_test(NAME equivalence_baseline
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/baseline.sh $<TARGET_FILE:mpitron>

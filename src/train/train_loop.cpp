@@ -221,6 +221,15 @@ int Trainer::run() {
                                                   opts.threads == 1 ? "" : "s", opts.threads_why)
                                     : "",
         data.describe());
+    if (tc.bitwise) {
+      const int tp_shards = bitwise_tp_shards(opts);
+      spdlog::info(
+          "bitwise: {} reduction shards of {} sample{} (one micro-batch each){}, summed in one "
+          "fixed "
+          "tree: every layout of these settings trains these bits",
+          tc.reduction_shards, micro_rows, micro_rows == 1 ? "" : "s",
+          tp_shards > 0 ? fmt::format(", {} TP shards", tp_shards) : std::string(", tp 1"));
+    }
     if (opts.optimizer == Optimizer::adamw8bit)
       spdlog::info("optimizer adamw8bit: moments as 8-bit codes, {} of state on rank 0",
                    human_bytes(double(adamw8bit_state_bytes(shard.size()))));
