@@ -32,7 +32,9 @@ BitComparison compare_traces_bits(const std::string& a, const std::string& b) {
   for (size_t j = 0; j < tb.step.size(); ++j) rows_b.emplace(tb.step[j], j);
   std::map<int64_t, size_t> rows_a;
   for (size_t i = 0; i < ta.step.size(); ++i) rows_a.emplace(ta.step[i], i);
-  for (const auto& [step, i] : rows_a) {
+  for (const auto& row : rows_a) {
+    const int64_t step = row.first;  // no structured binding: the lambda below captures these
+    const size_t i = row.second;
     const auto it = rows_b.find(step);
     if (it == rows_b.end()) {
       c.differences.push_back(fmt::format("step {}: only in {}", step, a));
