@@ -98,6 +98,12 @@ GradSync::GradSync(Model& model, comm::Group& dp, comm::Group* tp, const GradSyn
     frontier_ =
         std::make_unique<FrontierSums>(opts.reduction_shards, dp.rank() * per, per, leaf_size_);
     if (ops.staged) leaf_host_.assign(leaf_size_, 0.0f);
+    if (opts.leaves_per_segment) {
+      MPITRON_REQUIRE(pp_ != nullptr, "leaves per segment are for a pipeline's model chunks");
+      for (const GradSegment& seg : model.segments)
+        segment_frontiers_.push_back(std::make_unique<FrontierSums>(
+            opts.reduction_shards, dp.rank() * per, per, seg.end - seg.begin));
+    }
   }
   grads_ = opts.zero == 2 && !bitwise
                ? GradStorage::windowed(model, alloc)
@@ -151,12 +157,15 @@ void GradSync::staged(float* data, size_t b, size_t e, Collective collective) {
 void GradSync::begin_step() {
   ops_.zero(grads_.data.data(), grads_.data.size());
   if (frontier_) frontier_->reset();
+  for (auto& f : segment_frontiers_) f->reset();
+  announced_.clear();
   if (grad_shard_.size() > 0) ops_.zero(grad_shard_.data(), grad_shard_.size());
   std::fill(shard_sums_.begin(), shard_sums_.end(), 0.0f);
 }
 
 GradReadyHook GradSync::hook(bool last_micro_batch) {
-  if (frontier_) return {};
+  if (frontier_)
+    return segment_frontiers_.empty() ? GradReadyHook{} : GradReadyHook{on_segment_ready, this};
   buckets_active_ = !buckets_.empty() && last_micro_batch;
   if (opts_.zero == 2 || buckets_active_) return {on_segment_ready, this};
   return {};
@@ -167,6 +176,7 @@ void GradSync::on_segment_ready(void* ctx, size_t segment) {
 }
 
 void GradSync::on_segment(size_t segment) {
+  if (frontier_) return announced_.push_back(segment);  // its leaf waits for end_shard
   CommTimer timer{&comm_s_};
   if (opts_.zero == 2) return reduce_segment_sharded(segment);
   // ZeRO 0 buckets: launch every bucket whose range is now final.
@@ -214,6 +224,21 @@ void GradSync::reduce_segment_sharded(size_t segment) {
 void GradSync::end_shard(int shard) {
   MPITRON_REQUIRE(frontier_ != nullptr, "end_shard without --bitwise");
   float* g = grads_.data.data();
+  if (!segment_frontiers_.empty()) {  // the segments this backward made final hold the leaf
+    for (size_t s : announced_) {
+      const GradSegment& seg = model_.segments[s];
+      const size_t n = seg.end - seg.begin;
+      const float* leaf = g + seg.begin;
+      if (ops_.staged) {
+        ops_.download(leaf_host_.data() + seg.begin, g + seg.begin, n);
+        leaf = leaf_host_.data() + seg.begin;
+      }
+      segment_frontiers_[s]->push(shard, leaf);
+      ops_.zero(g + seg.begin, n);
+    }
+    announced_.clear();
+    return;
+  }
   const float* leaf = g;
   if (ops_.staged) {
     ops_.download(leaf_host_.data(), g, leaf_size_);
@@ -226,6 +251,12 @@ void GradSync::end_shard(int shard) {
 // The frontier's chunks to the ranks that own them, the tree's top on this rank's chunk, then
 // every chunk to every rank.
 void GradSync::reduce_in_fixed_order() {
+  if (!segment_frontiers_.empty()) {
+    std::vector<std::pair<size_t, const FrontierSums*>> parts;
+    for (size_t s = 0; s < segment_frontiers_.size(); ++s)
+      parts.push_back({model_.segments[s].begin, segment_frontiers_[s].get()});
+    frontier_->assemble(parts);
+  }
   MPITRON_REQUIRE(frontier_->complete(), "a reduction shard of this rank has no gradient");
   float* g = grads_.data.data();
   const size_t flat = model_.flat_size;

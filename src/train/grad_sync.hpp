@@ -68,6 +68,10 @@ struct GradSyncOptions {
   // is summed tensor by tensor from it). No buckets (the trainer refuses them).
   int reduction_shards = 0;
   int tp_shards = 0;  // --bitwise: the model's TP shards (a row-parallel weight's norm segments)
+  // --bitwise with model chunks that interleave micro-batches (the interleaved schedule): a leaf
+  // per gradient segment, pushed when backward announces the segment final (GradReadyHook), the
+  // segments' frontiers assembled into the whole's before the reduction.
+  bool leaves_per_segment = false;
 };
 
 class GradSync {
@@ -147,6 +151,8 @@ class GradSync {
   // --bitwise: this rank's frontier sums (host memory), a staged leaf's host copy, the nodes other
   // ranks send for this rank's chunk, and the chunk's sum before the all-gather.
   std::unique_ptr<FrontierSums> frontier_;
+  std::vector<std::unique_ptr<FrontierSums>> segment_frontiers_;  // leaves_per_segment
+  std::vector<size_t> announced_;  // segments backward announced since the last end_shard
   // The values each shard's leaf holds: the gradients, then (one stage holding both ends of the
   // tied embedding) the embedding's part of the tied gradient [flat, flat + tied numel), padded to
   // a multiple of dp; tree_bounds_ cuts them into the dp chunks the tree's top is summed on.

@@ -92,7 +92,10 @@ StageMemoryPlan plan_stage_memory(const TrainOptions& opts, int stage) {
     for (int r = 1; r < L.dp; ++r) received += tree_frontier(tc.reduction_shards, r * per, per).size();
     add("frontier sums (host)",
         (size_t(frontier_peak_buffers(tc.reduction_shards, 0, per)) * leaf +
-         (L.dp > 1 ? (received + 1) * (leaf / size_t(L.dp)) : 0) + (off_cpu ? leaf : 0)) * f,
+         (L.dp > 1 ? (received + 1) * (leaf / size_t(L.dp)) : 0) + (off_cpu ? leaf : 0) +
+         // interleaved chunks: the segments' frontiers assembled into the whole's
+         (L.virtual_stages > 1 ? tree_frontier(tc.reduction_shards, 0, per).size() * leaf : 0)) *
+            f,
         true);
   }
   add("ZeRO gather scratch (host)", (gather_scratch && master ? shard : 0) * f, true);

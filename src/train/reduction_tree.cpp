@@ -140,6 +140,27 @@ void FrontierSums::push(int leaf, const float* values) {
   buffers_.push_back(std::move(own));
 }
 
+void FrontierSums::assemble(const std::vector<std::pair<size_t, const FrontierSums*>>& parts) {
+  MPITRON_REQUIRE(!parts.empty(), "no parts to assemble a frontier from");
+  reset();
+  nodes_ = parts.front().second->nodes_;
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    std::vector<float> own;
+    if (!spare_.empty()) {
+      own = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    own.assign(n_, 0.0f);
+    for (const auto& [offset, part] : parts) {
+      MPITRON_REQUIRE(part->complete() && part->nodes_ == nodes_ && offset + part->n_ <= n_,
+                      "a part's frontier does not match the whole's");
+      std::copy_n(part->sum(k), part->n_, own.data() + offset);
+    }
+    buffers_.push_back(std::move(own));
+  }
+  next_ = first_ + count_;
+}
+
 int frontier_peak_buffers(int shards, int first, int count) {
   FrontierSums f(shards, first, count, 0);
   int peak = 0;

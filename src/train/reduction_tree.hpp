@@ -54,6 +54,10 @@ class FrontierSums {
   int first() const { return first_; }
   int count() const { return count_; }
   bool complete() const { return next_ == first_ + count_; }
+  // The frontier of the whole from the complete frontiers of its parts (each the sums of n values
+  // at an offset, every part over the same shards; values in no part are zeros).
+  void assemble(const std::vector<std::pair<size_t, const FrontierSums*>>& parts);
+  size_t size() const { return n_; }
 
  private:
   // left and right are siblings whose parent lies in the rank's range.

@@ -242,6 +242,7 @@ void Trainer::setup() {
   if (tc.bitwise) {
     sync_options.reduction_shards = tc.reduction_shards;
     sync_options.tp_shards = bitwise_tp_shards(opts);
+    sync_options.leaves_per_segment = L.virtual_stages > 1;
     shard_losses.assign(size_t(tc.micro_batches), 0.0);
   }
   if (opts.offload_master) sync_options.params_alloc = &dev.host_alloc;
@@ -458,10 +459,6 @@ void resolve_bitwise(TrainOptions& opts) {
         "--bitwise: --tp {} does not divide the {} TP shards (train.tp_shards): use --tp {}, or "
         "--tp-shards a power of two that {} divides",
         L.tp, t.tp_shards, t.tp_shards < L.tp ? t.tp_shards : 1, L.tp));
-  if (L.virtual_stages > 1)
-    throw UsageError(
-        "--bitwise with an interleaved schedule is not built yet (a shard's gradient is complete "
-        "only after every model chunk's backward): use --schedule 1f1b or gpipe");
   if (L.bucket_mb > 0)
     throw UsageError(
         "--bucket-mb reduces gradients while backward runs; --bitwise sums every shard's gradient "

@@ -2,7 +2,7 @@
 # --bitwise refuses what it cannot keep bit for bit, before any step, with one message that says
 # why and what would work: a dp that does not divide the reduction shards, micro-batches other
 # than shards / dp, shards that do not divide the batch, a tp that does not divide the TP shards,
-# gradient buckets, the interleaved schedule.
+# gradient buckets.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 common=(--config "$TINY" --data "$(corpus)" --steps 2 --seq-len 16 --batch-size 24 --bitwise --out run)
@@ -30,6 +30,4 @@ refused "--bucket-mb .*--bitwise.*drop --bucket-mb" 2 --dp 2 --bucket-mb 0.1
 # tp must divide the TP shards (4 by default); the shards must be a power of two.
 refused "--tp 8 does not divide the 4 TP shards.*use --tp 4" 8 --tp 8
 refused "tp_shards must be a power of two" 1 --tp-shards 3
-refused "--bitwise with an interleaved schedule is not built yet.*use --schedule 1f1b or gpipe" \
-  2 --pp 2 --schedule interleaved --virtual-stages 2
 echo "--bitwise refusals ok"

@@ -32,6 +32,7 @@ case $family in
       "pp4_gpipe 4 --pp 4 --schedule gpipe"
       "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1"
       "pp3_stage_layers_1_1_2 3 --pp 3 --stage-layers 1,1,2"
+      "pp2_interleaved_v2 2 --pp 2 --schedule interleaved --virtual-stages 2"
       "dp2_recompute 2 --dp 2 --recompute block"
       "tp2 2 --tp 2" "tp4 4 --tp 4" "dp2_tp2_zero2 4 --dp 2 --tp 2 --zero 2"
       "tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe"
@@ -66,7 +67,8 @@ case $family in
     model=(--config "$REPO/configs/resnet-fmnist.toml" --data "$fmnist" --set model.width=8
       --set model.blocks_per_stage=2 --set model.norm_group=8 --batch-size 64 --lr 1e-4)
     flags=("${cnn_flags[@]}")
-    layouts=("dp2_zero1 2 --dp 2 --zero 1" "pp4_gpipe 4 --pp 4 --schedule gpipe" "dp2_pp2 4 --dp 2 --pp 2") ;;
+    layouts=("dp2_zero1 2 --dp 2 --zero 1" "pp4_gpipe 4 --pp 4 --schedule gpipe" "dp2_pp2 4 --dp 2 --pp 2"
+      "pp2_interleaved_v3 2 --pp 2 --schedule interleaved --virtual-stages 3") ;;
   *) fail "unknown family $family" ;;
 esac
 steps=${flags[1]}
