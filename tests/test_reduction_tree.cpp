@@ -129,7 +129,10 @@ TEST(ReductionTree, ShardChecks) {
   EXPECT_EQ(check_reduction_shards(24, 24, 3, 8), "");
   EXPECT_NE(check_reduction_shards(24, 24, 5, 1).find("use --dp 4 or 6"), std::string::npos)
       << check_reduction_shards(24, 24, 5, 1);
-  EXPECT_NE(check_reduction_shards(24, 24, 2, 4).find("--micro-batches 12"), std::string::npos);
+  EXPECT_EQ(check_reduction_shards(24, 24, 2, 4), "");
+  EXPECT_NE(check_reduction_shards(24, 24, 2, 5).find("use --micro-batches 4 or 6"),
+            std::string::npos)
+      << check_reduction_shards(24, 24, 2, 5);
   EXPECT_NE(check_reduction_shards(64, 24, 1, 1).find("divisors of the batch"), std::string::npos);
 }
 

@@ -74,12 +74,20 @@ std::string check_reduction_shards(int64_t rows, int shards, int dp, int micro_b
         "that divides the batch of {}",
         dp, shards, fmt::join(ok, " or "), dp, rows);
   }
-  if (micro_batches > 1 && int64_t(dp) * micro_batches != shards)
+  if (micro_batches > 1 && shards % (int64_t(dp) * micro_batches) != 0) {
+    std::vector<int> ok;  // micro-batch counts of whole shards, the nearest first
+    for (int m : divisors(shards / dp))
+      if (m > 1) ok.push_back(m);
+    std::stable_sort(ok.begin(), ok.end(), [micro_batches](int a, int b) {
+      return std::abs(a - micro_batches) < std::abs(b - micro_batches);
+    });
+    ok.resize(std::min<size_t>(ok.size(), 2));
     return fmt::format(
-        "--bitwise: every micro-batch is one reduction shard, so dp x micro-batches must be the {} "
-        "shards (got dp {} x {} = {}): use --micro-batches {}, or --reduction-shards {}",
-        shards, dp, micro_batches, int64_t(dp) * micro_batches, shards / dp,
-        int64_t(dp) * micro_batches);
+        "--bitwise: a micro-batch must hold whole reduction shards, so dp x micro-batches must "
+        "divide the {} shards (got dp {} x {} = {}): use --micro-batches {}",
+        shards, dp, micro_batches, int64_t(dp) * micro_batches,
+        ok.empty() ? std::string("1") : fmt::format("{}", fmt::join(ok, " or ")));
+  }
   return "";
 }
 

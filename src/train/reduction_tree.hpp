@@ -31,7 +31,7 @@ int default_reduction_shards(int64_t rows);
 
 // "" when the layout can train with `shards` reduction shards, else the reason and the nearest
 // layouts that work: shards must divide the batch, dp the shards, and dp x micro-batches (when
-// micro_batches > 1) equal them.
+// micro_batches > 1) divide them. (The trainer then runs each micro-batch as its shards.)
 std::string check_reduction_shards(int64_t rows, int shards, int dp, int micro_batches);
 
 // The tree's sum of S scalars (losses, batch-norm sums), leaf(i) the value of shard i.

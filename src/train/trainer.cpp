@@ -448,7 +448,17 @@ void resolve_bitwise(TrainOptions& opts) {
           check_reduction_shards(t.batch_size, t.reduction_shards, L.dp, t.micro_batches);
       !e.empty())
     throw UsageError(e);
+  // A micro-batch of several shards runs as its shards, one pass each: the same bits, and the
+  // schedule's micro-batches are the shards.
+  const int asked = t.micro_batches;
   t.micro_batches = t.reduction_shards / L.dp;
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  if (asked > 1 && asked != t.micro_batches && rank == 0)
+    spdlog::info(
+        "--bitwise: {} micro-batches of {} shards each run as {} micro-batches of one shard (the "
+        "same bits; the pipeline schedules {})",
+        asked, t.micro_batches / asked, t.micro_batches, t.micro_batches);
   if (L.tp > 1 && (opts.device != Device::cpu || opts.precision != DType::f32))
     throw UsageError(fmt::format(
         "--bitwise at --tp {} sums its TP shards on the CPU in fp32: use --device cpu --precision "

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --bitwise refuses what it cannot keep bit for bit, before any step, with one message that says
-# why and what would work: a dp that does not divide the reduction shards, micro-batches other
-# than shards / dp, shards that do not divide the batch, a tp that does not divide the TP shards,
+# why and what would work: a dp that does not divide the reduction shards, micro-batches of
+# partial shards, shards that do not divide the batch, a tp that does not divide the TP shards,
 # gradient buckets.
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -21,8 +21,8 @@ refused() {
 
 # 24 shards (gcd(24, 24)): dp 5 does not divide them; 4 and 6 are the nearest that do.
 refused "dp 5 does not divide the 24 reduction shards.*use --dp 4 or 6" 5 --dp 5
-# Every micro-batch is one shard: dp 2 needs 12.
-refused "dp x micro-batches must be the 24 shards.*use --micro-batches 12" 2 --dp 2 --micro-batches 4
+# A micro-batch holds whole shards: at dp 2 its 12 shards split into 2, 3, 4, 6 or 12 micro-batches.
+refused "dp x micro-batches must divide the 24 shards.*use --micro-batches 4 or 6" 2 --dp 2 --micro-batches 5
 refused "7 reduction shards do not split the batch of 24.*1, 2, 3, 4, 6, 8, 12, 24 (the divisors of the batch)" \
   1 --reduction-shards 7
 # Buckets reduce while backward runs; --bitwise sums after the step's last shard.

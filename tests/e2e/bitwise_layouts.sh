@@ -27,7 +27,7 @@ case $family in
     layouts=("dp2_allreduce 2 --dp 2 --dp-reduce allreduce"
       "dp3_ring_zero1 3 --dp 3 --dp-reduce ring --zero 1"
       "dp4_gather_scatter_zero2 4 --dp 4 --dp-reduce gather-scatter --zero 2"
-      "dp2_micro12 2 --dp 2 --micro-batches 12"
+      "dp2_micro4 2 --dp 2 --micro-batches 4"
       "pp2_1f1b 2 --pp 2 --schedule 1f1b"
       "pp4_gpipe 4 --pp 4 --schedule gpipe"
       "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1"
