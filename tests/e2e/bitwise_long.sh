@@ -3,9 +3,9 @@
 # every step's trace row (loss, validation loss, norm, lr) and the final checkpoint (parameters,
 # optimizer moments, buffers) equal bit for bit (`mpitron compare --bitwise`). Why a long run:
 # without --bitwise a layout sums in another order, its loss differs from step 2 on, and training
-# can amplify that. Measured with these shapes at dp 2 without --bitwise (relative loss): the MLP
-# 1e-8 to 1e-7 throughout; gpt-tiny up to 3.4e-5 in 200 steps (validation 3e-5); resnet
-# 2.2e-3 within 50 steps and 3.3e-2 within 300 (batch norm amplifies round-off). --bitwise: 0.
+# can amplify that. Measured at dp 2 without --bitwise (relative loss): the MLP 1e-8 to 1e-7
+# throughout; gpt-tiny at batch 24 up to 3.4e-5 in 200 steps (validation 3e-5); resnet at batch
+# 64 2.2e-3 within 50 steps and 3.3e-2 within 300 (batch norm amplifies round-off). --bitwise: 0.
 # Usage: bitwise_long.sh MPITRON REPO WORK FAMILY   (FAMILY: mlp, alexnet, resnet or gpt)
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
@@ -15,9 +15,10 @@ if [[ $family != gpt && ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   echo "SKIP: $fmnist is missing (apt-get install dataset-fashion-mnist)"
   exit 77
 fi
-# No --lr: each preset's own. The batches give shard counts (gcd(batch, 24)) that the layouts' dp
-# divide: mlp 48 (24 shards: dp 2 and dp 3), alexnet 32 and resnet 64 (8), gpt 24 (24). The CNNs
-# at cnn_baseline.sh's small widths, gpt-tiny at baseline.sh's batch and sequence length.
+# No --lr: each preset's own. The batches give shard counts that the layouts' dp divide: mlp 48
+# (24 shards: dp 2 and dp 3), alexnet 32 (8), resnet 32 (4 shards of 8, whole batch-norm groups),
+# gpt 8 (8). The CNNs at cnn_baseline.sh's small widths, gpt-tiny at baseline.sh's sequence
+# length; small batches keep the three runs of each family within a minute.
 case $family in
   mlp)
     model=(--config "$REPO/configs/mlp-fmnist.toml" --data "$fmnist" --batch-size 48)
@@ -30,11 +31,11 @@ case $family in
     layouts=("dp2 2 --dp 2" "dp2_pp2 4 --dp 2 --pp 2") ;;
   resnet)
     model=(--config "$REPO/configs/resnet-fmnist.toml" --data "$fmnist" --set model.width=8
-      --set model.blocks_per_stage=2 --set model.norm_group=8 --batch-size 64)
+      --set model.blocks_per_stage=2 --set model.norm_group=8 --batch-size 32 --reduction-shards 4)
     steps=300
     layouts=("dp2 2 --dp 2" "pp4_1f1b 4 --pp 4 --schedule 1f1b") ;;
   gpt)
-    model=(--config "$TINY" --data "$(corpus)" --batch-size 24 --seq-len 32)
+    model=(--config "$TINY" --data "$(corpus)" --batch-size 8 --seq-len 32)
     steps=200
     layouts=("dp2 2 --dp 2" "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1") ;;
   *) fail "unknown family $family" ;;
