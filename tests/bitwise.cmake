@@ -2,7 +2,7 @@
 # checked with `mpitron compare --bitwise` on the trace and the final checkpoint. Each test trains
 # its own 1-rank reference (a few seconds), so none needs a fixture.
 # bitwise_layouts_<family>: the family's small model at 3-14 layouts (tests/e2e/bitwise_layouts.sh).
-foreach(family gpt gpt_staged bert_mlm bert_testament mlp alexnet resnet)
+foreach(family gpt gpt_staged bert_mlm bert_testament mlp alexnet alexnet_staged resnet)
   add_test(NAME bitwise_layouts_${family}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/e2e/bitwise_layouts.sh $<TARGET_FILE:mpitron>
                    ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/e2e/bitwise_layouts_${family} ${family})

@@ -239,14 +239,24 @@ void carve_bert_activations(ActivationCarver& a, std::vector<typename BertModelT
 // Backward's scratch: the residual stream's gradient, the head's, the cross-entropy's, a block's.
 template <class A>
 void carve_bert_scratch(ActivationCarver& d, A*& dresidual, A*& dhead, A*& dhead2,
-                        float*& ce_scratch, BlockScratchT<A>& scratch, const BertConfig& cfg,
-                        const BlockShapeT<A>& shape, size_t M) {
+                        float*& ce_scratch, BlockScratchT<A>& scratch, float*& tp_fixed,
+                        size_t& tp_fixed_floats, const BertConfig& cfg, const BlockShapeT<A>& shape,
+                        size_t M, size_t Vl) {
   const size_t head_rows = cfg.task == 0 ? M : size_t(shape.B), C = cfg.n_embd;
   dresidual = d.take_as<A>(size_t(shape.B) * shape.T * C);
   dhead = d.take_as<A>(head_rows * C);
   dhead2 = d.take_as<A>(head_rows * C);
   ce_scratch = d.take(3 * M);
   block_scratch_carve(scratch, d, shape);
+  // --bitwise: the blocks' split linears, and the masked-LM head's and its cross-entropy's
+  const int shards = shape.tp_fixed_shards(), tp = shape.tp_size();
+  tp_fixed_floats = block_tp_fixed_floats(shape, false);
+  if (cfg.task == 0)
+    tp_fixed_floats =
+        std::max({tp_fixed_floats,
+                  tp::column_parallel_fixed_floats(shards, tp, int(M), int(C), int(Vl), 1, false),
+                  tp::crossentropy_fixed_floats(shards, tp, int(M), int(Vl))});
+  tp_fixed = tp_fixed_floats > 0 ? d.take(tp_fixed_floats) : nullptr;
 }
 
 // The integers one forward derives from its rows: ids, types, targets (B,T), lengths (B), masked
@@ -317,7 +327,8 @@ BertModelT<A>::BertModelT(const BertConfig& c, const ModelBuild& how)
     carve_bert_activations<A>(a, slots, cfg, shape, M, size_t(Vl));
   });
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
-    carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, cfg, shape, M);
+    carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, tp_.fixed,
+                          tp_.fixed_floats, cfg, shape, M, size_t(Vl));
   });
   // The integers each forward derives from its rows, made on the host; another device's layers
   // read an uploaded copy of each slot's block.
@@ -584,13 +595,17 @@ ModelMemory bert_memory(const BertConfig& cfg, const ModelBuild& how) {
   out.segments = bert_segments(registry, cfg, out.flat_size);
   BlockShapeT<A> shape{B, T, cfg.n_embd, cfg.n_head, false, nullptr, nullptr, kLnEps, &L};
   shape.tp_ranks = how.slice.tp;
+  shape.tp_shards = how.tp_shards;
   std::vector<typename BertModelT<A>::Acts> slots(size_t(std::max(1, how.slots)));
   ActivationCarver a, d;
   carve_bert_activations<A>(a, slots, cfg, shape, M, Vl);
   A *dresidual, *dhead, *dhead2;
   float* ce_scratch;
   BlockScratchT<A> scratch;
-  carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, cfg, shape, M);
+  float* tp_fixed;
+  size_t tp_fixed_floats;
+  carve_bert_scratch<A>(d, dresidual, dhead, dhead2, ce_scratch, scratch, tp_fixed, tp_fixed_floats,
+                        cfg, shape, M, Vl);
   const size_t ints = slots.size() * bert_ints_per_slot(size_t(B), size_t(T), M) * sizeof(int32_t);
   out.activation_bytes = (a.used + d.used) * sizeof(float) + ints;
   const size_t logits = cfg.task == 0 ? M * Vl : size_t(B) * cfg.classes();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 
@@ -313,11 +314,32 @@ size_t place_cnn_stat_sums(std::vector<ConvBnT<A>>& trunk,
 // ping-pong and scratch buffers), the largest convolution workspace, and the pool winners.
 struct CnnScratchSizes {
   size_t widest = 0, work = 0, argmax = 0;
+  size_t tp_fixed = 0;  // --bitwise: the split layers' TP scratch (tp::TpComm::fixed)
 };
+
+// --bitwise: a split convolution's TP scratch pieces, v of its shards on this rank, rows images
+// (forward: a column split's shard output, or a row split's products, input and weight slices;
+// backward: a column split's input-gradient products and output-gradient slice, or a row split's
+// input, its gradient, weight and weight-gradient slices).
+template <class A>
+std::array<size_t, 4> conv_fixed_pieces(const ConvBnT<A>& u, int rows, int v, bool backward) {
+  const cpu::Conv2dShape& s = u.shape;
+  const size_t HW = size_t(s.H) * s.W, OHW = size_t(s.OH()) * s.OW(), KK = size_t(s.KH) * s.KW;
+  if (u.spec.split == ChannelSplit::column) {
+    const size_t k = size_t(s.OC / v), n = size_t(rows) * s.IC * HW;
+    if (!backward) return {v > 1 ? rows * k * OHW : 0, 0, 0, 0};
+    return {n * v, v > 1 ? rows * k * OHW : 0, 0, 0};
+  }
+  const size_t k = size_t(s.IC / v), xn = rows * k * HW, wn = size_t(s.OC) * k * KK;
+  if (!backward) return {size_t(rows) * s.OC * OHW * v, xn, wn, 0};
+  if (v == 1) return {};
+  return {xn, xn, wn, wn};
+}
 template <class A>
 CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBnT<A>>& trunk,
                                   std::vector<typename CnnModelT<A>::Chunk>& chunks,
-                                  const CnnSpec& s, int Hl, const LayerOpsT<A>& L) {
+                                  const CnnSpec& s, int Hl, const LayerOpsT<A>& L, int B, int tp,
+                                  int tp_shards) {
   CnnScratchSizes z;
   for_each_unit<A>(trunk, chunks, [&](ConvBnT<A>& u) {
     const size_t conv_out = size_t(u.shape.OC) * u.shape.OH() * u.shape.OW();
@@ -326,8 +348,17 @@ CnnScratchSizes cnn_scratch_sizes(std::vector<ConvBnT<A>>& trunk,
     z.work = std::max(z.work, L.conv2d_workspace(u.plan.get()));
     if (u.shard_plan) z.work = std::max(z.work, L.conv2d_workspace(u.shard_plan.get()));
     if (u.spec.pool) z.argmax += pooled(u);
+    if (u.shard_plan) {
+      const int v = tp_shards / tp;
+      z.tp_fixed = std::max({z.tp_fixed, tp::fixed_pieces_floats(conv_fixed_pieces(u, B, v, false)),
+                             tp::fixed_pieces_floats(conv_fixed_pieces(u, B, v, true))});
+    }
   });
   z.widest = std::max({z.widest, size_t(s.features), size_t(s.classes), size_t(Hl)});
+  if (s.kind == CnnKind::alexnet && tp_shards > 0)  // the head's split linears
+    z.tp_fixed = std::max(
+        {z.tp_fixed, tp::column_parallel_fixed_floats(tp_shards, tp, B, s.features, Hl, 1, false),
+         tp::row_parallel_fixed_floats(tp_shards, tp, B, Hl, s.classes)});
   return z;
 }
 
@@ -387,10 +418,11 @@ void carve_cnn_activations(ActivationCarver& a, int32_t* am, std::vector<ConvBnT
 
 // Backward's (B, widest) ping-pong gradients and scratch, and the convolutions' workspace.
 template <class A>
-void carve_cnn_scratch(ActivationCarver& d, A* (&buffers)[5], A*& workspace,
+void carve_cnn_scratch(ActivationCarver& d, A* (&buffers)[5], A*& workspace, float*& tp_fixed,
                        const CnnScratchSizes& z, int B) {
   for (A*& t : buffers) t = d.take_as<A>(size_t(B) * z.widest);
   workspace = d.take_as<A>(std::max<size_t>(z.work, 1));
+  tp_fixed = z.tp_fixed > 0 ? d.take(z.tp_fixed) : nullptr;
 }
 
 }  // namespace
@@ -443,7 +475,8 @@ CnnModelT<A>::CnnModelT(const CnnSpec& s, const ModelConfig& m, const ModelBuild
 
   // Activations of every slot, planned once.
   const int slot_count = std::max(1, how.slots);
-  const CnnScratchSizes z = cnn_scratch_sizes<A>(trunk, chunks, s, head.Hl, L);
+  const CnnScratchSizes z =
+      cnn_scratch_sizes<A>(trunk, chunks, s, head.Hl, L, B, tp_.size(), tp_.shards);
   argmax_store = Buffer<int32_t>(*how.alloc, std::max<size_t>(z.argmax * slot_count, 1));
   acts = plan_activations(*how.alloc, [&](ActivationCarver& a) {
     carve_cnn_activations<A>(a, argmax_store.data(), trunk, chunks, head_slots, s, B, head.Hl,
@@ -451,9 +484,10 @@ CnnModelT<A>::CnnModelT(const CnnSpec& s, const ModelConfig& m, const ModelBuild
   });
   dacts = plan_activations(*how.alloc, [&](ActivationCarver& d) {
     A* scratch[5];
-    carve_cnn_scratch<A>(d, scratch, workspace, z, B);
+    carve_cnn_scratch<A>(d, scratch, workspace, tp_.fixed, z, B);
     d0 = scratch[0], d1 = scratch[1], t0 = scratch[2], t1 = scratch[3], t2 = scratch[4];
   });
+  tp_.fixed_floats = z.tp_fixed;
   // Another device's layers cannot read the host's samples, nor 16-bit layers float images: they
   // go to a copy per micro-batch, one per slot (backward reads its micro-batch's images for the
   // first convolution's weight gradient, and its labels, after other micro-batches' forwards).
@@ -606,27 +640,25 @@ void CnnModelT<A>::conv_forward_fixed(ConvBn& u, A* out, const A* x, int rows) {
     if (u.spec.split == ChannelSplit::column) {  // out's channels, shard by shard
       const int k = s.OC / v;
       if (v == 1) return L.conv2d_forward(out, workspace, x, u.w, u.shard_plan.get(), rows);
-      fixed_.resize(size_t(rows) * k * OHW);
+      float* ok = tp::fixed_pieces(tp_, conv_fixed_pieces(u, rows, v, false))[0];
       for (int j = 0; j < v; ++j) {
-        L.conv2d_forward(fixed_.data(), workspace, x, u.w + size_t(j) * k * s.IC * KK,
-                         u.shard_plan.get(), rows);
-        L.copy_strided(out + j * k * OHW, int(s.OC * OHW), fixed_.data(), int(k * OHW), rows,
-                       int(k * OHW));
+        L.conv2d_forward(ok, workspace, x, u.w + size_t(j) * k * s.IC * KK, u.shard_plan.get(),
+                         rows);
+        L.copy_strided(out + j * k * OHW, int(s.OC * OHW), ok, int(k * OHW), rows, int(k * OHW));
       }
       return;
     }
     const int k = s.IC / v;  // a row split: the tree over the input channels' shards
-    const size_t n = size_t(rows) * s.OC * OHW, xn = size_t(rows) * k * HW,
-                 wn = size_t(s.OC) * k * KK;
-    fixed_.resize(n * v + xn + wn);
-    float *parts = fixed_.data(), *xk = parts + n * v, *wk = xk + xn;
+    const size_t n = size_t(rows) * s.OC * OHW;
+    const auto pieces = tp::fixed_pieces(tp_, conv_fixed_pieces(u, rows, v, false));
+    float *parts = pieces[0], *xk = pieces[1], *wk = pieces[2];
     for (int j = 0; j < v; ++j) {
       L.copy_strided(xk, int(k * HW), x + j * k * HW, int(s.IC * HW), rows, int(k * HW));
       L.copy_strided(wk, k * KK, u.w + j * k * KK, s.IC * KK, s.OC, k * KK);
       L.conv2d_forward(parts + j * n, workspace, xk, wk, u.shard_plan.get(), rows);
     }
-    L.copy(out, tp::fixed_local_sum(parts, v, n), n);
-    tp::fixed_allreduce_sum(tp_, out, n);
+    L.copy(out, tp::fixed_local_sum(L, parts, v, n), n);
+    tp::fixed_allreduce_sum(tp_, L, out, n);
   }
 }
 
@@ -641,9 +673,9 @@ void CnnModelT<A>::conv_backward_fixed(ConvBn& u, A* dx, const A* dout, const A*
     const size_t HW = size_t(s.H) * s.W, OHW = size_t(s.OH()) * s.OW();
     if (u.spec.split == ChannelSplit::column) {  // dx: the tree over the output channels' shards
       const int k = s.OC / v;
-      const size_t n = size_t(rows) * s.IC * HW, dn = size_t(rows) * k * OHW;
-      fixed_.resize(n * v + dn);
-      float *parts = fixed_.data(), *dk = parts + n * v;
+      const size_t n = size_t(rows) * s.IC * HW;
+      const auto pieces = tp::fixed_pieces(tp_, conv_fixed_pieces(u, rows, v, true));
+      float *parts = pieces[0], *dk = pieces[1];
       for (int j = 0; j < v; ++j) {
         const float* d = dout;
         if (v > 1) {
@@ -654,16 +686,14 @@ void CnnModelT<A>::conv_backward_fixed(ConvBn& u, A* dx, const A* dout, const A*
                           d, x, u.w + size_t(j) * k * s.IC * KK, u.shard_plan.get(), rows);
       }
       if (!dx) return;
-      L.copy(dx, tp::fixed_local_sum(parts, v, n), n);
-      tp::fixed_allreduce_sum(tp_, dx, n);
+      L.copy(dx, tp::fixed_local_sum(L, parts, v, n), n);
+      tp::fixed_allreduce_sum(tp_, L, dx, n);
       return;
     }
     const int k = s.IC / v;  // a row split: each input-channel shard's gradients in place
     if (v == 1)
       return L.conv2d_backward(dx, u.dw, workspace, dout, x, u.w, u.shard_plan.get(), rows);
-    const size_t xn = size_t(rows) * k * HW, wn = size_t(s.OC) * k * KK;
-    fixed_.resize(2 * xn + 2 * wn);
-    float *xk = fixed_.data(), *dxk = xk + xn, *wk = dxk + xn, *dwk = wk + wn;
+    const auto [xk, dxk, wk, dwk] = tp::fixed_pieces(tp_, conv_fixed_pieces(u, rows, v, true));
     for (int j = 0; j < v; ++j) {
       L.copy_strided(xk, int(k * HW), x + j * k * HW, int(s.IC * HW), rows, int(k * HW));
       L.copy_strided(wk, k * KK, u.w + j * k * KK, s.IC * KK, s.OC, k * KK);
@@ -907,13 +937,15 @@ ModelMemory cnn_memory(CnnKind kind, const ModelConfig& m, const ModelBuild& how
   out.buffer_elements = registry.buffer_size();
   out.weight_copy_bytes = std::is_same_v<A, float> ? 0 : out.flat_size * sizeof(A);
   out.segments = cnn_segments<A>(registry, s, trunk, chunks, out.flat_size);
-  const CnnScratchSizes z = cnn_scratch_sizes<A>(trunk, chunks, s, Hl, L);
+  const CnnScratchSizes z =
+      cnn_scratch_sizes<A>(trunk, chunks, s, Hl, L, B, how.slice.tp, how.tp_shards);
   ActivationCarver a, d;
   std::vector<typename CnnModelT<A>::HeadActs> head_slots;
   carve_cnn_activations<A>(a, nullptr, trunk, chunks, head_slots, s, B, Hl, slot_count);
   A* scratch[5];
   A* workspace;
-  carve_cnn_scratch<A>(d, scratch, workspace, z, B);
+  float* tp_fixed;
+  carve_cnn_scratch<A>(d, scratch, workspace, tp_fixed, z, B);
   size_t other = std::max<size_t>(z.argmax * slot_count, 1) * sizeof(int32_t);  // pool winners
   if (L.device != Device::cpu)  // the statistics' sums, and each slot's labels
     other += place_cnn_stat_sums<A>(trunk, chunks) * sizeof(double) *

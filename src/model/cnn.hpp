@@ -168,7 +168,6 @@ class CnnModelT final : public Model {
   // shards, summed over TP; column split: the input gradient so).
   void conv_forward_fixed(ConvBn& u, A* out, const A* x, int rows);
   void conv_backward_fixed(ConvBn& u, A* dx, const A* dout, const A* x, int rows);
-  std::vector<float> fixed_;  // their gathered shards and products (host memory: the CPU's)
   const A* trunk_forward(int slot, const A* x, int rows, bool training);
   void block_forward(Block& b, int slot, const A* x, int rows, bool training);
   void block_backward(Block& b, int slot, A* dout, A* dx, const A* x, int rows);

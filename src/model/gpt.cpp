@@ -208,11 +208,21 @@ void carve_gpt_activations(ActivationCarver& a, std::vector<GptChunkT<A>>& chunk
 // Backward's scratch, shared by every slot and block.
 template <class A>
 void carve_gpt_scratch(ActivationCarver& d, A*& dresidual, float*& ce_scratch,
-                       BlockScratchT<A>& scratch, bool any_last, const BlockShapeT<A>& shape) {
+                       BlockScratchT<A>& scratch, float*& tp_fixed, size_t& tp_fixed_floats,
+                       bool any_last, const BlockShapeT<A>& shape, int Vl) {
   const size_t BT = size_t(shape.B) * shape.T, C = size_t(shape.C);
   dresidual = d.take_as<A>(BT * C);
   ce_scratch = any_last ? d.take(3 * BT) : nullptr;
   block_scratch_carve(scratch, d, shape);
+  // --bitwise: the blocks' split linears, and the LM head's and its cross-entropy's
+  const int shards = shape.tp_fixed_shards(), tp = shape.tp_size();
+  tp_fixed_floats = block_tp_fixed_floats(shape, true);
+  if (any_last)
+    tp_fixed_floats =
+        std::max({tp_fixed_floats,
+                  tp::column_parallel_fixed_floats(shards, tp, int(BT), shape.C, Vl, 1, false),
+                  tp::crossentropy_fixed_floats(shards, tp, int(BT), Vl)});
+  tp_fixed = tp_fixed_floats > 0 ? d.take(tp_fixed_floats) : nullptr;
 }
 
 template <class A>
@@ -271,7 +281,8 @@ GptModelT<A>::GptModelT(const GptConfig& c, const ModelBuild& how)
     carve_gpt_activations(a, chunks, recompute_acts, recompute, shape, V, size_t(head_rows));
   });
   dacts = plan_activations(alloc, [&](ActivationCarver& d) {
-    carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
+    carve_gpt_scratch(d, dresidual, ce_scratch, scratch, tp_.fixed, tp_.fixed_floats, any_last,
+                      shape, Vl);
   });
   dln_f = scratch.dln;
   tokens = Buffer<int32_t>(alloc, chunks.size() * slot_count * 2 * BT);
@@ -548,6 +559,7 @@ ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   for (GptChunkT<A>& ch : chunks) ch.slots.resize(slot_count), any_last |= ch.last;
   BlockShapeT<A> shape{how.micro_rows, T, cfg.n_embd, cfg.n_head, true, nullptr, nullptr, 1e-5, &L};
   shape.tp_ranks = how.slice.tp;
+  shape.tp_shards = how.tp_shards;
   ActivationCarver a, d;
   BlockActsT<A> recompute_acts;
   const size_t BT = size_t(how.micro_rows) * T;
@@ -557,7 +569,10 @@ ModelMemory gpt_memory(const GptConfig& cfg, const ModelBuild& how) {
   A* dresidual = nullptr;
   float* ce_scratch = nullptr;
   BlockScratchT<A> scratch;
-  carve_gpt_scratch(d, dresidual, ce_scratch, scratch, any_last, shape);
+  float* tp_fixed = nullptr;
+  size_t tp_fixed_floats = 0;
+  carve_gpt_scratch(d, dresidual, ce_scratch, scratch, tp_fixed, tp_fixed_floats, any_last, shape,
+                    Vl);
   const size_t tokens = chunks.size() * size_t(slot_count) * 2 * BT * sizeof(int32_t);
   out.activation_bytes = (a.used + d.used) * sizeof(float) + tokens;
   out.logit_bytes = !any_last       ? 0

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
@@ -30,41 +31,73 @@ int local_shards(const TpComm& tp) {
   return tp.shards / tp.size();
 }
 
-// Scratch of the given sizes, carved from tp.fixed_scratch (grown once, then reused).
-template <size_t K>
-std::array<float*, K> fixed_scratch(TpComm& tp, const std::array<size_t, K>& sizes) {
-  size_t total = 0;
-  for (size_t n : sizes) total += n;
-  if (tp.fixed_scratch.size() < total) tp.fixed_scratch.resize(total);
-  std::array<float*, K> out{};
-  size_t at = 0;
-  for (size_t k = 0; k < K; ++k) {
-    out[k] = tp.fixed_scratch.data() + at;
-    at += sizes[k];
-  }
-  return out;
+// Whether MPI reads and writes the layers' fp32 memory in place (else host copies).
+bool host_memory(Device d) {
+  return d == Device::cpu;
 }
 
 // The tree over parts [lo, hi) (each n floats, part j at parts + j n): left + right, into left.
-float* local_tree(float* parts, int lo, int hi, size_t n) {
+float* local_tree(const LayerOpsT<float>& ops, float* parts, int lo, int hi, size_t n) {
   if (hi - lo == 1) return parts + size_t(lo) * n;
   const int mid = lo + (hi - lo) / 2;
-  float* left = local_tree(parts, lo, mid, n);
-  add_in_place(left, local_tree(parts, mid, hi, n), n);
+  float* left = local_tree(ops, parts, lo, mid, n);
+  ops.residual_forward(left, left, local_tree(ops, parts, mid, hi, n), n);
   return left;
 }
 
 // The tree's top over the ranks, each holding its shards' sum in x: recursive doubling, where at
-// distance d ranks r and r ^ d add their nodes, which are siblings (tp a power of two).
-void tree_allreduce(TpComm& tp, float* x, float* partner_sum, size_t n) {
+// distance d ranks r and r ^ d add their nodes, which are siblings (tp a power of two). On the
+// host: a device's x goes down once and back once (an fp32 sum has the same bits anywhere).
+void tree_allreduce(TpComm& tp, const LayerOpsT<float>& ops, float* x, size_t n) {
+  if (tp.size() == 1) return;
+  float* host = x;
+  if (!host_memory(ops.device)) {
+    if (tp.staging.size() < n) tp.staging.resize(n);
+    ops.download(tp.staging.data(), x, n);
+    host = tp.staging.data();
+  }
+  if (tp.partner_sum.size() < n) tp.partner_sum.resize(n);
   for (int d = 1; d < tp.size(); d <<= 1) {
     const int partner = tp.rank() ^ d;
-    comm::Request in = tp.group->irecv(partner_sum, n, partner, kTreeTag);
-    comm::Request out = tp.group->isend(x, n, partner, kTreeTag);
+    comm::Request in = tp.group->irecv(tp.partner_sum.data(), n, partner, kTreeTag);
+    comm::Request out = tp.group->isend(host, n, partner, kTreeTag);
     in.wait();
     out.wait();
-    add_in_place(x, partner_sum, n);
+    add_in_place(host, tp.partner_sum.data(), n);
   }
+  if (host != x) ops.upload(x, host, n);
+}
+
+// Each fixed-order layer's scratch pieces (v: this rank's shards; k: a shard's width), named
+// once so that the layer and the model's carving agree.
+std::array<size_t, 4> column_forward_pieces(int v, int N, int IC, int OCl, int groups, bool gelu) {
+  if (v == 1) return {};
+  const size_t k = size_t(OCl / v);
+  const bool in_place_rows = groups == 1;  // one block: a shard's weight rows and bias in place
+  return {in_place_rows ? 0 : k * IC, in_place_rows ? 0 : k, size_t(N) * k, gelu ? N * k : 0};
+}
+std::array<size_t, 3> column_weights_pieces(int v, int N, int IC, int OCl, int groups) {
+  if (v == 1) return {};
+  const size_t k = size_t(OCl / v);
+  const bool in_place_rows = groups == 1;
+  return {size_t(N) * k, in_place_rows ? 0 : k * IC, in_place_rows ? 0 : k};
+}
+std::array<size_t, 3> column_input_pieces(int v, int N, int IC, int OCl, int groups) {
+  const size_t k = size_t(OCl / v), n = size_t(N) * IC;
+  return {n * v, v > 1 ? N * k : 0, v > 1 && groups > 1 ? k * IC : 0};
+}
+std::array<size_t, 3> row_forward_pieces(int v, int N, int ICl, int OC) {
+  if (v == 1) return {};
+  const size_t k = size_t(ICl / v);
+  return {size_t(N) * OC * v, N * k, OC * k};
+}
+std::array<size_t, 4> row_backward_pieces(int v, int N, int ICl, int OC) {
+  if (v == 1) return {};
+  const size_t k = size_t(ICl / v);
+  return {OC * k, N * k, N * k, OC * k};
+}
+std::array<size_t, 2> sumexp_pieces(int v, int N, int Vl) {
+  return {size_t(N) * v, v > 1 ? size_t(N) * (Vl / v) : 0};
 }
 
 // Columns of TP shard j (of v on this rank) of a (rows, width) block with row stride `stride`,
@@ -117,11 +150,9 @@ void column_parallel_forward_fixed(TpComm& tp, float* pre, float* out, const flo
     if (pre) return ops.linear_gelu_forward(pre, out, inp, w, b, N, IC, OCl);
     return ops.linear_forward(out, inp, w, b, N, IC, OCl);
   }
-  // One block of rows (groups 1): a shard's weight rows and bias are in place, no copies.
   const bool in_place_rows = groups == 1;
   const auto [wk, bk, ok, pk] =
-      fixed_scratch<4>(tp, {in_place_rows ? 0 : size_t(k) * IC, in_place_rows ? 0 : size_t(k),
-                            size_t(N) * k, pre ? size_t(N) * k : 0});
+      fixed_pieces(tp, column_forward_pieces(v, N, IC, OCl, groups, pre != nullptr));
   for (int j = 0; j < v; ++j) {
     const float* wj = w + size_t(j) * k * IC;
     const float* bj = b ? b + size_t(j) * k : nullptr;
@@ -148,8 +179,7 @@ void column_parallel_weights_fixed(TpComm& tp, float* dw, float* db, const float
   const int v = local_shards(tp), k = OCl / v;
   if (v == 1) return ops.linear_backward(nullptr, dw, db, dout, inp, nullptr, N, IC, OCl);
   const bool in_place_rows = groups == 1;  // a shard's gradient rows in place, no copies
-  const auto [dk, dwk, dbk] = fixed_scratch<3>(
-      tp, {size_t(N) * k, in_place_rows ? 0 : size_t(k) * IC, in_place_rows ? 0 : size_t(k)});
+  const auto [dk, dwk, dbk] = fixed_pieces(tp, column_weights_pieces(v, N, IC, OCl, groups));
   for (int j = 0; j < v; ++j) {
     gather_shard_columns(ops, dk, dout, OCl, N, OCl, groups, j, v);
     if (in_place_rows) {
@@ -172,8 +202,7 @@ void row_parallel_backward_fixed(TpComm& tp, float* dinp, float* dw, float* db, 
                                  const LayerOpsT<float>& ops) {
   const int v = local_shards(tp), k = ICl / v;
   if (v == 1) return ops.linear_backward(dinp, dw, db, dout, inp, w, N, ICl, OC);
-  const auto [wk, xk, dk, dwk] =
-      fixed_scratch<4>(tp, {size_t(OC) * k, size_t(N) * k, size_t(N) * k, size_t(OC) * k});
+  const auto [wk, xk, dk, dwk] = fixed_pieces(tp, row_backward_pieces(v, N, ICl, OC));
   for (int j = 0; j < v; ++j) {
     if (dinp) {
       ops.copy_strided(wk, k, w + j * k, ICl, OC, k);
@@ -194,8 +223,7 @@ void row_parallel_forward_fixed(TpComm& tp, float* out, const float* inp, const 
   const int v = local_shards(tp), k = ICl / v;
   MPITRON_REQUIRE(ICl % v == 0, "--bitwise: the TP shards do not split a row-parallel input");
   const size_t n = size_t(N) * OC;
-  const auto [parts, xk, wk, other] = fixed_scratch<4>(
-      tp, {v > 1 ? n * v : 0, v > 1 ? size_t(N) * k : 0, v > 1 ? size_t(OC) * k : 0, n});
+  const auto [parts, xk, wk] = fixed_pieces(tp, row_forward_pieces(v, N, ICl, OC));
   if (v == 1) {
     ops.linear_forward(out, inp, w, nullptr, N, ICl, OC);
   } else {
@@ -204,9 +232,9 @@ void row_parallel_forward_fixed(TpComm& tp, float* out, const float* inp, const 
       ops.copy_strided(wk, k, w + j * k, ICl, OC, k);
       ops.linear_forward(parts + size_t(j) * n, xk, wk, nullptr, N, k, OC);
     }
-    ops.copy(out, local_tree(parts, 0, v, n), n);
+    ops.copy(out, local_tree(ops, parts, 0, v, n), n);
   }
-  tree_allreduce(tp, out, other, n);
+  tree_allreduce(tp, ops, out, n);
   if (b) ops.add_bias_rows(out, b, N, OC);
 }
 
@@ -221,8 +249,7 @@ void column_parallel_input_fixed(TpRegionT<float>& r, const float* dout, const f
                   "--bitwise: the TP shards do not split a column-parallel output");
   const size_t n = size_t(r.N) * r.IC;
   const bool in_place_rows = groups == 1;  // a shard's weight rows in place, no copies
-  const auto [parts, dk, wk, other] = fixed_scratch<4>(
-      tp, {n * v, v > 1 ? size_t(r.N) * k : 0, v > 1 && !in_place_rows ? size_t(k) * r.IC : 0, n});
+  const auto [parts, dk, wk] = fixed_pieces(tp, column_input_pieces(v, r.N, r.IC, OCl, groups));
   for (int j = 0; j < v; ++j) {
     const float *d = dout, *wj = w + size_t(j) * k * r.IC;
     if (v > 1) {
@@ -235,8 +262,8 @@ void column_parallel_input_fixed(TpRegionT<float>& r, const float* dout, const f
     }
     ops.linear_backward(parts + size_t(j) * n, nullptr, nullptr, d, nullptr, wj, r.N, r.IC, k);
   }
-  float* sum = local_tree(parts, 0, v, n);
-  tree_allreduce(tp, sum, other, n);
+  float* sum = local_tree(ops, parts, 0, v, n);
+  tree_allreduce(tp, ops, sum, n);
   if (r.holds)
     ops.residual_forward(r.dinp, r.dinp, sum, n);
   else
@@ -249,8 +276,7 @@ void crossentropy_sumexp_fixed(TpComm& tp, float* sum, const float* logits, cons
                                int Vl, int v0, int V, const LayerOpsT<float>& ops) {
   const int v = local_shards(tp), k = Vl / v;
   MPITRON_REQUIRE(Vl % v == 0, "--bitwise: the TP shards do not split the vocabulary");
-  const auto [parts, lk, other] =
-      fixed_scratch<3>(tp, {size_t(N) * v, v > 1 ? size_t(N) * k : 0, size_t(N)});
+  const auto [parts, lk] = fixed_pieces(tp, sumexp_pieces(v, N, Vl));
   for (int j = 0; j < v; ++j) {
     const float* l = logits;
     if (v > 1) {
@@ -259,13 +285,8 @@ void crossentropy_sumexp_fixed(TpComm& tp, float* sum, const float* logits, cons
     }
     ops.crossentropy_shard_sumexp(parts + size_t(j) * N, l, mx, N, k, v0 + j * k, V);
   }
-  ops.copy(sum, local_tree(parts, 0, v, size_t(N)), size_t(N));
-  tree_allreduce(tp, sum, other, size_t(N));
-}
-
-// Whether MPI reads and writes the layers' fp32 memory in place (else host copies).
-bool host_memory(Device d) {
-  return d == Device::cpu;
+  ops.copy(sum, local_tree(ops, parts, 0, v, size_t(N)), size_t(N));
+  tree_allreduce(tp, ops, sum, size_t(N));
 }
 
 // n floats of the layers' memory (the device d) as a host fp32 copy in tp.staging.
@@ -356,13 +377,32 @@ int fixed_local_shards(const TpComm& tp) {
   return local_shards(tp);
 }
 
-float* fixed_local_sum(float* parts, int v, size_t n) {
-  return local_tree(parts, 0, v, n);
+float* fixed_local_sum(const LayerOpsT<float>& ops, float* parts, int v, size_t n) {
+  return local_tree(ops, parts, 0, v, n);
 }
 
-void fixed_allreduce_sum(TpComm& tp, float* x, size_t n) {
-  if (tp.partner_sum.size() < n) tp.partner_sum.resize(n);
-  tree_allreduce(tp, x, tp.partner_sum.data(), n);
+void fixed_allreduce_sum(TpComm& tp, const LayerOpsT<float>& ops, float* x, size_t n) {
+  tree_allreduce(tp, ops, x, n);
+}
+
+size_t column_parallel_fixed_floats(int shards, int tp, int N, int IC, int OCl, int groups,
+                                    bool gelu) {
+  if (shards == 0) return 0;
+  const int v = shards / tp;
+  return std::max({fixed_pieces_floats(column_forward_pieces(v, N, IC, OCl, groups, gelu)),
+                   fixed_pieces_floats(column_weights_pieces(v, N, IC, OCl, groups)),
+                   fixed_pieces_floats(column_input_pieces(v, N, IC, OCl, groups))});
+}
+
+size_t row_parallel_fixed_floats(int shards, int tp, int N, int ICl, int OC) {
+  if (shards == 0) return 0;
+  const int v = shards / tp;
+  return std::max(fixed_pieces_floats(row_forward_pieces(v, N, ICl, OC)),
+                  fixed_pieces_floats(row_backward_pieces(v, N, ICl, OC)));
+}
+
+size_t crossentropy_fixed_floats(int shards, int tp, int N, int Vl) {
+  return shards == 0 ? 0 : fixed_pieces_floats(sumexp_pieces(shards / tp, N, Vl));
 }
 
 void require_tp_shards(int shards, int64_t n_embd) {

@@ -3,12 +3,14 @@
 // paper's f and g), applied once per region (TpRegion: however many column-parallel layers read its
 // input), column- and row-parallel linears, a vocab-parallel embedding and cross-entropy.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
 #include <vector>
 
+#include "base/check.hpp"
 #include "comm/group.hpp"
 #include "src/model/layer_ops.hpp"
 #include "src/model/model.hpp"
@@ -49,9 +51,13 @@ struct TpComm {
   // the vocabulary's sum of exponentials) is then the same pairwise tree over the shards' products
   // at any tp: each rank computes its shards / tp K-slices apart (at tp 1 all of them), adds them
   // in the tree, and the ranks add theirs by recursive doubling (the tree's top). fp32 on the CPU.
+  // The K-slices and their products live in `fixed`, fixed_floats floats of the layers' memory
+  // carved once by the model (sized by the *_fixed_floats functions below, so the memory plan
+  // counts them); the ranks' tree top runs on the host (partner_sum, and staging for a device).
   int shards = 0;
-  std::vector<float> fixed_scratch;  // the K-slices, their products and a partner's sum
-  std::vector<float> partner_sum;    // fixed_allreduce_sum's
+  float* fixed = nullptr;
+  size_t fixed_floats = 0;
+  std::vector<float> partner_sum;
   int size() const { return group->size(); }
   int rank() const { return group->rank(); }
 };
@@ -67,10 +73,39 @@ inline int vocab_align_for(int64_t V, int shards, int align) {
 // --bitwise pieces for layers that split their own way (the CNNs' channel-split convolutions):
 // this rank's TP shards (shards / tp); the tree over v consecutive arrays of n floats at parts
 // (returns the array holding the sum); x, this rank's shards' sum, becomes the sum over every
-// rank's in the tree's order (recursive doubling). fp32 in host memory.
+// rank's in the tree's order (recursive doubling, on the host). fp32 in the layers' memory.
 int fixed_local_shards(const TpComm& tp);
-float* fixed_local_sum(float* parts, int v, size_t n);
-void fixed_allreduce_sum(TpComm& tp, float* x, size_t n);
+float* fixed_local_sum(const LayerOpsT<float>& ops, float* parts, int v, size_t n);
+void fixed_allreduce_sum(TpComm& tp, const LayerOpsT<float>& ops, float* x, size_t n);
+
+// --bitwise scratch: arrays of the given sizes carved from tp.fixed, each on a 16-float grid
+// (InternalError past fixed_floats), and the floats such a carving takes.
+template <size_t K>
+size_t fixed_pieces_floats(const std::array<size_t, K>& sizes) {
+  size_t total = 0;
+  for (size_t n : sizes) total += (n + 15) / 16 * 16;
+  return total;
+}
+template <size_t K>
+std::array<float*, K> fixed_pieces(TpComm& tp, const std::array<size_t, K>& sizes) {
+  MPITRON_REQUIRE(fixed_pieces_floats(sizes) <= tp.fixed_floats,
+                  "--bitwise: the model carved too little TP scratch for a split layer");
+  std::array<float*, K> out{};
+  size_t at = 0;
+  for (size_t k = 0; k < K; ++k) {
+    out[k] = tp.fixed + at;
+    at += (sizes[k] + 15) / 16 * 16;
+  }
+  return out;
+}
+// The floats of tp.fixed one split layer needs at shards / tp local shards (the larger of its
+// forward's and backward's; 0 when shards is 0): a column-parallel linear of N rows (IC in,
+// OCl out on this rank, in `groups` blocks; gelu: linear_gelu's pre kept), a row-parallel one, the
+// vocab-parallel cross-entropy over Vl rows of the vocabulary.
+size_t column_parallel_fixed_floats(int shards, int tp, int N, int IC, int OCl, int groups,
+                                    bool gelu);
+size_t row_parallel_fixed_floats(int shards, int tp, int N, int ICl, int OC);
+size_t crossentropy_fixed_floats(int shards, int tp, int N, int Vl);
 
 // --bitwise: UsageError unless n_embd splits into the TP shards' K-slices.
 void require_tp_shards(int shards, int64_t n_embd);

@@ -46,6 +46,17 @@ void block_scratch_carve(BlockScratchT<A>& d, ActivationCarver& c, const BlockSh
 }
 
 template <class A>
+size_t block_tp_fixed_floats(const BlockShapeT<A>& s, bool fused_qkv) {
+  const int shards = s.tp_fixed_shards(), tp = s.tp_size(), N = s.B * s.T, C = s.C, Cl = C / tp;
+  if (shards == 0) return 0;
+  return std::max({fused_qkv ? tp::column_parallel_fixed_floats(shards, tp, N, C, 3 * Cl, 3, false)
+                             : tp::column_parallel_fixed_floats(shards, tp, N, C, Cl, 1, false),
+                   tp::column_parallel_fixed_floats(shards, tp, N, C, 4 * Cl, 1, fused_qkv),
+                   tp::row_parallel_fixed_floats(shards, tp, N, Cl, C),
+                   tp::row_parallel_fixed_floats(shards, tp, N, 4 * Cl, C)});
+}
+
+template <class A>
 void transformer_block_forward(BlockActsT<A>& a, const A* x, const BlockWeightsT<A>& w,
                                const BlockShapeT<A>& s, const BlockDropout& drop) {
   const int B = s.B, T = s.T, C = s.C, N = B * T, Cl = C / s.tp_size(), NHl = s.NH / s.tp_size();
@@ -103,6 +114,7 @@ void transformer_block_backward(A* dresidual, const BlockWeights& dw, const Bloc
   template void block_acts_carve<A>(BlockActsT<A>&, ActivationCarver&, const BlockShapeT<A>&);  \
   template void block_scratch_carve<A>(BlockScratchT<A>&, ActivationCarver&,                    \
                                        const BlockShapeT<A>&);                                  \
+  template size_t block_tp_fixed_floats<A>(const BlockShapeT<A>&, bool);                        \
   template void transformer_block_forward<A>(BlockActsT<A>&, const A*, const BlockWeightsT<A>&, \
                                              const BlockShapeT<A>&, const BlockDropout&);       \
   template void transformer_block_backward<A>(                                                  \

@@ -38,8 +38,10 @@ struct BlockShapeT {
   // The reference the regions are tested against: every column-parallel layer all-reduces its own
   // input gradient (the encoder's q, k and v: three all-reduces where its region makes one).
   bool tp_per_layer = false;
-  int tp_ranks = 1;  // the TP size where no group is given (a memory plan counts, runs nothing)
+  int tp_ranks = 1;   // the TP size where no group is given (a memory plan counts, runs nothing)
+  int tp_shards = 0;  // --bitwise's TP shards where no group is given
   int tp_size() const { return tp_group ? tp_group->size() : tp_ranks; }
+  int tp_fixed_shards() const { return tp_group ? tp_group->shards : tp_shards; }
   const LayerOpsT<A>& layers() const { return ops ? *ops : layer_ops<A>(Device::cpu); }
 };
 using BlockShape = BlockShapeT<float>;
@@ -111,6 +113,10 @@ template <class A>
 void block_acts_carve(BlockActsT<A>& a, ActivationCarver& c, const BlockShapeT<A>& s);
 template <class A>
 void block_scratch_carve(BlockScratchT<A>& d, ActivationCarver& c, const BlockShapeT<A>& s);
+// --bitwise: the floats of TP scratch (tp::TpComm::fixed) a block's split linears need; fused_qkv:
+// the decoder's one q|k|v projection and GELU-fused MLP, else the encoder's three and plain MLP.
+template <class A>
+size_t block_tp_fixed_floats(const BlockShapeT<A>& s, bool fused_qkv);
 
 // Fills a from the block input x (B,T,C); the block output is a.res_mlp.
 template <class A>

@@ -435,8 +435,7 @@ void check_placement(const comm::Grid& grid, bool strict) {
 }  // namespace
 
 int bitwise_tp_shards(const TrainOptions& opts) {
-  const bool host_fp32 = opts.device == Device::cpu && opts.precision == DType::f32;
-  return opts.cfg.train.bitwise && host_fp32 ? opts.cfg.train.tp_shards : 0;
+  return opts.cfg.train.bitwise && opts.precision == DType::f32 ? opts.cfg.train.tp_shards : 0;
 }
 
 void resolve_bitwise(TrainOptions& opts) {
@@ -459,11 +458,9 @@ void resolve_bitwise(TrainOptions& opts) {
         "--bitwise: {} micro-batches of {} shards each run as {} micro-batches of one shard (the "
         "same bits; the pipeline schedules {})",
         asked, t.micro_batches / asked, t.micro_batches, t.micro_batches);
-  if (L.tp > 1 && (opts.device != Device::cpu || opts.precision != DType::f32))
+  if (L.tp > 1 && opts.precision != DType::f32)
     throw UsageError(fmt::format(
-        "--bitwise at --tp {} sums its TP shards on the CPU in fp32: use --device cpu --precision "
-        "fp32, or --tp 1",
-        L.tp));
+        "--bitwise at --tp {} sums its TP shards in fp32: use --precision fp32, or --tp 1", L.tp));
   if (t.tp_shards % L.tp != 0)
     throw UsageError(fmt::format(
         "--bitwise: --tp {} does not divide the {} TP shards (train.tp_shards): use --tp {}, or "

@@ -5,12 +5,13 @@
 # trains once at 1 rank, then at each layout; `mpitron compare --bitwise` must find every step's
 # trace row and the final checkpoint (parameters, optimizer moments, buffers) equal bit for bit.
 # Usage: bitwise_layouts.sh MPITRON REPO WORK FAMILY
-#   FAMILY: gpt, gpt_staged (--device cpu-staged), bert_mlm, bert_testament, mlp, alexnet or resnet
+#   FAMILY: gpt, gpt_staged, bert_mlm, bert_testament, mlp, alexnet, alexnet_staged or resnet
+#   (*_staged: --device cpu-staged, the GPU's code path on the CPU)
 # shellcheck source=tests/e2e/common.sh
 source "$(dirname "$0")/common.sh"
 family=$4
 fmnist=/usr/share/datasets/fashion-mnist
-if [[ $family =~ ^(mlp|alexnet|resnet)$ && ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
+if [[ $family =~ ^(mlp|alexnet|alexnet_staged|resnet)$ && ! -e $fmnist/train-images-idx3-ubyte.gz ]]; then
   echo "SKIP: $fmnist is missing (apt-get install dataset-fashion-mnist)"
   exit 77
 fi
@@ -37,11 +38,18 @@ case $family in
       "tp2 2 --tp 2" "tp4 4 --tp 4" "dp2_tp2_zero2 4 --dp 2 --tp 2 --zero 2"
       "tp2_pp2_gpipe 4 --tp 2 --pp 2 --schedule gpipe"
       "dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1") ;;
-  gpt_staged)  # the GPU's path on the CPU: the tree over host copies of device memory, tp 1
+  gpt_staged)  # the GPU's path on the CPU: the trees over host copies of device memory
     model=(--config "$TINY" --data "$(corpus)" --device cpu-staged)
     flags=(--steps 10 --batch-size 24 --seq-len 32 --dropout 0.1 --eval-every 5 --log-every 5
       --warmup-steps 3 --lr 1e-3)
-    layouts=("dp2 2 --dp 2" "dp3_zero2 3 --dp 3 --zero 2" "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1") ;;
+    layouts=("dp2 2 --dp 2" "dp3_zero2 3 --dp 3 --zero 2" "dp2_pp2_zero1 4 --dp 2 --pp 2 --zero 1"
+      "tp2 2 --tp 2" "tp4 4 --tp 4" "dp2_tp2_pp2 8 --dp 2 --tp 2 --pp 2") ;;
+  alexnet_staged)  # the CNNs' channel-split convolutions and split head on device memory
+    model=(--config "$REPO/configs/alexnet-fmnist.toml" --data "$fmnist" --set model.width=8
+      --set model.hidden=32 --set model.norm_group=4 --dropout 0.2 --batch-size 32
+      --device cpu-staged)
+    flags=("${cnn_flags[@]}")
+    layouts=("tp2 2 --tp 2" "dp2_tp2 4 --dp 2 --tp 2") ;;
   bert_mlm)
     model=(--config "$REPO/configs/bert-mlm.toml" --data "$(corpus)" "${bert_shape[@]}" --seq-len 32)
     flags=("${bert_flags[@]}")
