@@ -319,7 +319,7 @@ void write_filled(hid_t file, const TensorPiece& t, hid_t dxpl) {
 void write_collective(const std::string& tmp, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
                       const std::vector<TensorPiece>& tensors, const std::vector<int64_t>& writes,
-                      MPI_Comm comm) {
+                      MPI_Comm comm, const std::function<void()>& tensor_written) {
   Handle fapl = default_fapl();
   H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
   H5_CHECK(H5Pset_coll_metadata_write(fapl, true));
@@ -341,6 +341,7 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
     const TensorPiece& t = tensors[i];
     if (t.fill) {  // one rank (check_filled): no other rank's calls to match
       write_filled(file, t, dxpl);
+      if (tensor_written) tensor_written();
       continue;
     }
     Handle dset = create_tensor(file, t);
@@ -358,6 +359,7 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
                         n > 0 ? static_cast<void*>(p) : &dummy));
       p += n * int64_t(element_bytes(t));
     }
+    if (tensor_written) tensor_written();
   }
   file.close();
 }
@@ -366,7 +368,8 @@ void write_collective(const std::string& tmp, const Attributes& root_attrs,
 // Rank 0 writes alone; the others send it their blocks, one tensor at a time.
 void write_gathered(const std::string& tmp, const Attributes& root_attrs,
                     const std::map<std::string, Attributes>& group_attrs,
-                    const std::vector<TensorPiece>& tensors, MPI_Comm comm) {
+                    const std::vector<TensorPiece>& tensors, MPI_Comm comm,
+                    const std::function<void()>& tensor_written) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -383,6 +386,7 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
   for (const TensorPiece& t : tensors) {
     if (t.fill) {  // one rank (check_filled): nothing to gather
       write_filled(file, t, H5P_DEFAULT);
+      if (tensor_written) tensor_written();
       continue;
     }
     const size_t nd = t.global_shape.size();
@@ -422,6 +426,7 @@ void write_gathered(const std::string& tmp, const Attributes& root_attrs,
                           gcoords.data(), ccount.data(), cdispl.data(), MPI_INT64_T, 0, comm));
     MPI_CHECK(MPI_Gatherv(piece_bytes(t), static_cast<int>(mine[1] * bytes), MPI_BYTE, gdata.data(),
                           dcount.data(), ddispl.data(), MPI_BYTE, 0, comm));
+    if (tensor_written) tensor_written();
     if (rank != 0) continue;
     Handle dset = create_tensor(file, t);
     Handle fspace(H5_CHECK(H5Dget_space(dset)));
@@ -461,17 +466,21 @@ std::vector<Block> flat_range_blocks(const std::vector<int64_t>& shape, int64_t 
 
 void write_checkpoint(const std::string& path, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
-                      const std::vector<TensorPiece>& tensors, MPI_Comm comm) {
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm,
+                      const std::function<void()>& tensor_written) {
 #ifdef MPITRON_PARALLEL_HDF5
-  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::collective);
+  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::collective,
+                   tensor_written);
 #else
-  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::gather);
+  write_checkpoint(path, root_attrs, group_attrs, tensors, comm, CheckpointIo::gather,
+                   tensor_written);
 #endif
 }
 
 void write_checkpoint(const std::string& path, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
-                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io) {
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io,
+                      const std::function<void()>& tensor_written) {
   for (const TensorPiece& t : tensors) {
     if (t.fill)
       check_filled(t, comm);
@@ -497,12 +506,12 @@ void write_checkpoint(const std::string& path, const Attributes& root_attrs,
     UserFileScope scope(tmp, "checkpoint", UserFileScope::writing);
     if (io == CheckpointIo::collective) {
 #ifdef MPITRON_PARALLEL_HDF5
-      write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm);
+      write_collective(tmp, root_attrs, group_attrs, tensors, writes, comm, tensor_written);
 #else
       MPITRON_REQUIRE(false, "collective checkpoint writes need a parallel HDF5 build");
 #endif
     } else {
-      write_gathered(tmp, root_attrs, group_attrs, tensors, comm);
+      write_gathered(tmp, root_attrs, group_attrs, tensors, comm, tensor_written);
     }
   } catch (const H5WriteError& e) {
     // A write failed part-way (the disk filled, a file-size limit): the partial file goes, the

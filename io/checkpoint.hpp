@@ -58,15 +58,18 @@ enum class CheckpointIo { collective, gather };
 // root_attrs become root attributes; group_attrs maps a group path ("rng", "data") to the
 // attributes of that group (created). Attribute values must be equal on every rank.
 // Creates the folder when missing. Throws UsageError on every rank when the file cannot be
-// created or renamed.
+// created or renamed. tensor_written (if set) runs on every rank after each tensor's write: a
+// long write's progress, for a watchdog.
 void write_checkpoint(const std::string& path, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
-                      const std::vector<TensorPiece>& tensors, MPI_Comm comm);
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm,
+                      const std::function<void()>& tensor_written = {});
 // Same with the transport chosen: the one above is collective with parallel HDF5 (the
 // MPITRON_PARALLEL_HDF5 build), gather otherwise. collective without parallel HDF5 aborts.
 void write_checkpoint(const std::string& path, const Attributes& root_attrs,
                       const std::map<std::string, Attributes>& group_attrs,
-                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io);
+                      const std::vector<TensorPiece>& tensors, MPI_Comm comm, CheckpointIo io,
+                      const std::function<void()>& tensor_written = {});
 
 struct CheckpointHeader {
   Attributes root;

@@ -21,7 +21,7 @@
 #                 NCCL and ZERO and DP_REDUCE allow it; else mpi)
 #   PRECISION     fp32 | bf16 | fp16 (--precision, if set; V100s have no bf16: fp16 there)
 #   EXTRA_ARGS    further mpitron flags, split at spaces
-#   MAX_RESTARTS  how often the job requeues itself after a time-limit warning (20)
+#   MAX_RESTARTS  how often the job requeues itself after a time-limit warning or a lost peer (20)
 #   SITE_ENV      file sourced first (module loads, MPI settings; relative to the checkout; none)
 #   LAUNCHER      auto (srun --mpi=pmix if offered, else mpirun) | srun | mpirun
 set -euo pipefail
@@ -246,6 +246,24 @@ if [[ $rc == 3 ]]; then
   else
     note "stopped with a checkpoint: requeueing job $SLURM_JOB_ID; it continues with --resume auto"
     echo "requeued ($(date -Is))" >>"$RUN/jobs.log"
+    scontrol requeue "$SLURM_JOB_ID" || fail "scontrol requeue failed: submit again with RUN=$RUN"
+    exit 0
+  fi
+fi
+# 4: mpitron's watchdog saw no progress for --hang-timeout (a lost node, a stuck rank) and ended
+# the ranks. A batch job comes back by itself (its run folder holds the checkpoints; --resume auto
+# takes the newest complete one), whether or not the site's Slurm requeues this exit code.
+if [[ $rc == 4 ]]; then
+  batch=$(tr ' ' '\n' <<<"$job_info" | sed -n 's/^BatchFlag=//p')
+  if [[ $batch != 1 || -n ${SLURM_STEP_ID:-} || -n $signals_seen ]]; then
+    note "the watchdog ended the ranks (exit 4); not requeued: submit again with RUN=$RUN"
+  elif [[ $RESTART -ge $MAX_RESTARTS ]]; then
+    fail "the watchdog ended the ranks (exit 4) after $RESTART restarts (MAX_RESTARTS=" \
+      "$MAX_RESTARTS): not requeued; submit again with RUN=$RUN to continue"
+  else
+    note "the watchdog ended the ranks (exit 4): requeueing job $SLURM_JOB_ID; it continues" \
+      "from the newest complete checkpoint"
+    echo "requeued after exit 4 ($(date -Is))" >>"$RUN/jobs.log"
     scontrol requeue "$SLURM_JOB_ID" || fail "scontrol requeue failed: submit again with RUN=$RUN"
     exit 0
   fi

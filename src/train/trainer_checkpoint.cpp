@@ -148,8 +148,10 @@ void Trainer::save_checkpoint() {
   }
   const std::string path = checkpoint_path(step);
   download_state();
+  // A beat per tensor: a long write is progress, a write stuck on a lost peer is not.
   io::write_checkpoint(path, checkpoint_root_attributes(r), checkpoint_groups(r),
-                       checkpoint_pieces(true), MPI_COMM_WORLD);
+                       checkpoint_pieces(true), MPI_COMM_WORLD,
+                       [this] { progress.mark("writing a checkpoint (world)"); });
   if (is_root()) spdlog::info("checkpoint {}", path);
   if (is_root() && opts.keep_last > 0)
     for (const std::string& old : io::remove_old_checkpoints(opts.out, opts.keep_last))

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A node dies under a running 2-node training job (jobs/generic.sbatch, --requeue, a checkpoint
-# every few steps): its link is cut and every process in it SIGKILLed. The ranks left wait on the
-# dead one; the job's first run ends within mpitron's hang timeout (--hang-timeout) + 10 s: Slurm
-# notices the node (SlurmdTimeout 6 s) and requeues the job, or else the watchdog ends the ranks
-# with exit code 4, which the cluster requeues (RequeueExit). The job runs again on the nodes that
-# are left, resumes from the newest complete checkpoint, and its trace equals an uninterrupted
-# run's: every step once, no gap, the same losses bit for bit. The dead node then "reboots" (clean
-# spool, tmp and shared memory, a new slurmd) and takes jobs again.
+# every few steps) while the job writes a checkpoint: its link is cut and every process in it
+# SIGKILLed with the write in flight. The ranks left wait on the dead one; the job's first run ends
+# within mpitron's hang timeout (--hang-timeout) + 10 s: Slurm notices the node (SlurmdTimeout 6 s)
+# and requeues the job, or else the watchdog ends the ranks with exit code 4 and the job body
+# requeues the job itself (the cluster's Slurm does not requeue exit codes). The job runs again on
+# the nodes that are left, removes the interrupted write, resumes from the newest complete
+# checkpoint, and its trace equals an uninterrupted run's: every step once, no gap, the same losses
+# bit for bit. The dead node then "reboots" (clean spool, tmp and shared memory, a new slurmd) and
+# takes jobs again.
 # Arguments: mpitron binary, checkout, work folder, virtual cluster folder.
 set -euo pipefail
 # shellcheck source=tests/slurm/cluster.sh
@@ -30,17 +32,19 @@ flags=(--config "$REPO/configs/gpt-tiny.toml" --data "$CORPUS" --steps "$steps" 
 t_submit=$(date +%s.%N)
 id=$(submit lost generic.sbatch -N 2 --ntasks-per-node=2 --ntasks=4)
 
-# Mid-run: once the job has written a checkpoint past step 8.
+# Mid-run and mid-write: once the job has written the checkpoint of step 8, while it writes the
+# next one (step 12: ckpt_12.h5.tmp until every rank's part is in).
 t0=$SECONDS
-until [[ -e $WORK/lost/ckpt_8.h5 ]]; do
-  ((SECONDS - t0 < 120)) || { cat "$WORK"/lost/slurm-*.out >&2 || true; fail "no checkpoint of step 8 in 120 s"; }
+until [[ -e $WORK/lost/ckpt_8.h5 && -e $WORK/lost/ckpt_12.h5.tmp ]]; do
+  ((SECONDS - t0 < 120)) || { cat "$WORK"/lost/slurm-*.out >&2 || true; fail "no checkpoint of step 12 begun in 120 s"; }
+  [[ ! -e $WORK/lost/ckpt_12.h5 ]] || fail "ckpt_12.h5 was written whole before its write was seen"
   case $(job_field "$id" JobState) in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
       cat "$WORK"/lost/slurm-*.out >&2 || true
       fail "the job ended before the node was killed"
       ;;
   esac
-  sleep 0.1
+  sleep 0.02
 done
 [[ $(job_field "$id" Restarts) == 0 ]] ||
   { cat "$WORK"/lost/slurm-*.out >&2 || true; fail "the job restarted before any node was killed"; }
@@ -51,7 +55,8 @@ victim=$(scontrol show hostnames "$nodes" | grep -vx "$batch_host" | head -n 1)
 t_kill=$(date +%s.%N)
 CLUSTER_DEAD_NODE=$victim
 "$VC" kill-node "$VCLUSTER_DIR" "$victim"
-log "killed $victim (link cut, every process SIGKILLed) under job $id on $nodes, batch host $batch_host"
+log "killed $victim (link cut, every process SIGKILLed) under job $id on $nodes, batch host" \
+  "$batch_host, while ckpt_12.h5 was being written"
 
 # The uninterrupted reference, outside Slurm, meanwhile.
 (
@@ -101,9 +106,14 @@ final_nodes=$(job_field "$id" NodeList)
 scontrol show hostnames "$final_nodes" | grep -qx "$victim" &&
   fail "the requeued job ran on the dead node $victim ($final_nodes)"
 
-# It resumed from the newest checkpoint the first run completed.
+# The write of step 12 never completed; the requeued run removed what it left and resumed from the
+# newest checkpoint the first run completed (step 8).
 newest=$(sed '/(start 2)/q' <<<"$out" | sed -n 's/.* checkpoint .*ckpt_\([0-9]*\)\.h5$/\1/p' | tail -n 1)
 [[ -n $newest ]] || { echo "$out" >&2; fail "the first run wrote no checkpoint"; }
+[[ $newest == 8 ]] ||
+  { echo "$out" >&2; fail "the first run completed ckpt_$newest.h5: the kill did not interrupt the write of ckpt_12.h5"; }
+grep -q "removed .*ckpt_12.h5.tmp: the remains of an interrupted checkpoint write" <<<"$out" ||
+  { echo "$out" >&2; fail "the requeued run did not remove the interrupted write ckpt_12.h5.tmp"; }
 grep -q "resumed from .*ckpt_$newest.h5 at step $newest" <<<"$out" ||
   { echo "$out" >&2; fail "the requeued job did not resume from ckpt_$newest.h5, the newest complete one"; }
 log "resumed from step $newest on $final_nodes (ranks: $(hosts_of "$WORK/lost"))"

@@ -201,9 +201,6 @@ ReturnToService=2
 SlurmdTimeout=6
 MessageTimeout=3
 KillWait=2
-# mpitron's watchdog code (a rank stopped making progress: a peer lost) requeues, where Slurm has not yet
-# noticed the dead node (SlurmdTimeout: down in 7-13 s).
-RequeueExit=4
 MinJobAge=600
 InactiveLimit=0
 SlurmdParameters=config_overrides
