@@ -5,6 +5,9 @@
 # requeued start continues with `--resume auto`: the trace holds every step once and its losses
 # equal an uninterrupted run's bit for bit. Once through mpirun (the Bridges-2 scripts) and once
 # through srun --mpi=pmix (jobs/generic.sbatch). A plain `scancel` still ends a job for good.
+# A hung rank (SIGSTOP, as a lost node or a dead file system leaves it): the other rank's watchdog
+# ends the job with exit 4 after --hang-timeout, the job body requeues the job itself (this
+# cluster's Slurm requeues no exit code), and the requeued start resumes from the checkpoint.
 # Arguments: mpitron binary, checkout, work folder.
 set -euo pipefail
 # shellcheck source=tests/slurm/cluster.sh
@@ -26,6 +29,7 @@ submit() {
 mpirun_id=$(submit mpirun bridges2-rm-shared.sbatch --ntasks=2 --cpus-per-task=1)
 srun_id=$(submit srun generic.sbatch --ntasks=2)
 cancel_id=$(submit cancelled generic.sbatch --ntasks=2)
+hung_id=$(EXTRA_ARGS="--hang-timeout 4" submit hung generic.sbatch --ntasks=2)
 # The uninterrupted reference, meanwhile, outside Slurm.
 mpirun -n 2 "$MPITRON" train "${flags[@]}" --out "$WORK/reference" >"$WORK/reference.log" 2>&1 &
 ref_pid=$!
@@ -49,6 +53,14 @@ log "sent USR1 to job $srun_id (srun)"
 wait_file "$WORK/cancelled/ckpt_20.h5" 120
 make -s -C "$REPO" -f Makefile.slurm cancel JOB="$cancel_id"
 log "cancelled job $cancel_id"
+wait_file "$WORK/hung/ckpt_20.h5" 120
+hung_rank=""
+for pid in $(pgrep -f "mpitron train .*--out $WORK/hung( |$)"); do # a rank, not its launcher
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == mpitron ]] && hung_rank=$pid
+done
+[[ -n $hung_rank ]] || fail "no rank of job $hung_id found to stop"
+kill -STOP "$hung_rank"
+log "stopped a rank (pid $hung_rank) of job $hung_id"
 
 wait "$ref_pid" || fail "the reference run failed: $(tail -n 5 "$WORK/reference.log")"
 check_trace "$WORK/reference" $steps
@@ -85,6 +97,26 @@ assert a.shape == b.shape and np.array_equal(a.view(np.uint32 if a.dtype == np.f
 PY
   log "$name: stopped at step $stopped, requeued, resumed; $steps steps identical to the reference"
 done
+
+# The hung job: ended by the watchdog (exit 4), requeued by its body, resumed, identical.
+run=$WORK/hung
+state=$(wait_job "$hung_id" 180)
+out=$(cat "$run"/slurm-*.out)
+log "hung (job $hung_id): $state after $(job_field "$hung_id" Restarts) restart(s)"
+[[ $state == COMPLETED ]] || { echo "$out" >&2; fail "hung: job ended $state"; }
+[[ $(job_field "$hung_id" Restarts) == 1 ]] || { echo "$out" >&2; fail "hung: the job was not requeued once"; }
+grep -q "error: no progress for .* (--hang-timeout)" <<<"$out" ||
+  { echo "$out" >&2; fail "hung: the watchdog did not end the stopped job"; }
+grep -q "the watchdog ended the ranks (exit 4): requeueing job $hung_id" <<<"$out" ||
+  { echo "$out" >&2; fail "hung: the job body did not requeue after exit 4"; }
+grep -q "^exit=4 " "$run/jobs.log" || fail "hung: the first start did not exit with 4 ($(grep ^exit= "$run/jobs.log" | tr '\n' ' '))"
+grep -q "^requeued after exit 4 " "$run/jobs.log" || fail "hung: no requeue after exit 4 recorded"
+resumed=$(sed -n 's/.*resumed from .*ckpt_\([0-9]*\)\.h5 at step.*/\1/p' <<<"$out" | head -n 1)
+((resumed >= 20)) || { echo "$out" >&2; fail "hung: the requeued job did not resume from a checkpoint"; }
+check_trace "$run" $steps
+"$MPITRON" compare "$WORK/reference/trace.h5" "$run/trace.h5" --rtol 0 ||
+  fail "hung: losses differ from the uninterrupted run"
+log "hung: the watchdog ended it, the body requeued it, resumed from step $resumed; $steps steps identical"
 
 # A cancelled job stays cancelled: its SIGTERM also makes mpitron checkpoint and exit 3, but the
 # script's requeue is refused for a cancelled job.
