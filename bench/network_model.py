@@ -6,6 +6,8 @@
       over messages of 64 kB and more
   median TRACE [SKIP]
       the median step_s of a trace.h5 after SKIP warm-up steps (default 2)
+  sync TRACE [SKIP]
+      the median over those steps of the slowest rank's gradient reduction (rank_grad_sync_us), s
   scaling --mpitron BIN --repo DIR -o OUT.png
       a predicted scaling plot out to 512 nodes for GPT-2 124M and GPT-2 XL on Bridges-2's V100
       nodes, each point from `mpitron plan --nodes` (the figures assumed are in BRIDGES2 below)
@@ -57,6 +59,13 @@ def cmd_median(a):
     with h5py.File(a.trace, "r") as f:
         s = np.asarray(f["trace/step_s"])[a.skip:]
     print(f"{np.median(s):.6f}")
+
+
+def cmd_sync(a):
+    import h5py
+    with h5py.File(a.trace, "r") as f:
+        us = np.asarray(f["trace/rank_grad_sync_us"])[a.skip:]
+    print(f"{np.median(us.max(axis=1)) / 1e6:.6f}")
 
 
 # Bridges-2's GPU nodes (PSC's published figures): 8 NVIDIA V100-32GB SXM2 a node, NVLink between
@@ -150,12 +159,15 @@ def main():
     m = sub.add_parser("median")
     m.add_argument("trace")
     m.add_argument("skip", nargs="?", type=int, default=2)
+    y = sub.add_parser("sync")
+    y.add_argument("trace")
+    y.add_argument("skip", nargs="?", type=int, default=2)
     s = sub.add_parser("scaling")
     s.add_argument("--mpitron", required=True)
     s.add_argument("--repo", required=True)
     s.add_argument("-o", "--out", required=True)
     a = p.parse_args()
-    {"fit": cmd_fit, "median": cmd_median, "scaling": cmd_scaling}[a.cmd](a)
+    {"fit": cmd_fit, "median": cmd_median, "sync": cmd_sync, "scaling": cmd_scaling}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
 # trains a few steps in each layout on 1-3 nodes (one thread a rank) at the first rate, and a table
 # sets the median step against the step `mpitron plan --nodes` predicts from a one-rank run's trace.
 # Every virtual node shares this machine's cores: the plan is told each node's share
-# (--cores-per-node = cores / nodes). Last, the scaling plot for Bridges-2 (network_model.py).
+# (--cores-per-node = cores / nodes), and mpirun binds nothing (--bind-to none: each node's mpirun
+# would pin its first rank to core 0, every node's on the same core). Last, the scaling plot for
+# Bridges-2 (network_model.py).
 # Needs root, no other virtual cluster or Slurm test running, mpicc and tc. Usage:
 #   bench/network_model.sh [-r "1gbit 5gbit"] [-s steps] [-b batch] [-t seq_len] [-n reps]
 #                          [-B build_dir] [-o out_dir]
@@ -75,12 +77,12 @@ shape() {
 sizes=(1024 4096 16384 65536 262144 1048576 2097152 4194304)
 date=$(date +%Y-%m-%d)
 echo "== point to point within a node (shared memory)"
-timeout 300 salloc -N 1 -n 2 mpirun "$work/pingpong" "$reps" "${sizes[@]}" >"$work/intra.txt"
+timeout 300 salloc -N 1 -n 2 mpirun --bind-to none "$work/pingpong" "$reps" "${sizes[@]}" >"$work/intra.txt"
 cat "$work/intra.txt"
 for rate in $rates; do
   shape "$rate"
   echo "== point to point across nodes (TCP, links shaped to $rate)"
-  timeout 300 salloc -N 2 --ntasks-per-node=1 mpirun "$work/pingpong" "$reps" "${sizes[@]}" >"$work/inter_$rate.txt"
+  timeout 300 salloc -N 2 --ntasks-per-node=1 mpirun --bind-to none "$work/pingpong" "$reps" "${sizes[@]}" >"$work/inter_$rate.txt"
   cat "$work/inter_$rate.txt"
   "$python" "$here/network_model.py" fit --intra "$work/intra.txt" --inter "$work/inter_$rate.txt" \
     --note "measured on the virtual cluster (tests/cluster/vcluster.sh, one machine of $(getconf _NPROCESSORS_ONLN) cores), inter-node links shaped to $rate by tc tbf, $date" \
@@ -94,15 +96,21 @@ cores=$(getconf _NPROCESSORS_ONLN)  # nproc would count OMP_NUM_THREADS
 common=(--config "$repo/configs/gpt-tiny.toml" --batch-size "$batch" --seq-len "$seq")
 train=("${common[@]}" --steps "$steps" --eval-every 0 --log-every 100 --data "$data")
 echo "== one rank (the compute)"
-timeout 600 salloc -N 1 -n 1 mpirun "$bin" train "${train[@]}" --out "$work/runs/one" >"$work/one.log" 2>&1 ||
+timeout 600 salloc -N 1 -n 1 mpirun --bind-to none "$bin" train "${train[@]}" --out "$work/runs/one" >"$work/one.log" 2>&1 ||
   { tail -20 "$work/one.log" >&2; exit 1; }
-printf '%-22s %6s %10s %10s %7s %10s\n' layout nodes predicted measured ratio "comm pred"
+# The step, and its gradient reduction alone (tied embedding and DP; the slowest rank's, from the
+# trace).
+printf '%-22s %6s %10s %10s %7s %10s %10s\n' layout nodes predicted measured ratio "sync pred" "sync meas"
 # name nodes ranks_per_node flags...
+# --dp-reduce ring: mpitron's own ring, the algorithm the model assumes; without it Open MPI's
+# MPI_Allreduce picks its own (at 3 ranks not a ring).
 layouts=(
   "dp2:1:2:--dp 2"
   "dp2:2:1:--dp 2"
   "dp2xtp2:2:2:--dp 2 --tp 2"
+  "dp2xtp2_ring:2:2:--dp 2 --tp 2 --dp-reduce ring"
   "dp3:3:1:--dp 3"
+  "dp3_ring:3:1:--dp 3 --dp-reduce ring"
   "dp2xpp2:2:2:--dp 2 --pp 2 --micro-batches 2"
 )
 for l in "${layouts[@]}"; do
@@ -111,7 +119,7 @@ for l in "${layouts[@]}"; do
   b=$batch
   [[ $name == dp3* ]] && b=$((batch * 3 / 4))  # rows divide evenly over 3
   run=$work/runs/${name}_$nodes
-  timeout 600 salloc -N "$nodes" --ntasks-per-node="$per" mpirun "$bin" train "${train[@]}" \
+  timeout 600 salloc -N "$nodes" --ntasks-per-node="$per" mpirun --bind-to none "$bin" train "${train[@]}" \
     --batch-size "$b" "${f[@]}" --out "$run" >"$run.log" 2>&1 || { tail -20 "$run.log" >&2; exit 1; }
   measured=$("$python" "$here/network_model.py" median "$run/trace.h5")
   # The one-rank run's batch was $batch: its compute scales to this batch.
@@ -121,9 +129,13 @@ for l in "${layouts[@]}"; do
     --network "$net" --compute-step-s "$step_one" \
     --cores-per-node "$(awk -v c="$cores" -v n="$nodes" 'BEGIN { printf "%.4g", c / n }')" >"$run.plan"
   predicted=$(sed -n 's/^total step  *\([0-9.]*\) s.*/\1/p' "$run.plan")
-  comm=$(sed -n 's/^communication  *\([0-9.]*\) s.*/\1/p' "$run.plan")
-  printf '%-22s %6s %10.4f %10.4f %7.2f %10.4f\n' "$name (${per}/node)" "$nodes" "$predicted" \
-    "$measured" "$(awk -v p="$predicted" -v m="$measured" 'BEGIN { print p / m }')" "$comm"
+  # The trace's gradient reduction holds the tied embedding's all-reduce, then the DP one.
+  dp_pred=$(sed -n -E 's/^(DP gradient all-reduce|tied embedding) +([0-9.]+) s.*/\2/p' "$run.plan" |
+    awk '{ t += $1 } END { printf "%.6f", t }')
+  dp_meas=$("$python" "$here/network_model.py" sync "$run/trace.h5")
+  printf '%-22s %6s %10.4f %10.4f %7.2f %10.4f %10.4f\n' "$name (${per}/node)" "$nodes" \
+    "$predicted" "$measured" "$(awk -v p="$predicted" -v m="$measured" 'BEGIN { print p / m }')" \
+    "$dp_pred" "$dp_meas"
 done
 echo "(one rank, batch $batch: median step $("$python" "$here/network_model.py" median "$work/runs/one/trace.h5") s; links at $rate; $cores cores shared by all nodes; load average now $(cut -d' ' -f1-3 /proc/loadavg))"
 

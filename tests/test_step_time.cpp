@@ -6,8 +6,8 @@
 #include <string>
 
 #include "base/check.hpp"
-#include "src/model/family.hpp"
 #include "src/model/config.hpp"
+#include "src/model/family.hpp"
 #include "src/train/memory_plan.hpp"
 #include "src/train/step_time.hpp"
 
@@ -113,12 +113,40 @@ TEST(StepTime, PipelineBubbleAndSends) {
   EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "PP sends"), 8 * (1e-5 + 1e-4));
 }
 
-TEST(StepTime, RanksBeyondTheCoresSlowTheCompute) {
+TEST(StepTime, TiedEmbeddingAcrossStages) {
+  // pp 2 x dp 2, 2 ranks a node: stage 0 on node 0, stage 1 on node 1; each dp rank's tie pair
+  // crosses, 2 pairs on each node's link: a ring of 2 moves the bytes once, shared by 2.
+  StepTimeInputs in;
+  in.grid = {4, 2, 1, 2};
+  in.place = {2, 2};
+  in.compute_step_s = 4.0;
+  in.grad_bytes = {1e6, 1e6};
+  in.tp_allreduces = {0, 0};
+  in.tied_bytes = 2e5;
+  const LinkModel across = net().inter_node;
+  EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "tied embedding"),
+                   2e5 * across.beta_s_per_byte * 2 + 2 * across.alpha_s);
+  in.place = {1, 4};  // one node: shared memory, not shared
+  const LinkModel within = net().intra_node;
+  EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "tied embedding"),
+                   2e5 * within.beta_s_per_byte + 2 * within.alpha_s);
+  in.grid = {2, 2, 1, 1};  // pp 1: no tie to add
+  in.place = {1, 2};
+  in.grad_bytes = {1e6};
+  in.tp_allreduces = {0};
+  EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "tied embedding"), 0);
+}
+
+TEST(StepTime, RanksBeyondTheCoresSlowTheComputeAndTheCollectives) {
   StepTimeInputs in = dp_inputs(4, 1, 4);
+  const double ring = term(predict_step_time(in, net()), "DP gradient all-reduce");
+  EXPECT_GT(ring, 0);
   in.cores_per_node = 2;
   EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "compute"), 4.0);
+  EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "DP gradient all-reduce"), 2 * ring);
   in.cores_per_node = 8;  // more cores than ranks: no speed-up beyond one core each
   EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "compute"), 2.0);
+  EXPECT_DOUBLE_EQ(term(predict_step_time(in, net()), "DP gradient all-reduce"), ring);
 }
 
 TEST(StepTime, PlacementChecks) {

@@ -125,8 +125,7 @@ double StepTimePrediction::total() const {
 double StepTimePrediction::communication() const {
   double t = 0;
   for (const StepTimeTerm& x : terms)
-    if (x.name.rfind("DP", 0) == 0 || x.name.rfind("TP", 0) == 0 || x.name.rfind("PP", 0) == 0)
-      t += x.seconds;
+    if (x.name != "compute" && x.name != "pipeline bubble") t += x.seconds;
   return t;
 }
 
@@ -141,16 +140,18 @@ StepTimePrediction predict_step_time(const StepTimeInputs& in, const NetworkMode
   const int world = g.dp * g.tp * g.pp;
   StepTimePrediction p;
 
+  // Ranks beyond a node's cores share them: each runs at 1 / slowdown of a core, in its compute
+  // and in its collectives (every member moves and adds bytes with its CPU at once).
   const double slowdown =
       in.cores_per_node > 0 ? std::max(1.0, in.place.ranks_per_node / in.cores_per_node) : 1.0;
+  const std::string shared_cores =
+      slowdown > 1 ? fmt::format(" x {:.3g} ({} ranks on {:.3g} cores a node)", slowdown,
+                                 in.place.ranks_per_node, in.cores_per_node)
+                   : "";
   const double compute = in.compute_step_s / world * slowdown;
   const double b = in.bubble_fraction;
-  p.terms.push_back(
-      {"compute", compute,
-       fmt::format("{:.4g} s / {} ranks{}", in.compute_step_s, world,
-                   slowdown > 1 ? fmt::format(" x {:.3g} ({} ranks on {:.3g} cores a node)",
-                                              slowdown, in.place.ranks_per_node, in.cores_per_node)
-                                : "")});
+  p.terms.push_back({"compute", compute,
+                     fmt::format("{:.4g} s / {} ranks{}", in.compute_step_s, world, shared_cores)});
   p.terms.push_back({"pipeline bubble", b < 1 ? compute * b / (1 - b) : 0,
                      fmt::format("compute x {:.3g}/(1-{:.3g})", b, b)});
 
@@ -166,10 +167,12 @@ StepTimePrediction predict_step_time(const StepTimeInputs& in, const NetworkMode
     double bytes = 0;
     for (double x : in.grad_bytes) bytes = std::max(bytes, x);
     p.terms.push_back(
-        {"DP gradient all-reduce", ring_allreduce_seconds(bytes, g.dp, link, across ? share : 1),
+        {"DP gradient all-reduce",
+         ring_allreduce_seconds(bytes, g.dp, link, across ? share : 1) * slowdown,
          g.dp > 1
-             ? fmt::format("ring of {} over {} link{}, {:.4g} MB", g.dp, link_name(across),
-                           share > 1 ? fmt::format(" shared by {} rings", share) : "", bytes / 1e6)
+             ? fmt::format("ring of {} over {} link{}, {:.4g} MB{}{}", g.dp, link_name(across),
+                           share > 1 ? fmt::format(" shared by {} rings", share) : "", bytes / 1e6,
+                           shared_cores, in.dp_note.empty() ? "" : "; " + in.dp_note)
              : "dp 1"});
   }
   // TP: inside a node (check_placement), the slowest stage's all-reduces of every micro-batch.
@@ -179,17 +182,18 @@ StepTimePrediction predict_step_time(const StepTimeInputs& in, const NetworkMode
     for (int n : in.tp_allreduces) most = std::max(most, n);
     if (g.tp > 1)
       t = double(most) * in.micro_batches *
-          ring_allreduce_seconds(in.tp_message_bytes, g.tp, net.intra_node);
+          ring_allreduce_seconds(in.tp_message_bytes, g.tp, net.intra_node) * slowdown;
     p.terms.push_back({"TP all-reduces", t,
                        g.tp > 1
                            ? fmt::format("{} x {} micro-batches x ring of {} over intra-node link, "
-                                         "{:.4g} MB{}",
+                                         "{:.4g} MB{}{}",
                                          most, in.micro_batches, g.tp, in.tp_message_bytes / 1e6,
-                                         in.tp_note.empty() ? "" : "; " + in.tp_note)
+                                         shared_cores, in.tp_note.empty() ? "" : "; " + in.tp_note)
                            : "tp 1"});
   }
   // PP: the messages on the schedule's critical path, one forward and one backward each time the
-  // last micro-batch's slot passes a boundary: 2 (m + pp - 2), over the slowest boundary.
+  // last micro-batch's slot passes a boundary: 2 (m + pp - 2), over the slowest boundary. Not
+  // slowed by shared cores: one end of such a message waits for it, idle.
   {
     double t = 0;
     std::string detail = "pp 1";
@@ -211,6 +215,28 @@ StepTimePrediction predict_step_time(const StepTimeInputs& in, const NetworkMode
                            share > 1 ? fmt::format(" shared by {} pairs", share) : "");
     }
     p.terms.push_back({"PP sends", t, detail});
+  }
+  // The tied embedding: the first and the last stage add their parts of its gradient, every
+  // (dp, tp) pair at once (a ring of 2).
+  {
+    double t = 0;
+    std::string detail = "no tied parameter";
+    if (g.pp > 1 && in.tied_bytes > 0) {
+      std::vector<std::vector<int>> pairs;
+      for (int r = 0; r < world; ++r) {
+        const comm::GridCoords c = comm::grid_coords(g, r);
+        if (c.pp_rank == 0)
+          pairs.push_back({r, comm::grid_rank(g, {c.dp_rank, c.tp_rank, g.pp - 1})});
+      }
+      const int share = crossing_share(pairs, in.place);
+      const bool across = share > 0;
+      const LinkModel& link = across ? net.inter_node : net.intra_node;
+      t = ring_allreduce_seconds(in.tied_bytes, 2, link, across ? share : 1) * slowdown;
+      detail = fmt::format("ring of 2 over {} link{}, {:.4g} MB{}", link_name(across),
+                           share > 1 ? fmt::format(" shared by {} pairs", share) : "",
+                           in.tied_bytes / 1e6, shared_cores);
+    }
+    p.terms.push_back({"tied embedding", t, detail});
   }
   return p;
 }
@@ -239,6 +265,7 @@ StepTimeInputs step_time_inputs(const TrainOptions& opts, const Placement& place
     const ModelBuild how = stage_model_build(opts, data, s, 0, 0);
     const ModelMemory m = family.memory(opts.cfg.model, how);
     in.grad_bytes.push_back(double(m.flat_size) * sizeof(float));
+    if (s == 0 && m.first_and_last) in.tied_bytes = double(m.first_and_last_elements) * 4.0;
     if (s == 0) {
       in.pp_message_bytes = double(how.micro_rows) * double(m.boundary_elements) *
                             (opts.precision == DType::f32 ? 4.0 : 2.0);
@@ -253,6 +280,10 @@ StepTimeInputs step_time_inputs(const TrainOptions& opts, const Placement& place
     // Two all-reduces a block forward (attention, MLP), two backward, two more when recomputed.
     in.tp_allreduces.push_back(transformer ? blocks * (L.recompute ? 6 : 4) : 0);
   }
+  if (L.dp > 1 && L.dp_reduce == DpReduce::allreduce)
+    in.dp_note =
+        "MPI_Allreduce picks its own algorithm, not always a ring (Open MPI's at 3 ranks moved "
+        "about 4 gradients through a link): --dp-reduce ring runs one";
   if (!transformer && L.tp > 1)
     in.tp_note = fmt::format("the {} family's TP all-reduces are not modelled", family.type);
   else if (transformer && L.tp > 1)

@@ -54,7 +54,10 @@ struct StepTimeInputs {
   double tp_message_bytes = 0;     // one TP all-reduce
   std::vector<int> tp_allreduces;  // per pipeline stage: TP all-reduces per micro-batch
   double pp_message_bytes = 0;     // one boundary activation (or its gradient) per micro-batch
-  std::string tp_note;             // what the TP term models, or why it is absent
+  double tied_bytes =
+      0;                // a parameter the first and last stage share (the GPT's wte): its gradient
+  std::string tp_note;  // what the TP term models, or why it is absent
+  std::string dp_note;  // what the DP term assumes of the reduction's algorithm
 };
 
 struct StepTimeTerm {
@@ -64,9 +67,9 @@ struct StepTimeTerm {
 };
 
 struct StepTimePrediction {
-  std::vector<StepTimeTerm> terms;  // compute, pipeline bubble, DP, TP, PP
+  std::vector<StepTimeTerm> terms;  // compute, pipeline bubble, DP, TP, PP, the tie
   double total() const;
-  double communication() const;  // the DP, TP and PP terms
+  double communication() const;  // the DP, TP, PP and tie terms
 };
 
 // Ring all-reduce of `bytes` over p ranks: 2(p-1)/p * bytes * beta * share + 2(p-1) * alpha, where
