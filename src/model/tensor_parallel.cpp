@@ -36,12 +36,17 @@ bool host_memory(Device d) {
   return d == Device::cpu;
 }
 
-// The tree over parts [lo, hi) (each n floats, part j at parts + j n): left + right, into left.
+// The tree over parts [lo, hi) (each n floats, part j at parts + j n): left + right, into left
+// (the host's threads on the CPU, the device's layers elsewhere).
 float* local_tree(const LayerOpsT<float>& ops, float* parts, int lo, int hi, size_t n) {
   if (hi - lo == 1) return parts + size_t(lo) * n;
   const int mid = lo + (hi - lo) / 2;
   float* left = local_tree(ops, parts, lo, mid, n);
-  ops.residual_forward(left, left, local_tree(ops, parts, mid, hi, n), n);
+  float* right = local_tree(ops, parts, mid, hi, n);
+  if (host_memory(ops.device))
+    add_in_place(left, right, n);
+  else
+    ops.residual_forward(left, left, right, n);
   return left;
 }
 
